@@ -1,0 +1,69 @@
+"""The ``graphdoc`` command line: a thin argparse layer over the Python API.
+
+Each subcommand lives in its own module with ``add_parser(subparsers)`` and ``run(args) -> int``;
+``COMMANDS`` lists them. User errors (:class:`graphdoc.errors.GraphDocError`) print one line on stderr
+and exit with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from typing import Sequence
+
+from graphdoc import __version__
+from graphdoc.errors import GraphDocError
+
+# subcommand name -> module under graphdoc.cli
+COMMANDS: dict[str, str] = {
+    "embed": "graphdoc.cli.embed",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="graphdoc", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"graphdoc {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in COMMANDS.items():
+        importlib.import_module(module).add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI in-process; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", force=True)
+    _quiet_third_party(args.verbose)
+    try:
+        return int(args.func(args) or 0)
+    except GraphDocError as exc:
+        print(f"graphdoc {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"graphdoc {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _quiet_third_party(verbose: bool) -> None:
+    """Keep transformers' own loading bars and notices out of graphdoc's output unless verbose."""
+    if verbose:
+        return
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def console_main() -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return main()

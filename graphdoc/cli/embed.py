@@ -1,0 +1,70 @@
+"""``graphdoc embed``: one float32 row per document in a .npy file, ids in row order beside it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from graphdoc.cli.common import add_model_arguments, load_model, logger
+from graphdoc.errors import GraphDocError
+from graphdoc.fileio import atomic_write
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("embed", help="embed every document of a corpus into a .npy file",
+                            description=__doc__)
+    parser.add_argument("--corpus", required=True, help="JSON lines (.jsonl[.gz]), BEIR folder, "
+                        "folder of .txt/.md files, or MediaWiki dump (.xml[.bz2])")
+    parser.add_argument("--output", required=True, type=Path, metavar="FILE.npy")
+    parser.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
+    add_model_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def ids_path(output: Path) -> Path:
+    """``emb.npy`` -> ``emb.ids.txt``."""
+    return output.with_name(output.name[:-len(".npy")] + ".ids.txt")
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphdoc.corpus import ReadStats, read_corpus
+
+    if args.output.suffix != ".npy":
+        raise GraphDocError(f"--output must end in .npy; got {args.output}")
+    if args.batch_size < 1:
+        raise GraphDocError(f"--batch-size must be at least 1; got {args.batch_size}")
+    model = load_model(args)
+    stats = ReadStats()
+    ids: list[str] = []
+    rows: list[np.ndarray] = []
+    bar = tqdm(desc="Embedding", unit="doc", disable=args.quiet)
+
+    def documents():
+        for doc in read_corpus(args.corpus, stats=stats):
+            ids.append(doc.id)
+            yield doc
+
+    for out in model.iter_forward(documents(), batch_size=args.batch_size):
+        vectors = out.document_embeddings.float()
+        if args.normalize:
+            vectors = vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+        rows.append(vectors.cpu().numpy())
+        bar.update(len(out.documents))
+    bar.close()
+    if not ids:
+        raise GraphDocError(f"no documents to embed in {args.corpus}")
+    matrix = np.concatenate(rows).astype(np.float32, copy=False)
+    with atomic_write(ids_path(args.output), "w", encoding="utf-8") as handle:
+        handle.write("".join(f"{i}\n" for i in ids))
+    with atomic_write(args.output, "wb") as handle:
+        np.save(handle, matrix)
+    if stats.empty_skipped:
+        logger.info("skipped %d empty documents", stats.empty_skipped)
+    if model.chunker.passages_cut:
+        logger.info("the passage cap (%s per document) cut %d passages of %d documents",
+                    model.config.chunker.max_passages, model.chunker.passages_cut, model.chunker.documents_cut)
+    logger.info("wrote %d x %d embeddings to %s and ids to %s", *matrix.shape, args.output, ids_path(args.output))
+    return 0

@@ -1,0 +1,157 @@
+"""Configuration: one plain dataclass per component, saved as JSON, loaded from JSON or YAML.
+
+YAML files in ``configs/`` map one to one onto :class:`ModelConfig` (sections ``chunker``,
+``passage_encoder``, ``graph``); an unknown key is an error that lists the valid ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, TypeVar
+
+from graphdoc.errors import GraphDocError
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+T = TypeVar("T")
+
+
+def _check_choice(name: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        raise GraphDocError(f"{name} must be one of {', '.join(map(str, choices))}; got {value!r}")
+
+
+@dataclass
+class ChunkerConfig:
+    """How documents are split into passages.
+
+    Args:
+        max_words: passage length limit in words (whole sentences are packed up to it).
+        max_passages: cap on passages per document (the paper uses 50 in training, 100 at inference);
+            ``None`` for no cap. What the cap cuts is counted and logged.
+        title: prepend the document title to the encoder input of the ``first`` passage, of ``all``
+            passages, or ``none``.
+    """
+
+    max_words: int = 100
+    max_passages: int | None = 100
+    title: str = "first"
+
+    def __post_init__(self) -> None:
+        if self.max_words < 1:
+            raise GraphDocError(f"chunker.max_words must be at least 1; got {self.max_words}")
+        if self.max_passages is not None and self.max_passages < 1:
+            raise GraphDocError(f"chunker.max_passages must be at least 1 or null; got {self.max_passages}")
+        _check_choice("chunker.title", self.title, ("first", "all", "none"))
+
+
+@dataclass
+class PassageEncoderConfig:
+    """The Hugging Face encoder that gives each passage its node vector.
+
+    ``pooling``/``normalize``/``max_seq_length`` set to ``None`` mean "as the checkpoint was trained"
+    (read from its sentence-transformers files when present, else CLS pooling, no normalisation and
+    the tokenizer's limit); they are resolved when the model is loaded and saved resolved.
+    """
+
+    model_name_or_path: str = DEFAULT_MODEL
+    pooling: str | None = None
+    normalize: bool | None = None
+    max_seq_length: int | None = None
+    projection_dim: int | None = None
+    max_tokens_per_batch: int = 8192
+    precision: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.pooling is not None:
+            _check_choice("passage_encoder.pooling", self.pooling, ("cls", "mean", "max"))
+        _check_choice("passage_encoder.precision", self.precision, ("auto", "fp32", "fp16", "bf16"))
+        if self.max_tokens_per_batch < 1:
+            raise GraphDocError("passage_encoder.max_tokens_per_batch must be positive")
+
+
+@dataclass
+class GraphConfig:
+    """The document graph and the graph attention layers run over it.
+
+    Args:
+        graph_type: ``full`` (all nodes connected) or ``section`` (passages of a section connected,
+            the document node linked to the first passage of each section).
+        num_layers: number of residual GAT layers (T in the paper).
+        heads: attention heads per layer (concatenated; the hidden size must be divisible by it).
+        dropout: dropout on each layer's residual branch.
+        attention_dropout: dropout on the attention coefficients.
+    """
+
+    graph_type: str = "full"
+    num_layers: int = 2
+    heads: int = 2
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        _check_choice("graph.graph_type", self.graph_type, ("full", "section"))
+        if self.num_layers < 0 or self.heads < 1:
+            raise GraphDocError("graph.num_layers must be >= 0 and graph.heads >= 1")
+
+
+@dataclass
+class ModelConfig:
+    """Everything that defines a graphdoc model."""
+
+    chunker: ChunkerConfig = field(default_factory=ChunkerConfig)
+    passage_encoder: PassageEncoderConfig = field(default_factory=PassageEncoderConfig)
+    graph: GraphConfig = field(default_factory=GraphConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ModelConfig":
+        return from_dict(cls, data)
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
+    """Build a (nested) dataclass from a mapping; unknown keys are an error naming the valid ones."""
+    if not isinstance(data, Mapping):
+        raise GraphDocError(f"config section {where or cls.__name__!r} must be a mapping")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        prefix = f"{where}." if where else ""
+        raise GraphDocError(
+            f"unknown config key {prefix}{unknown[0]}; valid keys: {', '.join(prefix + k for k in fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        default = fields[name].default_factory if fields[name].default_factory is not dataclasses.MISSING else None
+        if default is not None and dataclasses.is_dataclass(default):
+            value = from_dict(default, value, f"{where}.{name}" if where else name)
+        kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise GraphDocError(f"bad config for {where or cls.__name__}: {exc}") from None
+
+
+def load_config_file(path: str | Path, cls: type[T] = ModelConfig) -> T:
+    """Read a JSON or YAML config file into ``cls``."""
+    path = Path(path)
+    if not path.is_file():
+        raise GraphDocError(f"config file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise GraphDocError(f"{path}: invalid YAML ({str(exc).splitlines()[0]})") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise GraphDocError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    return from_dict(cls, data)

@@ -1,0 +1,218 @@
+"""GraphDocEncoder: text -> passages -> passage vectors -> document graph -> GAT -> document vector."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_geometric.data import Batch
+from tqdm.auto import tqdm
+
+from graphdoc.chunker import Chunker, fit_to_token_limit
+from graphdoc.config import ModelConfig
+from graphdoc.device import resolve_device
+from graphdoc.documents import Document, Passage, as_document
+from graphdoc.graph import document_graph
+from graphdoc.models import DocumentGraphEncoder, PassageEncoder, Projection
+from graphdoc.outputs import GraphOutput, PreparedDocument
+from graphdoc import serialization
+
+logger = logging.getLogger(__name__)
+
+DocumentLike = Document | str | Mapping[str, Any]
+
+
+class GraphDocEncoder(nn.Module):
+    """Embeds long documents through a graph of their passages.
+
+    A Hugging Face encoder gives each passage a vector (optionally projected, ``tanh(Wh + b)``); the
+    document node starts as the mean of its passages; ``graph.num_layers`` residual GAT layers run
+    over the document graph; the document node's final vector is the embedding. Untrained, the
+    residual branches are zero, so a document's embedding is the mean of its passage vectors and a
+    query's is the encoder's own.
+
+    Example::
+
+        model = GraphDocEncoder.from_pretrained()          # built-in all-MiniLM-L6-v2
+        vectors = model.encode(["a long text ...", {"title": "T", "text": "..."}])
+    """
+
+    def __init__(self, passage_encoder: PassageEncoder, config: ModelConfig | None = None,
+                 device: str | torch.device | None = None) -> None:
+        super().__init__()
+        self.config = replace(config or ModelConfig(), passage_encoder=passage_encoder.config)
+        self.chunker = Chunker(self.config.chunker)
+        self.passage_encoder = passage_encoder
+        proj_dim = self.config.passage_encoder.projection_dim
+        hidden = passage_encoder.hidden_size
+        self.projection = Projection(hidden, proj_dim) if proj_dim else nn.Identity()
+        g = self.config.graph
+        self.graph = DocumentGraphEncoder(proj_dim or hidden, g.num_layers, g.heads, g.dropout,
+                                          g.attention_dropout)
+        self.to(resolve_device(device))
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dimension(self) -> int:
+        return self.graph.channels
+
+    def get_sentence_embedding_dimension(self) -> int:  # sentence-transformers' name
+        return self.dimension
+
+    # ----------------------------------------------------------------- preparation
+    def passage_input(self, document: Document, passage: Passage) -> str:
+        """The text the passage encoder sees for a passage (title prepended per ``chunker.title``)."""
+        mode = self.config.chunker.title
+        if document.title and (mode == "all" or (mode == "first" and passage.index == 0)):
+            return f"{document.title} {passage.text}" if passage.text else document.title
+        return passage.text
+
+    def prepare(self, document: Document, max_passages: int | None = None) -> PreparedDocument:
+        """Chunk and tokenize one document, re-splitting passages over the encoder's token limit."""
+        passages = self.chunker(document)
+        if not passages:  # empty text: one empty passage (the title, if any), as for a query
+            passages = [Passage(document.id, 0, 0, "", 0, 0, "")]
+        passages, ids = fit_to_token_limit(
+            document.text, passages, lambda p: self.passage_input(document, p),
+            self.passage_encoder.tokenize, self.passage_encoder.max_seq_length)
+        kept = self.chunker.cap(document, passages, max_passages)
+        return PreparedDocument(document, kept, ids[:len(kept)])
+
+    def prepare_query(self, text: str, query_id: str = "") -> PreparedDocument:
+        """A query is a single-node graph: one passage, truncated to the encoder's limit."""
+        ids = self.passage_encoder.tokenize([text], truncate=True)
+        return PreparedDocument(Document(query_id, text), [Passage(query_id, 0, 0, "", 0, len(text), text)], ids)
+
+    # ----------------------------------------------------------------- forward
+    def forward(self, prepared: Sequence[PreparedDocument], return_attention_weights: bool = False) -> GraphOutput:
+        """Encode every passage of the batch together, build the graphs, run the GAT layers."""
+        flat_ids = [ids for doc in prepared for ids in doc.token_ids]
+        vectors = self.projection(self.passage_encoder.encode_ids(flat_ids))  # [P, d]
+        graphs, start = [], 0
+        for doc in prepared:
+            n = len(doc.token_ids)
+            graphs.append(document_graph(vectors[start:start + n], doc.section_ids, self.config.graph.graph_type))
+            start += n
+        batch = Batch.from_data_list(graphs)
+        result = self.graph(batch.x, batch.edge_index, return_attention_weights=return_attention_weights)
+        nodes, attention = result if return_attention_weights else (result, None)
+        return GraphOutput(list(prepared), nodes[batch.ptr[:-1]], nodes, batch.ptr, attention)
+
+    # ----------------------------------------------------------------- encoding API
+    def iter_forward(self, documents: Iterable[DocumentLike], batch_size: int = 32,
+                     return_attention_weights: bool = False,
+                     max_passages: int | None = None) -> Iterator[GraphOutput]:
+        """Stream :class:`GraphOutput` batches of ``batch_size`` documents (inference mode)."""
+        was_training = self.training
+        self.eval()
+        try:
+            batch: list[PreparedDocument] = []
+            for i, item in enumerate(documents):
+                batch.append(self.prepare(as_document(item, i), max_passages))
+                if len(batch) == batch_size:
+                    yield self._infer(batch, return_attention_weights)
+                    batch = []
+            if batch:
+                yield self._infer(batch, return_attention_weights)
+        finally:
+            self.train(was_training)
+
+    def _infer(self, batch: list[PreparedDocument], return_attention_weights: bool) -> GraphOutput:
+        with torch.inference_mode():
+            return self(batch, return_attention_weights=return_attention_weights)
+
+    def encode(self, documents: DocumentLike | Sequence[DocumentLike], batch_size: int = 32,
+               show_progress_bar: bool | None = None, normalize_embeddings: bool = False,
+               convert_to_numpy: bool = True, convert_to_tensor: bool = False) -> np.ndarray | torch.Tensor:
+        """Embed documents (strings, ``{"title", "text", "sections"}`` dicts or :class:`Document`).
+
+        Returns a ``[n, dimension]`` float32 array (or tensor); a single document gives ``[dimension]``.
+        """
+        single = isinstance(documents, (str, Document, Mapping))
+        docs = [documents] if single else list(documents)
+        cut_before = self.chunker.passages_cut
+        bar = tqdm(total=len(docs), desc="Documents", unit="doc", disable=not _show(show_progress_bar))
+        chunks = []
+        for out in self.iter_forward(docs, batch_size):
+            chunks.append(out.document_embeddings)
+            bar.update(len(out.documents))
+        bar.close()
+        if self.chunker.passages_cut > cut_before:
+            logger.info("passage cap %s cut %d passages", self.config.chunker.max_passages,
+                        self.chunker.passages_cut - cut_before)
+        return _finish(chunks, self.dimension, self.device, single, normalize_embeddings,
+                       convert_to_numpy and not convert_to_tensor)
+
+    def encode_queries(self, queries: str | Sequence[str], batch_size: int = 32,
+                       show_progress_bar: bool | None = None, normalize_embeddings: bool = False,
+                       convert_to_numpy: bool = True, convert_to_tensor: bool = False, **_: Any):
+        """Embed queries as single-node graphs (BEIR-compatible signature)."""
+        single = isinstance(queries, str)
+        texts = [queries] if single else list(queries)
+        was_training = self.training
+        self.eval()
+        chunks = []
+        try:
+            for start in tqdm(range(0, len(texts), batch_size), desc="Queries",
+                              disable=not _show(show_progress_bar)):
+                prepared = [self.prepare_query(t) for t in texts[start:start + batch_size]]
+                chunks.append(self._infer(prepared, False).document_embeddings)
+        finally:
+            self.train(was_training)
+        return _finish(chunks, self.dimension, self.device, single, normalize_embeddings,
+                       convert_to_numpy and not convert_to_tensor)
+
+    def encode_corpus(self, corpus: Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]],
+                      batch_size: int = 32, **kwargs: Any):
+        """BEIR-compatible: a list of ``{"title", "text"}`` dicts (or a dict of them by id)."""
+        docs = ([dict(v, _id=k) for k, v in corpus.items()] if isinstance(corpus, Mapping) else list(corpus))
+        return self.encode(docs, batch_size=batch_size, **kwargs)
+
+    # ----------------------------------------------------------------- save / load
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path | None = None, config: ModelConfig | None = None,
+                        device: str | torch.device | None = None) -> "GraphDocEncoder":
+        """Load a saved graphdoc model, or build an untrained one on any Hugging Face encoder.
+
+        ``None`` (or ``"all-MiniLM-L6-v2"``) is the built-in default model. ``config`` sets the
+        chunker, graph and pooling settings of a model built on a plain encoder.
+        """
+        return serialization.load(cls, name_or_path, config, device)
+
+    @classmethod
+    def from_config(cls, config: ModelConfig, device: str | torch.device | None = None) -> "GraphDocEncoder":
+        """Build an untrained model on ``config.passage_encoder.model_name_or_path``."""
+        return serialization.load(cls, config.passage_encoder.model_name_or_path, config, device)
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Write ``config.json``, ``model.safetensors`` and ``passage_encoder/`` into ``path``."""
+        serialization.save(self, path)
+
+    def head_state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights graphdoc adds on top of the passage encoder (projection and GAT layers)."""
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("passage_encoder.")}
+
+
+def _show(flag: bool | None) -> bool:
+    return logger.getEffectiveLevel() <= logging.INFO if flag is None else flag
+
+
+def _finish(chunks: list[torch.Tensor], dim: int, device: torch.device, single: bool, normalize: bool,
+            to_numpy: bool):
+    out = torch.cat(chunks) if chunks else torch.empty((0, dim), device=device)
+    out = out.float()
+    if normalize:
+        out = F.normalize(out, dim=-1)
+    if single:
+        out = out[0]
+    return out.cpu().numpy() if to_numpy else out

@@ -1,0 +1,23 @@
+"""Errors that graphdoc reports to users as one clear line."""
+
+from __future__ import annotations
+
+
+class GraphDocError(Exception):
+    """A problem with the user's input, files or settings.
+
+    The message is a single line that names the problem (file, line, id or setting); the CLI prints it
+    on stderr and exits with status 1 instead of showing a traceback.
+    """
+
+
+class InputError(GraphDocError):
+    """Bad input data: a missing or unreadable file, a broken line, a duplicate id, a wrong encoding."""
+
+
+class ModelLoadError(GraphDocError):
+    """A model could not be found or loaded, or its weights do not match the expected checksum."""
+
+
+class IndexMismatchError(GraphDocError):
+    """An index was opened with a model or settings other than the ones it was built with."""

@@ -1,0 +1,59 @@
+"""What a forward pass over a batch of document graphs returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from graphdoc.documents import Document, Passage
+
+
+@dataclass
+class PreparedDocument:
+    """A document chunked and tokenized: its passages and each passage's encoder token ids."""
+
+    document: Document
+    passages: list[Passage]
+    token_ids: list[list[int]]
+
+    @property
+    def section_ids(self) -> list[int]:
+        return [p.section for p in self.passages]
+
+
+@dataclass
+class GraphOutput:
+    """Node vectors of a batch of document graphs.
+
+    ``node_embeddings`` holds every graph's nodes, graph ``i`` at rows ``ptr[i]:ptr[i+1]``, its
+    document node first. ``attention`` holds, per GAT layer, ``(edge_index [2, E], alpha [E, heads])``
+    over the batch's global node numbering (self-loops included), when asked for.
+    """
+
+    documents: list[PreparedDocument]
+    document_embeddings: torch.Tensor  # [B, d]
+    node_embeddings: torch.Tensor  # [N, d]
+    ptr: torch.Tensor  # [B + 1]
+    attention: list[tuple[torch.Tensor, torch.Tensor]] | None = field(default=None)
+
+    def passage_embeddings(self, i: int) -> torch.Tensor:
+        """The graph-contextualised passage vectors of document ``i``: ``[n_passages, d]``."""
+        start, end = int(self.ptr[i]), int(self.ptr[i + 1])
+        return self.node_embeddings[start:end] if end - start == 1 else self.node_embeddings[start + 1:end]
+
+    def document_attention(self, i: int, layer: int = -1) -> torch.Tensor:
+        """Document ``i``'s node attention over its passages in ``layer``, mean over heads: ``[n_passages]``.
+
+        A one-passage document attends only to itself: ``[1.0]``.
+        """
+        if not self.attention:
+            raise ValueError("attention weights were not requested (return_attention_weights=True)")
+        start, end = int(self.ptr[i]), int(self.ptr[i + 1])
+        if end - start == 1:
+            return torch.ones(1)
+        att_index, alpha = self.attention[layer]
+        incoming = (att_index[1] == start) & (att_index[0] > start) & (att_index[0] < end)
+        weights = torch.zeros(end - start - 1, device=alpha.device)
+        weights[att_index[0, incoming] - start - 1] = alpha[incoming].mean(dim=-1)
+        return weights

@@ -1,0 +1,88 @@
+"""Save and load graphdoc models: ``config.json`` + ``model.safetensors`` + ``passage_encoder/``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from graphdoc.config import ModelConfig
+from graphdoc.default_model import DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_NAME, resolve_model_name
+from graphdoc.errors import ModelLoadError
+from graphdoc.fileio import atomic_directory
+from graphdoc.models.passage_encoder import PassageEncoder
+
+if TYPE_CHECKING:
+    from graphdoc.encoder import GraphDocEncoder
+
+logger = logging.getLogger(__name__)
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+PASSAGE_ENCODER_DIR = "passage_encoder"
+
+
+def versions() -> dict[str, str]:
+    import transformers
+
+    from graphdoc import __version__
+
+    return {"graphdoc_version": __version__, "torch_version": torch.__version__,
+            "transformers_version": transformers.__version__}
+
+
+def is_graphdoc_model(path: Path) -> bool:
+    config = path / CONFIG_NAME
+    if not config.is_file():
+        return False
+    try:
+        return "graphdoc_version" in json.loads(config.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+
+
+def save(model: "GraphDocEncoder", path: str | Path) -> None:
+    """Write the model folder atomically: an interrupted save leaves any earlier one intact."""
+    with atomic_directory(path) as tmp:
+        model.passage_encoder.save(tmp / PASSAGE_ENCODER_DIR)
+        tensors = {k: v.detach().cpu().contiguous() for k, v in model.head_state_dict().items()}
+        save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+        payload = {**versions(), "dimension": model.dimension, "model": model.config.to_dict()}
+        (tmp / CONFIG_NAME).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def load(cls: type["GraphDocEncoder"], name_or_path, config: ModelConfig | None, device) -> "GraphDocEncoder":
+    name = DEFAULT_MODEL_NAME if name_or_path is None or str(name_or_path) in DEFAULT_MODEL_ALIASES \
+        else str(name_or_path)
+    path = Path(resolve_model_name(name))
+    if path.is_dir() and is_graphdoc_model(path):
+        if config is not None:
+            logger.warning("ignoring the given config: %s is a saved graphdoc model with its own", path)
+        return _load_saved(cls, path, device)
+    config = config or ModelConfig()
+    pe_config = replace(config.passage_encoder, model_name_or_path=name)
+    passage_encoder = PassageEncoder.load(str(path), pe_config)
+    return cls(passage_encoder, replace(config, passage_encoder=passage_encoder.config), device=device)
+
+
+def _load_saved(cls, path: Path, device) -> "GraphDocEncoder":
+    payload = json.loads((path / CONFIG_NAME).read_text(encoding="utf-8"))
+    config = ModelConfig.from_dict(payload["model"])
+    passage_encoder = PassageEncoder.load(str(path / PASSAGE_ENCODER_DIR), config.passage_encoder)
+    model = cls(passage_encoder, config, device="cpu")
+    weights = path / WEIGHTS_NAME
+    if not weights.is_file():
+        raise ModelLoadError(f"{path} has no {WEIGHTS_NAME}")
+    missing, unexpected = model.load_state_dict(load_file(str(weights)), strict=False)
+    missing = [k for k in missing if not k.startswith("passage_encoder.")]
+    if missing or unexpected:
+        raise ModelLoadError(f"{weights} does not match its config.json: "
+                             f"missing {missing[:3]}, unexpected {unexpected[:3]}")
+    from graphdoc.device import resolve_device
+
+    return model.to(resolve_device(device))

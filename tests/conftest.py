@@ -1,0 +1,86 @@
+"""Shared fixtures: tiny randomly initialised BERT and RoBERTa encoders built offline from configs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+TRAINING_TEXT = [
+    "Graph attention networks read documents as graphs of passages.",
+    "The quick brown fox jumps over the lazy dog. A second sentence follows here!",
+    "Long documents are split into passages of about one hundred words on sentence boundaries.",
+    "Retrieval with dense vectors and BM25 can be fused. Meetings have topics and sections.",
+    "Café naïve über résumé: unicode text is text too. Numbers 1 2 3 4 5 6 7 8 9 10.",
+] * 20
+
+
+def _train_tokenizer(kind: str):
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if kind == "bert":
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        tok.train_from_iterator(TRAINING_TEXT, trainers.WordPieceTrainer(vocab_size=300, special_tokens=special))
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+            special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
+        tok.decoder = decoders.WordPiece()
+        return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                       cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+                                       model_max_length=64)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    special = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    tok.train_from_iterator(TRAINING_TEXT, trainers.BpeTrainer(vocab_size=400, special_tokens=special,
+                                                               initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")))
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   pad_token="<pad>", cls_token="<s>", sep_token="</s>", mask_token="<mask>",
+                                   model_max_length=64)
+
+
+def build_tiny_model(folder: Path, kind: str = "bert") -> Path:
+    """Save a tiny randomly initialised encoder and its tokenizer into ``folder``."""
+    from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
+
+    torch.manual_seed(0)
+    tokenizer = _train_tokenizer(kind)
+    common = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=64)
+    if kind == "bert":
+        model = BertModel(BertConfig(max_position_embeddings=64, **common))
+    else:
+        model = RobertaModel(RobertaConfig(max_position_embeddings=66, pad_token_id=tokenizer.pad_token_id,
+                                           bos_token_id=0, eos_token_id=2, **common))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-bert"), "bert")
+
+
+@pytest.fixture(scope="session")
+def tiny_roberta(tmp_path_factory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-roberta"), "roberta")
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    if not DATA_DIR.is_dir():
+        pytest.skip(f"shared evaluation data not found at {DATA_DIR}")
+    return DATA_DIR
