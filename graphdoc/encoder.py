@@ -51,10 +51,14 @@ class GraphDocEncoder(nn.Module):
         self.passage_encoder = passage_encoder
         proj_dim = self.config.passage_encoder.projection_dim
         hidden = passage_encoder.hidden_size
-        self.projection = Projection(hidden, proj_dim) if proj_dim else nn.Identity()
         g = self.config.graph
-        self.graph = DocumentGraphEncoder(proj_dim or hidden, g.num_layers, g.heads, g.dropout,
-                                          g.attention_dropout)
+        # a fixed seed: the same untrained model (and weights fingerprint) on every load
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.projection = Projection(hidden, proj_dim) if proj_dim else nn.Identity()
+            self.graph = DocumentGraphEncoder(proj_dim or hidden, g.num_layers, g.heads, g.dropout,
+                                              g.attention_dropout)
+        self.name_or_path = self.config.passage_encoder.model_name_or_path  # set by from_pretrained
         self.to(resolve_device(device))
 
     # ----------------------------------------------------------------- properties
@@ -86,7 +90,11 @@ class GraphDocEncoder(nn.Module):
             document.text, passages, lambda p: self.passage_input(document, p),
             self.passage_encoder.tokenize, self.passage_encoder.max_seq_length)
         kept = self.chunker.cap(document, passages, max_passages)
-        return PreparedDocument(document, kept, ids[:len(kept)])
+        ids = ids[:len(kept)]
+        limit = self.passage_encoder.max_seq_length
+        for i in [i for i, t in enumerate(ids) if len(t) > limit]:  # a title alone over the limit
+            ids[i] = self.passage_encoder.tokenize([self.passage_input(document, kept[i])], truncate=True)[0]
+        return PreparedDocument(document, kept, ids)
 
     def prepare_query(self, text: str, query_id: str = "") -> PreparedDocument:
         """A query is a single-node graph: one passage, truncated to the encoder's limit."""

@@ -63,11 +63,15 @@ def load(cls: type["GraphDocEncoder"], name_or_path, config: ModelConfig | None,
     if path.is_dir() and is_graphdoc_model(path):
         if config is not None:
             logger.warning("ignoring the given config: %s is a saved graphdoc model with its own", path)
-        return _load_saved(cls, path, device)
+        model = _load_saved(cls, path, device)
+        model.name_or_path = str(path.resolve())
+        return model
     config = config or ModelConfig()
     pe_config = replace(config.passage_encoder, model_name_or_path=name)
     passage_encoder = PassageEncoder.load(str(path), pe_config)
-    return cls(passage_encoder, replace(config, passage_encoder=passage_encoder.config), device=device)
+    model = cls(passage_encoder, replace(config, passage_encoder=passage_encoder.config), device=device)
+    model.name_or_path = str(path.resolve()) if path.is_dir() and name not in DEFAULT_MODEL_ALIASES else name
+    return model
 
 
 def _load_saved(cls, path: Path, device) -> "GraphDocEncoder":

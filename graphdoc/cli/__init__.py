@@ -20,6 +20,11 @@ from graphdoc.errors import GraphDocError
 # subcommand name -> module under graphdoc.cli
 COMMANDS: dict[str, str] = {
     "embed": "graphdoc.cli.embed",
+    "index": "graphdoc.cli.index",
+    "merge": "graphdoc.cli.merge",
+    "search": "graphdoc.cli.search",
+    "eval": "graphdoc.cli.eval",
+    "tune-fusion": "graphdoc.cli.tune_fusion",
 }
 
 

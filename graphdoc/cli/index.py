@@ -1,0 +1,45 @@
+"""``graphdoc index``: build (resume, extend) an index folder: FAISS + BM25 + document store."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from graphdoc.cli.common import add_model_arguments, load_model, logger
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("index", help="index a corpus for dense, BM25 and hybrid search", description=__doc__)
+    parser.add_argument("--corpus", required=True, help="a local corpus (JSON lines, BEIR folder, text "
+                        "folder, MediaWiki dump) or a dataset name (msmarco-document, robust04, wikir/en59k, ...)")
+    parser.add_argument("--index-dir", required=True, type=Path)
+    parser.add_argument("--faiss-factory", default=None, metavar="STR",
+                        help="FAISS index_factory string (default Flat: exact inner product), e.g. HNSW32")
+    parser.add_argument("--metric", choices=("cosine", "ip"), default=None, help="default cosine")
+    parser.add_argument("--shard", default="1/1", metavar="I/N", help="build part I of N (join with graphdoc merge)")
+    parser.add_argument("--shard-size", type=int, default=1000, metavar="N",
+                        help="documents per resumable shard (default 1000)")
+    parser.add_argument("--on-duplicate", choices=("error", "skip", "replace"), default="error",
+                        help="an id already in the index: refuse (default), skip it, or replace the old one")
+    parser.add_argument("--no-passages", action="store_true",
+                        help="do not keep passage vectors (smaller; no passage-level scores or explanations)")
+    parser.add_argument("--bm25-stemmer", default=None, help="PyStemmer algorithm, e.g. english (default none)")
+    add_model_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphdoc.retrieval.bm25 import BM25Config
+    from graphdoc.retrieval.builder import IndexSettings, build_index
+
+    settings = IndexSettings(faiss_factory=args.faiss_factory, metric=args.metric,
+                             bm25=BM25Config(stemmer=args.bm25_stemmer), store_passages=not args.no_passages,
+                             shard_size=args.shard_size, on_duplicate=args.on_duplicate)
+    model = load_model(args)
+    manifest = build_index(model, args.corpus, args.index_dir, settings, part=args.shard,
+                           batch_size=args.batch_size, show_progress_bar=not args.quiet)
+    counts = manifest.counts
+    print(f"{args.index_dir}: {counts.get('documents', 0)} documents, {counts.get('passages', 0)} passages, "
+          f"{counts.get('shards', 0)} shards")
+    logger.debug("manifest: %s", manifest)
+    return 0

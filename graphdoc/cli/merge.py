@@ -1,0 +1,23 @@
+"""``graphdoc merge``: join index parts built with ``--shard I/N`` into one index."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("merge", help="join index parts into one index", description=__doc__)
+    parser.add_argument("--index-dir", required=True, type=Path, help="the new, merged index folder")
+    parser.add_argument("parts", nargs="+", type=Path, help="index folders to join, in order")
+    parser.add_argument("--on-duplicate", choices=("error", "replace"), default="error",
+                        help="an id in two parts: refuse (default) or keep the later part's")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphdoc.retrieval.merge import merge_indexes
+
+    manifest = merge_indexes(args.index_dir, args.parts, args.on_duplicate)
+    print(f"{args.index_dir}: {manifest.counts['documents']} documents from {len(args.parts)} parts")
+    return 0

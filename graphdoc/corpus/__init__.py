@@ -1,0 +1,71 @@
+"""Reading corpora, queries and relevance judgements from files, folders or named data sets.
+
+Everything streams: documents and queries are yielded one at a time, never read into memory at once.
+A ``source`` is a path (JSON lines, a BEIR folder, a folder of .txt/.md files, a MediaWiki XML dump,
+TREC topics or qrels) or the name of a corpus fetched by an optional package (``robust04``, ...).
+Problems with the source (missing, unknown format) are raised at the call; problems inside it
+(a broken line, a duplicate id) when the reader reaches them, as one :class:`InputError` line.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, Union
+
+from graphdoc.documents import Document
+from graphdoc.corpus.formats import CORPUS_FORMATS, QRELS_FORMATS, QUERY_FORMATS, detect
+from graphdoc.corpus.markup import markdown_sections, wikitext_sections
+from graphdoc.corpus.named import NAMED_CORPORA, NamedCorpus, resolve
+from graphdoc.corpus.stats import ReadStats, skip_empty
+
+Source = Union[str, "os.PathLike[str]"]
+Qrels = dict[str, dict[str, int]]
+
+__all__ = ["NAMED_CORPORA", "Qrels", "ReadStats", "markdown_sections", "read_corpus", "read_qrels",
+           "read_queries", "wikitext_sections"]
+
+
+def _named(source: Source, split: str | None = None) -> tuple[NamedCorpus, str | None] | None:
+    """The named corpus for ``source`` when it is not an existing path, else ``None``."""
+    if isinstance(source, str) and not os.path.exists(source):
+        return resolve(source, split)
+    return None
+
+
+def read_corpus(source: Source, *, stats: ReadStats | None = None) -> Iterator[Document]:
+    """Stream the documents of ``source``, skipping empty ones (counted in ``stats``, logged at INFO)."""
+    named = _named(source)
+    if named is not None:
+        docs = named[0].docs()
+    else:
+        docs = detect(Path(source), CORPUS_FORMATS, "corpus").read(Path(source))
+    return skip_empty(docs, stats if stats is not None else ReadStats(), str(source))
+
+
+def read_queries(source: Source, split: str | None = None) -> Iterator[tuple[str, str]]:
+    """Stream ``(query id, text)`` pairs; for a BEIR folder or named corpus, ``split`` keeps the judged ones.
+
+    ``source`` is a BEIR folder, ``queries.jsonl[.gz]``, a ``query-id<TAB>text`` file, a TREC topics file
+    (the title is the query) or a named corpus such as ``robust04/fold1``.
+    """
+    named = _named(source, split)
+    if named is not None:
+        corpus, split = named
+        return corpus.queries(split)
+    fmt = detect(Path(source), QUERY_FORMATS, "queries", split)
+    return fmt.read(Path(source), split) if fmt.takes_split else fmt.read(Path(source))
+
+
+def read_qrels(source: Source, split: str | None = None) -> Qrels:
+    """Relevance judgements as ``{query id: {doc id: relevance}}``.
+
+    ``source`` is a BEIR folder (``split`` picks ``qrels/<split>.tsv``, ``test`` by default), a BEIR
+    ``.tsv`` with its ``query-id corpus-id score`` header, a TREC qrels file, or a named corpus.
+    """
+    named = _named(source, split)
+    if named is not None:
+        corpus, split = named
+        return corpus.qrels(split)
+    fmt = detect(Path(source), QRELS_FORMATS, "qrels", split)
+    return fmt.read(Path(source), split) if fmt.takes_split else fmt.read(Path(source))

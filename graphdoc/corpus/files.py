@@ -1,0 +1,78 @@
+"""Opening corpus files: transparent decompression and line-by-line UTF-8 decoding with file:line errors."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import zlib
+from pathlib import Path
+from typing import IO, Callable, Iterator
+
+from graphdoc.errors import InputError
+
+#: Compressed suffix -> function opening the file for binary reading.
+OPENERS: dict[str, Callable[[Path], IO[bytes]]] = {
+    ".gz": lambda p: gzip.open(p, "rb"),
+    ".bz2": lambda p: bz2.open(p, "rb"),
+    ".xz": lambda p: lzma.open(p, "rb"),
+}
+
+#: What a broken compressed stream raises while it is read.
+READ_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    """Open ``path`` for binary reading, decompressing by suffix (``.gz``, ``.bz2``, ``.xz``)."""
+    opener = OPENERS.get(path.suffix.lower())
+    return opener(path) if opener else open(path, "rb")
+
+
+def has_suffix(path: Path, *suffixes: str) -> bool:
+    """Whether the file name ends with one of ``suffixes`` (case-insensitive, e.g. ``".jsonl.gz"``)."""
+    return path.name.lower().endswith(tuple(s.lower() for s in suffixes))
+
+
+def bad_utf8(path: Path, err: UnicodeDecodeError, lineno: int = 1) -> InputError:
+    """An :class:`InputError` naming the line and column of the first byte of ``err.object`` that is not UTF-8.
+
+    ``lineno`` is the line on which ``err.object`` starts; lines inside it are counted on from there.
+    """
+    data = err.object
+    line_start = data.rfind(b"\n", 0, err.start) + 1
+    lineno += data.count(b"\n", 0, err.start)
+    column = err.start - line_start + 1
+    return InputError(f"{path}:{lineno}: not valid UTF-8 (byte 0x{data[err.start]:02x} at column {column})")
+
+
+def decode_text(path: Path, data: bytes) -> str:
+    """Decode a whole small file as UTF-8 (a BOM is dropped), naming the line of the first bad byte."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise bad_utf8(path, err) from None
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line number, line)`` without its line break, decoding each line on its own.
+
+    Decoding line by line lets an encoding error name its line; a BOM on the first line is dropped.
+    """
+    try:
+        with open_binary(path) as stream:
+            for lineno, raw in enumerate(stream, 1):
+                try:
+                    line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+                except UnicodeDecodeError as err:
+                    raise bad_utf8(path, err, lineno) from None
+                yield lineno, line.rstrip("\r\n")
+    except READ_ERRORS as err:
+        raise InputError(f"{path}: cannot read file ({err})") from None
+
+
+def first_line(path: Path) -> str:
+    """The first non-blank line of a file, stripped ('' for an empty file); used to sniff formats."""
+    for _, line in iter_lines(path):
+        if line.strip():
+            return line.strip()
+    return ""

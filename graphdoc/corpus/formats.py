@@ -1,0 +1,92 @@
+"""Registries that tell corpus, query and qrels formats apart by file suffix, folder contents or first line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from graphdoc.errors import InputError
+from graphdoc.corpus import beir, jsonl, mediawiki, textdir, trec
+from graphdoc.corpus.files import first_line, has_suffix
+from graphdoc.corpus.named import NAMED_CORPORA
+
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz")
+XML_SUFFIXES = (".xml", ".xml.bz2", ".xml.gz")
+
+
+@dataclass(frozen=True)
+class Format:
+    """A file format: how to recognise a path, how to read it, and how to name it in error messages."""
+
+    name: str
+    description: str
+    matches: Callable[[Path], bool]
+    read: Callable[..., Any]
+    takes_split: bool = False
+
+
+def _suffix(*suffixes: str) -> Callable[[Path], bool]:
+    return lambda path: path.is_file() and has_suffix(path, *suffixes)
+
+
+def _first_line(test: Callable[[str], bool]) -> Callable[[Path], bool]:
+    def matches(path: Path) -> bool:
+        if not path.is_file() or has_suffix(path, *JSONL_SUFFIXES):
+            return False
+        try:
+            return test(first_line(path))
+        except InputError:  # not text: some other format, or none
+            return False
+
+    return matches
+
+
+#: Corpus formats, tried in order.
+CORPUS_FORMATS = (
+    Format("beir", "a BEIR folder (with corpus.jsonl[.gz])", beir.is_beir_folder, beir.read_beir_corpus),
+    Format("textdir", "a folder of .txt/.md files", Path.is_dir, textdir.read_text_folder),
+    Format("jsonl", "JSON lines (.jsonl, .jsonl.gz, .json.gz)", _suffix(*JSONL_SUFFIXES), jsonl.read_jsonl_corpus),
+    Format("text", "a .txt/.md file", textdir.is_text_file, textdir.read_single_text_file),
+    Format("mediawiki", "a MediaWiki XML dump (.xml, .xml.bz2)", _suffix(*XML_SUFFIXES), mediawiki.read_mediawiki),
+)
+
+#: Query formats, tried in order.
+QUERY_FORMATS = (
+    Format("beir", "a BEIR folder (with queries.jsonl[.gz])", beir.is_beir_folder, beir.read_beir_queries,
+           takes_split=True),
+    Format("jsonl", "JSON lines (.jsonl, .jsonl.gz)", _suffix(*JSONL_SUFFIXES), jsonl.read_jsonl_queries),
+    Format("trec-topics", "a TREC topics file (<top> <num> <title> ...)", _first_line(trec.is_trec_topics),
+           trec.read_trec_topics),
+    Format("tsv", "a query-id<TAB>text file", _first_line(lambda line: "\t" in line), trec.read_tsv_queries),
+)
+
+#: Relevance judgement formats, tried in order.
+QRELS_FORMATS = (
+    Format("beir", "a BEIR folder (with qrels/<split>.tsv)", beir.is_beir_folder, beir.read_beir_qrels,
+           takes_split=True),
+    Format("beir-tsv", "a BEIR qrels .tsv (query-id<TAB>corpus-id<TAB>score)", _first_line(trec.is_tsv_qrels),
+           beir.read_tsv_qrels),
+    Format("trec-qrels", "a TREC qrels file (query-id 0 doc-id relevance)", _first_line(trec.is_trec_qrels),
+           trec.read_trec_qrels),
+)
+
+
+def detect(path: Path, formats: tuple[Format, ...], what: str, split: str | None = None) -> Format:
+    """The first format that matches ``path``, or an :class:`InputError` listing the accepted ones."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file or folder, and not a named corpus "
+                         f"(accepted: {accepted(formats)})")
+    found = next((fmt for fmt in formats if fmt.matches(path)), None)
+    if found is None:
+        raise InputError(f"{path}: unknown {what} format (accepted: {accepted(formats)})")
+    # a file named after the split (qrels/test.tsv) is that split already
+    if split is not None and not found.takes_split and split != path.name.split(".")[0]:
+        raise InputError(f"{path}: split={split!r} applies only to BEIR folders and named corpora "
+                         "(a file holds one split: leave the split out)")
+    return found
+
+
+def accepted(formats: tuple[Format, ...]) -> str:
+    """The accepted formats in words, for error messages."""
+    return "; ".join(fmt.description for fmt in formats) + f"; a named corpus ({', '.join(NAMED_CORPORA)})"

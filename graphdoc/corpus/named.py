@@ -1,0 +1,156 @@
+"""Named corpora fetched by ``ir_datasets`` or Hugging Face ``datasets`` (optional, imported lazily).
+
+A name may carry a split after a slash: ``robust04/fold1``, ``wikir/en78k/test``, ``msmarco-document/dev``.
+The split picks the queries and judgements; the documents are the same for every split.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+from graphdoc.documents import Document
+from graphdoc.errors import GraphDocError, InputError
+
+T = TypeVar("T")
+INSTALL_HINT = "pip install 'graphdoc[datasets]'"
+LOCAL_HINT = ("to use local files instead, export it to JSON lines ({\"_id\", \"title\", \"text\"} per line) "
+              "or a BEIR folder and pass that path")
+#: ir_datasets document fields that are not worth keeping in ``Document.metadata``.
+_DOC_FIELDS_DROPPED = ("doc_id", "title", "text", "body", "marked_up_doc")
+
+
+def import_package(package: str, corpus: str) -> ModuleType:
+    """Import an optional package, or raise an :class:`InputError` saying how to install it."""
+    try:
+        return importlib.import_module(package)
+    except ImportError:
+        raise InputError(f"named corpus {corpus!r} needs {package}: {INSTALL_HINT}") from None
+
+
+def guarded(corpus: str, produce: Callable[[], Iterable[T]]) -> Iterator[T]:
+    """Iterate ``produce()``, turning any failure to fetch (e.g. offline) into one :class:`InputError` line."""
+    try:
+        yield from produce()
+    except GraphDocError:
+        raise
+    except Exception as err:  # downloads fail in many ways: network, HTTP, checksum, disk
+        reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise InputError(f"named corpus {corpus!r} could not be downloaded ({reason}); {LOCAL_HINT}") from err
+
+
+def irds_document(doc: Any) -> Document:
+    """An ``ir_datasets`` document namedtuple (GenericDoc, TrecDoc, MsMarcoDocument, ...) as a Document."""
+    fields = doc._asdict()
+    text = next((fields[k] for k in ("text", "body") if k in fields), None)
+    if text is None:
+        text = doc.default_text() if hasattr(doc, "default_text") else ""
+    extra = {k: v for k, v in fields.items() if k not in _DOC_FIELDS_DROPPED and isinstance(v, (str, int, float))}
+    return Document(id=str(doc.doc_id), text=text or "", title=fields.get("title") or "", metadata=extra)
+
+
+def irds_query(query: Any) -> tuple[str, str]:
+    """An ``ir_datasets`` query (GenericQuery, or TrecQuery whose title is the query) as ``(id, text)``."""
+    text = getattr(query, "text", None) or getattr(query, "title", None) or ""
+    return str(query.query_id), " ".join(str(text).split())
+
+
+@dataclass(frozen=True)
+class IrDatasetsCorpus:
+    """A corpus from ``ir_datasets``: one dataset id for the documents, one per split for queries/qrels."""
+
+    name: str
+    docs_id: str
+    split_ids: dict[str, str]
+    default_split: str
+    package: str = field(default="ir_datasets", init=False)
+
+    def _load(self, dataset_id: str) -> Any:
+        return import_package(self.package, self.name).load(dataset_id)
+
+    def docs(self) -> Iterator[Document]:
+        """The documents, converted as they stream in."""
+        import_package(self.package, self.name)
+        return guarded(self.name, lambda: map(irds_document, self._load(self.docs_id).docs_iter()))
+
+    def queries(self, split: str | None) -> Iterator[tuple[str, str]]:
+        """The queries of ``split`` (the default split when ``None``)."""
+        dataset_id = self.split_ids[split or self.default_split]
+        import_package(self.package, self.name)
+        return guarded(self.name, lambda: map(irds_query, self._load(dataset_id).queries_iter()))
+
+    def qrels(self, split: str | None) -> dict[str, dict[str, int]]:
+        """The judgements of ``split`` as ``{query id: {doc id: relevance}}``."""
+        dataset_id = self.split_ids[split or self.default_split]
+        import_package(self.package, self.name)
+        qrels: dict[str, dict[str, int]] = {}
+        for qrel in guarded(self.name, lambda: self._load(dataset_id).qrels_iter()):
+            qrels.setdefault(str(qrel.query_id), {})[str(qrel.doc_id)] = int(qrel.relevance)
+        return qrels
+
+
+@dataclass(frozen=True)
+class HuggingFaceCorpus:
+    """A documents-only corpus streamed with Hugging Face ``datasets``; ids are running indices."""
+
+    name: str
+    hub_id: str
+    text_field: str = "text"
+    package: str = field(default="datasets", init=False)
+    split_ids: dict[str, str] = field(default_factory=dict, init=False)
+
+    def docs(self) -> Iterator[Document]:
+        """The documents of the ``train`` split, streamed."""
+        datasets = import_package(self.package, self.name)
+
+        def produce() -> Iterator[Document]:
+            stream = datasets.load_dataset(self.hub_id, split="train", streaming=True)
+            for index, record in enumerate(stream):
+                yield Document(id=str(index), text=record.get(self.text_field) or "")
+
+        return guarded(self.name, produce)
+
+    def queries(self, split: str | None) -> Iterator[tuple[str, str]]:
+        raise InputError(f"named corpus {self.name!r} has documents only, no queries")
+
+    def qrels(self, split: str | None) -> dict[str, dict[str, int]]:
+        raise InputError(f"named corpus {self.name!r} has documents only, no relevance judgements")
+
+
+NamedCorpus = IrDatasetsCorpus | HuggingFaceCorpus
+
+
+def _wikir(name: str) -> IrDatasetsCorpus:
+    return IrDatasetsCorpus(name, name, {s: f"{name}/{s}" for s in ("training", "validation", "test")}, "test")
+
+
+_ROBUST04 = "disks45/nocr/trec-robust-2004"
+
+#: Name -> corpus. The default split is used for queries and qrels when none is given.
+NAMED_CORPORA: dict[str, NamedCorpus] = {
+    "msmarco-document": IrDatasetsCorpus(
+        "msmarco-document", "msmarco-document",
+        {s: f"msmarco-document/{s}" for s in ("trec-dl-2019", "trec-dl-2020", "dev")}, "trec-dl-2019"),
+    "robust04": IrDatasetsCorpus(
+        "robust04", _ROBUST04, {"all": _ROBUST04, **{f"fold{i}": f"{_ROBUST04}/fold{i}" for i in range(1, 6)}},
+        "all"),
+    **{name: _wikir(name) for name in ("wikir/en59k", "wikir/en78k", "wikir/ens78k")},
+    "openwebtext": HuggingFaceCorpus("openwebtext", "Skylion007/openwebtext"),
+}
+
+
+def resolve(name: str, split: str | None = None) -> tuple[NamedCorpus, str | None] | None:
+    """The named corpus and split for ``name`` (``None`` if it names no corpus); the split may follow a slash."""
+    base, suffix = (name, "") if name in NAMED_CORPORA else name.rpartition("/")[::2]
+    corpus = NAMED_CORPORA.get(base)
+    if corpus is None:
+        return None
+    if suffix and split and suffix != split:
+        raise InputError(f"named corpus {name!r} already names split {suffix!r}, but split={split!r} was given")
+    split = split or suffix or None
+    if split is not None and split not in corpus.split_ids:
+        choices = ", ".join(corpus.split_ids) or "none"
+        raise InputError(f"named corpus {base!r} has no split {split!r} (splits: {choices})")
+    return corpus, split

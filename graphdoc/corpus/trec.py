@@ -1,0 +1,88 @@
+"""TREC files: topics (``<top> <num> <title> ...``), qrels (``qid 0 docid rel``) and ``qid<TAB>text`` queries."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterator
+
+from graphdoc.errors import InputError
+from graphdoc.corpus.beir import Qrels, parse_relevance
+from graphdoc.corpus.files import iter_lines
+
+_NUM = re.compile(r"<num>\s*(?:Number:)?\s*(\S+)", re.IGNORECASE)
+_TITLE = re.compile(r"<title>\s*(?:Topic:)?\s*(.*?)\s*(?=<desc>|<narr>|</top>|\Z)", re.IGNORECASE | re.DOTALL)
+TSV_HEADER_IDS = ("query-id", "query_id", "qid", "id", "_id")
+
+
+def read_trec_topics(path: Path) -> Iterator[tuple[str, str]]:
+    """Yield ``(topic number, title)`` for each ``<top>...</top>`` block, read one topic at a time."""
+    block: list[str] = []
+    start = 0
+    for lineno, line in iter_lines(path):
+        if line.strip().lower().startswith("<top>"):
+            if block:
+                raise InputError(f"{path}:{lineno}: <top> before the topic opened on line {start} was closed")
+            block, start = [line], lineno
+        elif block:
+            block.append(line)
+            if line.strip().lower().startswith("</top>"):
+                yield _parse_topic(path, start, "\n".join(block))
+                block = []
+        elif line.strip():
+            raise InputError(f"{path}:{lineno}: expected <top>, got {line.strip()[:40]!r}")
+    if block:
+        raise InputError(f"{path}:{start}: topic opened here is never closed with </top>")
+
+
+def _parse_topic(path: Path, lineno: int, block: str) -> tuple[str, str]:
+    num, title = _NUM.search(block), _TITLE.search(block)
+    if num is None:
+        raise InputError(f"{path}:{lineno}: topic has no <num>")
+    if title is None or not title.group(1):
+        raise InputError(f"{path}:{lineno}: topic {num.group(1)} has no <title>")
+    return num.group(1), " ".join(title.group(1).split())
+
+
+def read_trec_qrels(path: Path) -> Qrels:
+    """A TREC qrels file: whitespace-separated ``query-id iteration doc-id relevance`` lines."""
+    qrels: Qrels = {}
+    for lineno, line in iter_lines(path):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 4:
+            raise InputError(f"{path}:{lineno}: expected 4 fields (query-id iteration doc-id relevance), "
+                             f"got {len(fields)}")
+        qid, _, doc_id, rel = fields
+        qrels.setdefault(qid, {})[doc_id] = parse_relevance(path, lineno, rel)
+    return qrels
+
+
+def read_tsv_queries(path: Path) -> Iterator[tuple[str, str]]:
+    """Yield ``(query id, text)`` from ``query-id<TAB>text`` lines (a header line is skipped)."""
+    for lineno, line in iter_lines(path):
+        if not line.strip():
+            continue
+        qid, tab, text = line.partition("\t")
+        if not tab:
+            raise InputError(f"{path}:{lineno}: expected 'query-id<TAB>text', found no tab")
+        if lineno == 1 and qid.strip().lower() in TSV_HEADER_IDS:
+            continue
+        yield qid.strip(), text.strip()
+
+
+def is_trec_topics(first: str) -> bool:
+    """Whether a file whose first non-blank line is ``first`` looks like TREC topics."""
+    return first.lower().startswith("<top>")
+
+
+def is_trec_qrels(first: str) -> bool:
+    """Whether a first line looks like TREC qrels: four fields, the last an integer."""
+    fields = first.split()
+    return len(fields) == 4 and fields[3].lstrip("-").isdigit()
+
+
+def is_tsv_qrels(first: str) -> bool:
+    """Whether a first line looks like BEIR qrels: three tab-separated fields."""
+    return len(first.split("\t")) == 3

@@ -1,0 +1,46 @@
+"""Search over documents: BM25, score fusion, run files, evaluation and fusion tuning."""
+
+from graphdoc.retrieval.bm25 import BM25Config, BM25Index
+from graphdoc.retrieval.evaluation import (
+    DEFAULT_MEASURES,
+    evaluate,
+    evaluate_per_query,
+    format_markdown_table,
+    format_table,
+    parse_measures,
+)
+from graphdoc.retrieval.fusion import (
+    FusionConfig,
+    fuse,
+    fuse_runs,
+    normalize,
+    reciprocal_rank_fusion,
+    weighted_fusion,
+)
+from graphdoc.retrieval.runs import hits_to_run, ranked, top_k, truncate_run
+from graphdoc.retrieval.trec import read_run, write_run
+from graphdoc.retrieval.tuning import TuningResult, tune_alpha
+
+__all__ = [
+    "DEFAULT_MEASURES",
+    "BM25Config",
+    "BM25Index",
+    "FusionConfig",
+    "TuningResult",
+    "evaluate",
+    "evaluate_per_query",
+    "format_markdown_table",
+    "format_table",
+    "fuse",
+    "fuse_runs",
+    "hits_to_run",
+    "normalize",
+    "parse_measures",
+    "ranked",
+    "read_run",
+    "reciprocal_rank_fusion",
+    "top_k",
+    "truncate_run",
+    "tune_alpha",
+    "weighted_fusion",
+]

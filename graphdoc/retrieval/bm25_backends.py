@@ -1,0 +1,110 @@
+"""BM25 scoring backends: ``bm25s`` (default, sparse matrices, memory-mappable) and ``rank_bm25``.
+
+A backend is built from pre-tokenised documents and scores one tokenised query against every
+document. Both store plain files only (``.npy``, JSON, JSON lines); nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from graphdoc.errors import GraphDocError, InputError
+
+if TYPE_CHECKING:
+    from graphdoc.retrieval.bm25 import BM25Config
+
+logger = logging.getLogger(__name__)
+
+TOKENS_FILE = "corpus.tokens.jsonl"
+
+
+class Backend(Protocol):
+    num_docs: int
+
+    def scores(self, query_tokens: list[str]) -> np.ndarray: ...
+
+    def save(self, path: Path) -> None: ...
+
+
+def import_backend_module(module: str, extra: str):
+    """Import an optional module, or raise a GraphDocError saying what to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise GraphDocError(f"the BM25 backend needs {module}; install it with: pip install {extra}") from err
+
+
+class BM25sBackend:
+    """bm25s: scores are precomputed per (term, document) in a CSC matrix; a query sums columns."""
+
+    def __init__(self, retriever) -> None:
+        self.retriever = retriever
+        self.num_docs = int(retriever.scores["num_docs"])
+
+    @classmethod
+    def build(cls, corpus_tokens: list[list[str]], config: BM25Config) -> BM25sBackend:
+        bm25s = import_backend_module("bm25s", "bm25s")
+        retriever = bm25s.BM25(
+            k1=config.k1, b=config.b, delta=config.delta, method=config.method, idf_method=config.idf_method
+        )
+        # create_empty_token=False: bm25s would add "" to the vocabulary without a matrix column
+        retriever.index(corpus_tokens, create_empty_token=False, show_progress=False)
+        return cls(retriever)
+
+    def scores(self, query_tokens: list[str]) -> np.ndarray:
+        ids = self.retriever.get_tokens_ids(query_tokens)  # unknown terms are dropped
+        return self.retriever.get_scores_from_ids(ids)
+
+    def save(self, path: Path) -> None:
+        self.retriever.save(path, allow_pickle=False, show_progress=False)
+
+    @classmethod
+    def load(cls, path: Path, config: BM25Config, mmap: bool) -> BM25sBackend:
+        bm25s = import_backend_module("bm25s", "bm25s")
+        retriever = bm25s.BM25.load(path, mmap=mmap, allow_pickle=False, show_progress=False)
+        return cls(retriever)
+
+
+class RankBM25Backend:
+    """rank_bm25's ``BM25Okapi`` (k1, b, epsilon); slow, kept as a reference implementation.
+
+    ``method``/``idf_method``/``delta`` are not used. It cannot be saved without pickle, so the
+    tokenised corpus is stored as JSON lines and the model is rebuilt on load.
+    """
+
+    def __init__(self, corpus_tokens: list[list[str]], config: BM25Config) -> None:
+        rank_bm25 = import_backend_module("rank_bm25", "rank-bm25")
+        self.corpus_tokens = corpus_tokens
+        self.model = rank_bm25.BM25Okapi(corpus_tokens, k1=config.k1, b=config.b, epsilon=config.epsilon)
+        self.num_docs = len(corpus_tokens)
+
+    @classmethod
+    def build(cls, corpus_tokens: list[list[str]], config: BM25Config) -> RankBM25Backend:
+        return cls(corpus_tokens, config)
+
+    def scores(self, query_tokens: list[str]) -> np.ndarray:
+        return np.asarray(self.model.get_scores(query_tokens), dtype=np.float32)
+
+    def save(self, path: Path) -> None:
+        with open(path / TOKENS_FILE, "w", encoding="utf-8") as f:
+            for tokens in self.corpus_tokens:
+                f.write(json.dumps(tokens, ensure_ascii=False) + "\n")
+
+    @classmethod
+    def load(cls, path: Path, config: BM25Config, mmap: bool) -> RankBM25Backend:
+        file = path / TOKENS_FILE
+        if not file.is_file():
+            raise InputError(f"missing {file}: not a rank_bm25 index folder")
+        with open(file, encoding="utf-8") as f:
+            corpus_tokens = [json.loads(line) for line in f]
+        logger.debug("rebuilding rank_bm25 model from %d tokenised documents", len(corpus_tokens))
+        return cls(corpus_tokens, config)
+
+
+BACKENDS: dict[str, type] = {"bm25s": BM25sBackend, "rank_bm25": RankBM25Backend}

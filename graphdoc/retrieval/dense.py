@@ -1,0 +1,97 @@
+"""Dense search over document vectors with FAISS (any ``index_factory`` string; GPU when present)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from graphdoc.errors import GraphDocError
+
+logger = logging.getLogger(__name__)
+
+METRICS = ("cosine", "ip")
+TRAIN_SAMPLE = 100_000
+
+
+def prepare_vectors(vectors: np.ndarray, metric: str) -> np.ndarray:
+    """float32, C-contiguous, L2-normalised for ``cosine`` (then inner product is cosine)."""
+    if metric not in METRICS:
+        raise GraphDocError(f"unknown metric {metric!r}; valid: {', '.join(METRICS)}")
+    out = np.ascontiguousarray(vectors, dtype=np.float32)
+    if metric == "cosine":
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        out = out / np.maximum(norms, 1e-12)
+    return out
+
+
+class DenseIndex:
+    """A FAISS inner-product index over row-ordered vectors (row ``i`` is the ``i``-th document)."""
+
+    def __init__(self, index, metric: str = "cosine", factory: str = "Flat") -> None:
+        self.index = index
+        self.metric = metric
+        self.factory = factory
+        self._search_index = _to_gpu_if_available(index)
+
+    @property
+    def size(self) -> int:
+        return int(self.index.ntotal)
+
+    @classmethod
+    def build(cls, vectors: np.ndarray, factory: str = "Flat", metric: str = "cosine",
+              seed: int = 0) -> "DenseIndex":
+        """Build from ``[n, d]`` vectors; an index that needs training is trained on a sample."""
+        import faiss
+
+        data = prepare_vectors(vectors, metric)
+        try:
+            index = faiss.index_factory(data.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError as exc:
+            raise GraphDocError(f"bad FAISS index_factory string {factory!r}: "
+                                f"{str(exc).strip().splitlines()[-1]}") from None
+        if not index.is_trained:
+            rng = np.random.default_rng(seed)
+            sample = data[rng.choice(len(data), min(len(data), TRAIN_SAMPLE), replace=False)]
+            try:
+                index.train(sample)
+            except RuntimeError as exc:
+                raise GraphDocError(f"cannot train FAISS index {factory!r} on {len(sample)} vectors: "
+                                    f"{str(exc).strip().splitlines()[-1]}") from None
+        index.add(data)
+        return cls(index, metric, factory)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` rows per query: ``(scores [q, k], rows [q, k])``, row -1 where fewer exist."""
+        k = max(1, min(k, self.size))
+        scores, rows = self._search_index.search(prepare_vectors(queries, self.metric), k)
+        return scores, rows
+
+    def save(self, path: str | Path) -> None:
+        import faiss
+
+        faiss.write_index(self.index, str(path))
+
+    @classmethod
+    def load(cls, path: str | Path, metric: str, factory: str, mmap: bool = True) -> "DenseIndex":
+        import faiss
+
+        flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
+        try:
+            index = faiss.read_index(str(path), flags)
+        except RuntimeError:  # not every index type can be memory-mapped
+            index = faiss.read_index(str(path))
+        return cls(index, metric, factory)
+
+
+def _to_gpu_if_available(index):
+    import faiss
+
+    if not hasattr(faiss, "get_num_gpus") or faiss.get_num_gpus() == 0:
+        return index
+    try:
+        return faiss.index_cpu_to_all_gpus(index)
+    except (RuntimeError, AttributeError) as exc:  # some index types have no GPU version
+        logger.info("FAISS index stays on the CPU: %s", exc)
+        return index

@@ -1,0 +1,85 @@
+"""Dense scoring with the document node and the graph-contextualised passage nodes of one pass.
+
+``score(q, d) = (1 - w) * sim(q, document node) + w * max_p sim(q, passage node p)`` with
+``w = passage_weight``; ``w = 0`` is the document vector alone. Candidates come from FAISS over
+document vectors and over passage vectors; every candidate is then scored exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from graphdoc.errors import GraphDocError
+from graphdoc.retrieval.dense import DenseIndex, prepare_vectors
+
+
+@dataclass
+class DenseSettings:
+    passage_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.passage_weight <= 1.0:
+            raise GraphDocError(f"passage_weight must be between 0 and 1; got {self.passage_weight}")
+
+
+class DenseSearcher:
+    """Searches the dense files of a finalised index folder (``final/``)."""
+
+    def __init__(self, folder: Path, metric: str, factory: str, settings: DenseSettings | None = None) -> None:
+        self.metric = metric
+        self.settings = settings or DenseSettings()
+        self.doc_index = DenseIndex.load(folder / "dense.faiss", metric, factory)
+        self.doc_vectors = np.load(folder / "doc_vectors.npy", mmap_mode="r")
+        self.has_passages = (folder / "passage_vectors.npy").is_file()
+        if self.has_passages:
+            self.passage_index = DenseIndex.load(folder / "passages.faiss", metric, factory)
+            self.passage_vectors = np.load(folder / "passage_vectors.npy", mmap_mode="r")
+            self.passage_ptr = np.load(folder / "passage_ptr.npy")
+        elif self.settings.passage_weight > 0:
+            self.settings = DenseSettings(0.0)  # the index kept no passage vectors
+
+    def candidates(self, queries: np.ndarray, depth: int) -> list[np.ndarray]:
+        """Candidate document rows per query: FAISS top ``depth`` documents and passages' documents."""
+        _, rows = self.doc_index.search(queries, depth)
+        found = [r[r >= 0] for r in rows]
+        if self.has_passages and self.settings.passage_weight > 0:
+            _, p_rows = self.passage_index.search(queries, depth)
+            for i, pr in enumerate(p_rows):
+                docs = np.searchsorted(self.passage_ptr, pr[pr >= 0], side="right") - 1
+                found[i] = np.unique(np.concatenate([found[i], docs]))
+        return found
+
+    def score(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Exact dense scores of one ``[d]`` query (already prepared) against document ``rows``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        doc_scores = np.asarray(self.doc_vectors[rows] @ query, dtype=np.float64)
+        w = self.settings.passage_weight
+        if w == 0 or len(rows) == 0:
+            return doc_scores
+        return (1 - w) * doc_scores + w * self.max_passage_scores(query, rows)
+
+    def max_passage_scores(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        starts, ends = self.passage_ptr[rows], self.passage_ptr[rows + 1]
+        lengths = ends - starts
+        flat = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends)])
+        scores = np.asarray(self.passage_vectors[flat] @ query, dtype=np.float64)
+        return np.maximum.reduceat(scores, np.concatenate([[0], np.cumsum(lengths)[:-1]]))
+
+    def passage_scores(self, query: np.ndarray, row: int) -> np.ndarray:
+        """Scores of every passage of document ``row`` (empty if the index kept no passages)."""
+        if not self.has_passages:
+            return np.zeros(0)
+        return np.asarray(self.passage_vectors[self.passage_ptr[row]:self.passage_ptr[row + 1]] @ query)
+
+    def search(self, queries: np.ndarray, depth: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query, ``(rows, scores)`` of its candidates, best first, at most ``depth``."""
+        prepared = prepare_vectors(queries, self.metric)
+        results = []
+        for query, rows in zip(prepared, self.candidates(prepared, depth)):
+            scores = self.score(query, rows)
+            order = np.lexsort((rows, -scores))[:depth]
+            results.append((rows[order], scores[order]))
+        return results

@@ -1,0 +1,64 @@
+"""The document store of an index: ids, titles, texts and passage spans, one JSON line per document.
+
+A ``.offsets.npy`` file beside it holds each line's byte offset, so any document is read directly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from graphdoc.fileio import atomic_write
+
+
+def record(document, passages) -> dict[str, Any]:
+    """What the store keeps of a document: text and passage spans ``[start, end, section, title]``."""
+    return {"id": document.id, "title": document.title, "text": document.text,
+            "passages": [[p.start, p.end, p.section, p.section_title] for p in passages]}
+
+
+def write_store(path: Path, records: Iterable[dict[str, Any]]) -> int:
+    """Write records as JSON lines plus their byte offsets; returns the count."""
+    offsets = []
+    position = 0
+    with atomic_write(path, "wb") as handle:
+        for rec in records:
+            line = (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8")
+            offsets.append(position)
+            handle.write(line)
+            position += len(line)
+    with atomic_write(offsets_path(path), "wb") as handle:
+        np.save(handle, np.asarray(offsets, dtype=np.int64))
+    return len(offsets)
+
+
+def offsets_path(path: Path) -> Path:
+    return path.with_name(path.name + ".offsets.npy")
+
+
+def iter_store(path: Path) -> Iterator[dict[str, Any]]:
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            yield json.loads(line)
+
+
+class DocStore:
+    """Random access to the records of a store written by :func:`write_store`."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.offsets = np.load(offsets_path(self.path), mmap_mode="r")
+        self._handle = open(self.path, "rb")
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __getitem__(self, row: int) -> dict[str, Any]:
+        self._handle.seek(int(self.offsets[row]))
+        return json.loads(self._handle.readline())
+
+    def close(self) -> None:
+        self._handle.close()

@@ -1,0 +1,93 @@
+"""Turn an index's shards into its searchable files: FAISS indexes, BM25, docstore, vectors."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from graphdoc.errors import GraphDocError
+from graphdoc.fileio import atomic_directory
+from graphdoc.retrieval import docstore
+from graphdoc.retrieval.bm25 import BM25Config, BM25Index
+from graphdoc.retrieval.dense import DenseIndex, prepare_vectors
+from graphdoc.retrieval.manifest import Manifest
+from graphdoc.retrieval.shards import read_shard
+
+logger = logging.getLogger(__name__)
+
+FINAL_DIR = "final"
+
+
+def _kept_rows(ids: list[str]) -> np.ndarray:
+    """Row numbers to keep: the last occurrence of every id (a replaced document's older row goes)."""
+    last = {doc_id: row for row, doc_id in enumerate(ids)}
+    return np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
+
+
+def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = False) -> None:
+    """Rebuild ``final/`` from every shard (atomically) and mark the manifest finalised."""
+    ids, doc_vectors, passage_vectors, passage_ptr, stores = _gather(index_dir, manifest)
+    if not ids:
+        raise GraphDocError(f"index {index_dir} has no documents")
+    keep = _kept_rows(ids)
+    with atomic_directory(index_dir / FINAL_DIR) as tmp:
+        kept_ids = [ids[r] for r in keep]
+        (tmp / "doc_ids.txt").write_text("".join(i + "\n" for i in kept_ids), encoding="utf-8")
+        vectors = prepare_vectors(doc_vectors[keep], manifest.metric)  # as scored: unit rows for cosine
+        np.save(tmp / "doc_vectors.npy", vectors)
+        DenseIndex.build(vectors, manifest.faiss_factory, manifest.metric).save(tmp / "dense.faiss")
+        n_passages = 0
+        if manifest.store_passages:
+            p_vectors, p_ptr = _select_passages(passage_vectors, passage_ptr, keep)
+            p_vectors = prepare_vectors(p_vectors, manifest.metric)
+            np.save(tmp / "passage_vectors.npy", p_vectors)
+            np.save(tmp / "passage_ptr.npy", p_ptr)
+            DenseIndex.build(p_vectors, "Flat" if len(p_vectors) < 4096 else manifest.faiss_factory,
+                             manifest.metric).save(tmp / "passages.faiss")
+            n_passages = len(p_vectors)
+        records = _records(stores, keep)
+        docstore.write_store(tmp / "docstore.jsonl", records)
+        texts = (f"{r['title']} {r['text']}".strip() for r in docstore.iter_store(tmp / "docstore.jsonl"))
+        BM25Index.build(texts, BM25Config.from_dict(manifest.bm25)).save(tmp / "bm25")
+    manifest.counts = {"documents": len(keep), "passages": n_passages, "shards": len(manifest.shards),
+                       "replaced": len(ids) - len(keep)}
+    manifest.finalized = True
+    manifest.save(index_dir)
+    logger.info("index %s: %d documents, %d passages", index_dir, len(keep), n_passages)
+
+
+def _gather(index_dir: Path, manifest: Manifest):
+    ids, docs, passages, ptrs, stores = [], [], [], [0], []
+    offset = 0
+    for name in manifest.shards:
+        s_ids, s_docs, s_passages, s_ptr, s_store = read_shard(index_dir / "shards" / name)
+        ids.extend(s_ids)
+        docs.append(s_docs)
+        passages.append(s_passages)
+        ptrs.extend((s_ptr[1:] + offset).tolist())
+        offset += len(s_passages)
+        stores.append(s_store)
+    dim = manifest.dimension
+    return (ids, np.concatenate(docs) if docs else np.zeros((0, dim), np.float32),
+            np.concatenate(passages) if passages else np.zeros((0, dim), np.float32),
+            np.asarray(ptrs, dtype=np.int64), stores)
+
+
+def _select_passages(vectors: np.ndarray, ptr: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if len(keep) == len(ptr) - 1:
+        return vectors, ptr
+    rows = np.concatenate([np.arange(ptr[r], ptr[r + 1]) for r in keep])
+    lengths = ptr[keep + 1] - ptr[keep]
+    return vectors[rows], np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+
+def _records(stores: list[Path], keep: np.ndarray):
+    wanted = set(keep.tolist())
+    row = 0
+    for store in stores:
+        for rec in docstore.iter_store(store):
+            if row in wanted:
+                yield rec
+            row += 1

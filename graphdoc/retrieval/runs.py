@@ -1,0 +1,79 @@
+"""Plain-data helpers for rankings and runs.
+
+A *run* is ``dict[query_id, dict[doc_id, score]]``. Everywhere in graphdoc a ranking orders documents
+by score, highest first, and breaks ties by doc id (ascending string order), so results are
+deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+Run = dict[str, dict[str, float]]
+
+
+def _rank_key(item: tuple[str, float]) -> tuple[float, str]:
+    return (-item[1], item[0])
+
+
+def ranked(scores: Mapping[str, float], k: int | None = None) -> list[tuple[str, float]]:
+    """``(doc_id, score)`` pairs sorted by score desc, ties by doc id; the first `k` if given."""
+    if k is None:
+        return sorted(scores.items(), key=_rank_key)
+    return heapq.nsmallest(max(k, 0), scores.items(), key=_rank_key)
+
+
+def top_k(scores: Mapping[str, float], k: int | None = None) -> dict[str, float]:
+    """The `k` best documents as a dict whose insertion order is the ranking."""
+    return dict(ranked(scores, k))
+
+
+def truncate_run(run: Mapping[str, Mapping[str, float]], k: int | None) -> Run:
+    """Keep the top `k` documents of every query, each query's dict in rank order."""
+    return {qid: top_k(docs, k) for qid, docs in run.items()}
+
+
+def top_k_array(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices and scores of the `k` best *positive* entries of a score vector.
+
+    Order: score desc, then index asc. Entries with score <= 0 are left out; when fewer than `k`
+    remain the row is padded with index -1 and score 0.0 (FAISS's convention for missing results).
+
+    Shapes: scores [n] -> (indices int64 [min(k, n)], scores float32 [min(k, n)]).
+    """
+    k = max(0, min(int(k), scores.shape[0]))
+    indices = np.full(k, -1, dtype=np.int64)
+    values = np.zeros(k, dtype=np.float32)
+    candidates = np.flatnonzero(scores > 0)
+    if candidates.size > k > 0:
+        # k-th largest value; keep everything >= it so that ties at the cut are broken by index
+        kth = np.partition(scores[candidates], candidates.size - k)[candidates.size - k]
+        candidates = candidates[scores[candidates] >= kth]
+    order = np.lexsort((candidates, -scores[candidates]))[:k]
+    chosen = candidates[order]
+    indices[: chosen.size] = chosen
+    values[: chosen.size] = scores[chosen]
+    return indices, values
+
+
+def hits_to_run(
+    query_ids: Sequence[str],
+    indices: np.ndarray,
+    scores: np.ndarray,
+    doc_ids: Sequence[str],
+) -> Run:
+    """Turn ``search`` output (indices/scores [q, k], row positions) into a run; -1 padding is dropped.
+
+    Shapes: indices [q, k] int, scores [q, k] float; ``len(query_ids) == q``.
+    """
+    if len(query_ids) != indices.shape[0] or indices.shape != scores.shape:
+        raise ValueError(
+            f"shape mismatch: {len(query_ids)} query ids, indices {indices.shape}, scores {scores.shape}"
+        )
+    run: Run = {}
+    for qid, row, row_scores in zip(query_ids, indices, scores):
+        run[qid] = {doc_ids[int(i)]: float(s) for i, s in zip(row, row_scores) if i >= 0}
+    return run

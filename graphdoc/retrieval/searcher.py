@@ -1,0 +1,173 @@
+"""Search an index folder densely, with BM25, or both fused; hits carry their best passage."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from graphdoc.errors import GraphDocError
+from graphdoc.retrieval.bm25 import BM25Index
+from graphdoc.retrieval.dense import prepare_vectors
+from graphdoc.retrieval.dense_searcher import DenseSearcher, DenseSettings
+from graphdoc.retrieval.docstore import DocStore
+from graphdoc.retrieval.finalize import FINAL_DIR
+from graphdoc.retrieval.fusion import FusionConfig, fuse
+from graphdoc.retrieval.manifest import Manifest, check_identity, model_identity
+
+logger = logging.getLogger(__name__)
+
+MODES = ("dense", "bm25", "hybrid")
+SNIPPET_CHARS = 300
+
+
+@dataclass
+class Hit:
+    """One ranked document, with the passage that matched the query best."""
+
+    rank: int
+    doc_id: str
+    score: float
+    title: str = ""
+    passage: dict[str, Any] = field(default_factory=dict)
+
+
+class Searcher:
+    """Holds a dense and a BM25 searcher over one index folder and fuses them.
+
+    The model that encodes queries is loaded on first dense use (``--model`` or the manifest's),
+    and checked against the index: a different model or setting is refused.
+    """
+
+    def __init__(self, index_dir: str | Path, model=None, device: str | None = None) -> None:
+        self.index_dir = Path(index_dir)
+        if not self.index_dir.is_dir():
+            raise GraphDocError(f"index folder not found: {self.index_dir}")
+        self.manifest = Manifest.load(self.index_dir)
+        final = self.index_dir / FINAL_DIR
+        if not self.manifest.finalized or not final.is_dir():
+            raise GraphDocError(f"index {self.index_dir} is incomplete: rerun the same graphdoc index command")
+        self.doc_ids = (final / "doc_ids.txt").read_text(encoding="utf-8").splitlines()
+        self.docstore = DocStore(final / "docstore.jsonl")
+        self.dense = DenseSearcher(final, self.manifest.metric, self.manifest.faiss_factory,
+                                   DenseSettings(**self.manifest.dense))
+        self.bm25 = BM25Index.load(final / "bm25")
+        self.fusion = FusionConfig.from_dict(self.manifest.fusion) if self.manifest.fusion else FusionConfig()
+        self.device = device
+        self._model = None
+        if model is not None:
+            self.model = model
+
+    @property
+    def model(self):
+        if self._model is None:
+            from graphdoc.encoder import GraphDocEncoder
+
+            self.model = GraphDocEncoder.from_pretrained(self.manifest.model.get("path"), device=self.device)
+        return self._model
+
+    @model.setter
+    def model(self, model) -> None:
+        check_identity(self.manifest.model, model_identity(model), self.index_dir)
+        self._model = model
+
+    def encode_queries(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        return self.model.encode_queries(list(texts), batch_size=batch_size, show_progress_bar=False)
+
+    # ----------------------------------------------------------------- ranking
+    def batch_search(self, queries: Mapping[str, str] | Sequence[str], k: int = 100, mode: str = "hybrid",
+                     fusion: FusionConfig | None = None, query_vectors: np.ndarray | None = None,
+                     depth: int | None = None) -> dict[str, dict[str, float]]:
+        """Rank documents for many queries: ``{query id: {doc id: score}}``, best first.
+
+        Hybrid scores both retrievers over the union of their top ``depth`` (default ``max(k, 100)``).
+        """
+        if mode not in MODES:
+            raise GraphDocError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+        qids, texts = _split_queries(queries)
+        depth = max(k, depth or 100)
+        fusion = fusion or self.fusion
+        dense = sparse = None
+        if mode != "bm25":
+            vectors = self.encode_queries(texts) if query_vectors is None else query_vectors
+            dense = self.dense.search(np.asarray(vectors), depth)
+        if mode != "dense":
+            rows, scores = self.bm25.search(texts, depth)
+            sparse = list(zip(rows, scores))
+        run = {}
+        for i, qid in enumerate(qids):
+            if mode == "dense":
+                run[qid] = self._named(*dense[i], k)
+            elif mode == "bm25":
+                run[qid] = self._named(*sparse[i], k)
+            else:
+                run[qid] = self._fuse(texts[i], vectors[i], dense[i], sparse[i], fusion, k)
+        return run
+
+    def component_runs(self, queries: Mapping[str, str], depth: int = 100) -> tuple[dict, dict]:
+        """Dense and BM25 runs, each scored over the union of both top ``depth`` (for fusion tuning)."""
+        qids, texts = _split_queries(queries)
+        vectors = self.encode_queries(texts)
+        dense = self.dense.search(vectors, depth)
+        rows, _ = self.bm25.search(texts, depth)
+        dense_run, sparse_run = {}, {}
+        for i, qid in enumerate(qids):
+            union = np.unique(np.concatenate([dense[i][0], rows[i][rows[i] >= 0]])).astype(np.int64)
+            query = prepare_vectors(vectors[i][None, :], self.manifest.metric)[0]
+            names = [self.doc_ids[r] for r in union]
+            dense_run[qid] = dict(zip(names, self.dense.score(query, union).tolist()))
+            sparse_run[qid] = dict(zip(names, self.bm25.get_scores(texts[i])[union].tolist()))
+        return dense_run, sparse_run
+
+    def _named(self, rows: np.ndarray, scores: np.ndarray, k: int) -> dict[str, float]:
+        return {self.doc_ids[int(r)]: float(s) for r, s in list(zip(rows, scores))[:k] if r >= 0}
+
+    def _fuse(self, text: str, vector: np.ndarray, dense, sparse, fusion: FusionConfig, k: int) -> dict[str, float]:
+        d_rows, s_rows = dense[0], np.asarray(sparse[0])
+        union = np.unique(np.concatenate([d_rows, s_rows[s_rows >= 0]])).astype(np.int64)
+        query = prepare_vectors(vector[None, :], self.manifest.metric)[0]
+        dense_scores = self.dense.score(query, union)
+        bm25_all = self.bm25.get_scores(text)
+        names = [self.doc_ids[r] for r in union]
+        return fuse(dict(zip(names, dense_scores.tolist())), dict(zip(names, bm25_all[union].tolist())),
+                    fusion, k)
+
+    # ----------------------------------------------------------------- readable hits
+    def search(self, query: str, k: int = 10, mode: str = "hybrid", fusion: FusionConfig | None = None) -> list[Hit]:
+        """Rank documents for one query, with titles and each hit's best passage."""
+        vector = self.encode_queries([query]) if mode != "bm25" else None
+        run = self.batch_search({"q": query}, k, mode, fusion, query_vectors=vector)["q"]
+        row_of = {doc_id: row for row, doc_id in enumerate(self.doc_ids)} if run else {}
+        hits = []
+        for rank, (doc_id, score) in enumerate(run.items(), start=1):
+            record = self.docstore[row_of[doc_id]]
+            passage = self.best_passage(query, record, row_of[doc_id], None if vector is None else vector[0])
+            hits.append(Hit(rank, doc_id, score, record.get("title", ""), passage))
+        return hits
+
+    def best_passage(self, query: str, record: dict[str, Any], row: int, vector: np.ndarray | None) -> dict[str, Any]:
+        """The passage closest to the query (dense when a query vector is given, else by shared words)."""
+        spans = record.get("passages") or [[0, len(record["text"]), 0, ""]]
+        if vector is not None and self.dense.has_passages:
+            scores = self.dense.passage_scores(prepare_vectors(vector[None, :], self.manifest.metric)[0], row)
+        else:
+            words = set(re.findall(r"\w+", query.lower()))
+            scores = np.array([len(words & set(re.findall(r"\w+", record["text"][s:e].lower())))
+                               for s, e, *_ in spans], dtype=float)
+        best = int(np.argmax(scores)) if len(scores) else 0
+        start, end, section, title = spans[best]
+        text = record["text"][start:end]
+        return {"index": best, "start": start, "end": end, "section": section, "section_title": title,
+                "score": float(scores[best]) if len(scores) else 0.0,
+                "snippet": text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS].rsplit(" ", 1)[0] + " ..."}
+
+
+def _split_queries(queries: Mapping[str, str] | Sequence[str]) -> tuple[list[str], list[str]]:
+    if isinstance(queries, Mapping):
+        return [str(q) for q in queries], [str(t) for t in queries.values()]
+    texts = [str(t) for t in queries]
+    return [str(i) for i in range(len(texts))], texts

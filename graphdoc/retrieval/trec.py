@@ -1,0 +1,89 @@
+"""TREC run files: ``qid Q0 docid rank score tag``, one line per retrieved document."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from graphdoc.errors import GraphDocError, InputError
+from graphdoc.retrieval.runs import Run, ranked
+
+
+def _check_token(what: str, value: str) -> None:
+    if not value or any(c.isspace() for c in value):
+        raise GraphDocError(f"{what} {value!r} cannot be written to a TREC run: it is empty or has whitespace")
+
+
+def _run_lines(run: Mapping[str, Mapping[str, float]], tag: str, k: int | None):
+    for qid, docs in run.items():
+        _check_token("query id", qid)
+        for rank, (doc, score) in enumerate(ranked(docs, k), start=1):
+            _check_token("doc id", doc)
+            if not math.isfinite(score):
+                raise GraphDocError(f"score {score!r} of query {qid!r}, doc {doc!r} is not finite")
+            yield f"{qid} Q0 {doc} {rank} {float(score)!r} {tag}\n"
+
+
+def write_run(run: Mapping[str, Mapping[str, float]], path: str | Path, tag: str = "graphdoc", k: int | None = None) -> None:
+    """Write `run` as a TREC run file, atomically (temporary file in the same folder, then rename).
+
+    Queries keep the run's order; within a query documents are sorted by score desc, ties by doc
+    id, and cut to the top `k` if given. Ranks start at 1.
+    """
+    _check_token("tag", tag)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(_run_lines(run, tag, k))
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _parse_line(line: str, where: str) -> tuple[str, str, float]:
+    parts = line.split()
+    if len(parts) != 6:
+        raise InputError(f"{where}: expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}")
+    qid, _, doc, rank, score, _ = parts
+    try:
+        int(rank)
+    except ValueError:
+        raise InputError(f"{where}: rank {rank!r} is not an integer") from None
+    try:
+        value = float(score)
+    except ValueError:
+        raise InputError(f"{where}: score {score!r} is not a number") from None
+    if not math.isfinite(value):
+        raise InputError(f"{where}: score {score!r} is not finite")
+    return qid, doc, value
+
+
+def read_run(path: str | Path) -> Run:
+    """Read a TREC run file into ``{qid: {docid: score}}``; blank lines are skipped.
+
+    The rank column is checked but not used: rankings come from the scores.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"run file not found: {path}")
+    run: Run = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                where = f"{path}:{lineno}"
+                qid, doc, score = _parse_line(line, where)
+                docs = run.setdefault(qid, {})
+                if doc in docs:
+                    raise InputError(f"{where}: document {doc!r} listed twice for query {qid!r}")
+                docs[doc] = score
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 text") from err
+    return run

@@ -1,0 +1,119 @@
+"""Choosing the dense/sparse fusion weight alpha by k-fold cross-validation over queries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphdoc.errors import GraphDocError
+from graphdoc.retrieval.evaluation import Qrels, RunLike, evaluate_per_query, parse_measures
+from graphdoc.retrieval.fusion import FusionConfig, fuse_runs
+from graphdoc.retrieval.runs import Run
+
+DEFAULT_ALPHAS = tuple(round(i * 0.1, 1) for i in range(11))  # 0.0, 0.1, ..., 1.0
+
+
+@dataclass
+class FoldResult:
+    """One fold: the alpha chosen on the other folds, its score there (train) and here (test)."""
+
+    fold: int
+    alpha: float
+    train_score: float
+    test_score: float
+    query_ids: list[str]
+
+
+@dataclass
+class TuningResult:
+    """Outcome of :func:`tune_alpha`.
+
+    ``alpha`` is chosen on all queries (the value to store); ``mean_test_score`` is the honest
+    estimate: the mean over queries of their held-out score, i.e. the score of ``run``, which fuses
+    each query with the alpha chosen without it.
+    """
+
+    alpha: float
+    measure: str
+    normalization: str
+    mean_test_score: float
+    folds: list[FoldResult]
+    scores_by_alpha: dict[float, float]
+    run: Run = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (without the fused run)."""
+        return {
+            "alpha": self.alpha,
+            "measure": self.measure,
+            "normalization": self.normalization,
+            "mean_test_score": self.mean_test_score,
+            "scores_by_alpha": {str(a): s for a, s in self.scores_by_alpha.items()},
+            "folds": [vars(f) for f in self.folds],
+        }
+
+
+def assign_folds(query_ids: Sequence[str], folds: int, seed: int = 0) -> list[list[str]]:
+    """Split query ids into `folds` groups after a seeded shuffle (deterministic; ids sorted first)."""
+    qids = sorted(set(query_ids))
+    if folds < 2 or folds > len(qids):
+        raise GraphDocError(f"folds must be between 2 and the number of queries ({len(qids)}), got {folds}")
+    order = np.random.default_rng(seed).permutation(len(qids))
+    return [sorted(qids[i] for i in order[f::folds]) for f in range(folds)]
+
+
+def _best(alphas: Sequence[float], per_query: list[dict[str, float]], qids: Sequence[str]) -> tuple[int, float]:
+    """Index of the alpha with the highest mean over `qids` (first one wins ties), and that mean."""
+    means = [float(np.mean([scores[q] for q in qids])) for scores in per_query]
+    best = int(np.argmax(means))
+    return best, means[best]
+
+
+def tune_alpha(
+    dense_run: RunLike,
+    sparse_run: RunLike,
+    qrels: Qrels,
+    *,
+    folds: int = 5,
+    alphas: Sequence[float] | None = None,
+    normalization: str = "minmax",
+    measure: str = "nDCG@10",
+    seed: int = 0,
+) -> TuningResult:
+    """Cross-validate alpha of weighted fusion (``alpha`` weights the dense side).
+
+    Only queries with qrels are used. For each fold the alpha maximising `measure` on the other
+    folds is applied to the held-out fold. Ties go to the first alpha in `alphas`.
+    """
+    alphas = list(DEFAULT_ALPHAS if alphas is None else alphas)
+    if not alphas:
+        raise GraphDocError("alphas must hold at least one value")
+    name = str(parse_measures([measure])[0])
+    qids = sorted(q for q, docs in qrels.items() if docs)
+    groups = assign_folds(qids, folds, seed)
+    dense = {q: dense_run[q] for q in qids if q in dense_run}
+    sparse = {q: sparse_run[q] for q in qids if q in sparse_run}
+    fused = [fuse_runs(dense, sparse, FusionConfig(alpha=a, normalization=normalization)) for a in alphas]
+    per_query = [
+        {q: v[name] for q, v in evaluate_per_query(run, qrels, [name]).items()} for run in fused
+    ]  # per_query[i][qid]: the measure for alphas[i]
+    fold_results, chosen = [], {}  # chosen[qid]: index of the alpha applied to that query
+    for f, test in enumerate(groups):
+        train = [q for g, group in enumerate(groups) if g != f for q in group]
+        best, train_score = _best(alphas, per_query, train)
+        test_score = float(np.mean([per_query[best][q] for q in test]))
+        fold_results.append(FoldResult(f, alphas[best], train_score, test_score, test))
+        chosen.update(dict.fromkeys(test, best))
+    best_all, _ = _best(alphas, per_query, qids)
+    return TuningResult(
+        alpha=alphas[best_all],
+        measure=name,
+        normalization=normalization,
+        mean_test_score=float(np.mean([per_query[chosen[q]][q] for q in qids])),
+        folds=fold_results,
+        scores_by_alpha={a: float(np.mean([pq[q] for q in qids])) for a, pq in zip(alphas, per_query)},
+        run={q: fused[chosen[q]][q] for q in qids if q in fused[chosen[q]]},
+    )

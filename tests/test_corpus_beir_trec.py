@@ -1,0 +1,141 @@
+"""BEIR folders, TREC topics and qrels, TSV queries, and format detection errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from graphdoc.corpus import read_corpus, read_qrels, read_queries
+from graphdoc.errors import InputError
+
+TOPICS = """<top>
+<num> Number: 301
+<title> International Organized Crime
+
+<desc> Description:
+Identify organizations that participate in international criminal activity.
+
+<narr> Narrative:
+A relevant document must, as a minimum, identify the organization.
+</top>
+
+<top>
+<num> Number: 302 <title> Topic: Poliomyelitis and
+Post-Polio
+<desc> Is the disease still a threat?
+</top>
+"""
+
+
+def make_beir(root: Path, gz: bool = False) -> Path:
+    (root / "qrels").mkdir(parents=True)
+    docs = [{"_id": "d1", "title": "T1", "text": "alpha"}, {"_id": "d2", "title": "", "text": "beta"}]
+    lines = "".join(json.dumps(d) + "\n" for d in docs)
+    if gz:
+        with gzip.open(root / "corpus.jsonl.gz", "wt", encoding="utf-8") as f:
+            f.write(lines)
+    else:
+        (root / "corpus.jsonl").write_text(lines, encoding="utf-8")
+    queries = [{"_id": "q1", "text": "first?"}, {"_id": "q2", "text": "second?"}, {"_id": "q3", "text": "third?"}]
+    (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries), encoding="utf-8")
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq3\td2\t2\nq3\td1\t0\n")
+    (root / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq2\td2\t1\n")
+    return root
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_beir_corpus(tmp_path, gz):
+    docs = list(read_corpus(make_beir(tmp_path / "beir", gz)))
+    assert [(d.id, d.title, d.text) for d in docs] == [("d1", "T1", "alpha"), ("d2", "", "beta")]
+
+
+def test_beir_queries_and_qrels_by_split(tmp_path):
+    root = make_beir(tmp_path / "beir")
+    assert [q for q, _ in read_queries(root)] == ["q1", "q2", "q3"]
+    assert list(read_queries(root, split="test")) == [("q1", "first?"), ("q3", "third?")]
+    assert list(read_queries(str(root), split="train")) == [("q2", "second?")]
+    expected_test = {"q1": {"d1": 1}, "q3": {"d2": 2, "d1": 0}}
+    assert read_qrels(root) == expected_test
+    assert read_qrels(root, split="test") == expected_test
+    assert read_qrels(root / "qrels" / "train.tsv") == {"q2": {"d2": 1}}
+
+
+def test_beir_unknown_split_lists_splits(tmp_path):
+    root = make_beir(tmp_path / "beir")
+    with pytest.raises(InputError, match=r"dev\.tsv: no qrels for split 'dev' \(splits here: test, train\)$"):
+        read_qrels(root, split="dev")
+
+
+def test_split_only_for_folders(tmp_path):
+    root = make_beir(tmp_path / "beir")
+    assert read_qrels(root / "qrels" / "test.tsv", split="test") == read_qrels(root)  # the file is that split
+    with pytest.raises(InputError, match=r"split='train' applies only to BEIR folders and named corpora"):
+        read_qrels(root / "qrels" / "test.tsv", split="train")
+    with pytest.raises(InputError, match=r"queries\.jsonl: split='test' applies only to BEIR folders"):
+        read_queries(root / "queries.jsonl", split="test")
+
+
+def test_trec_topics(tmp_path):
+    path = tmp_path / "topics.301-302.txt"
+    path.write_text(TOPICS, encoding="utf-8")
+    assert list(read_queries(path)) == [("301", "International Organized Crime"),
+                                        ("302", "Poliomyelitis and Post-Polio")]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("<top>\n<num> Number: 5\n<title> x\n", r"topics:1: topic opened here is never closed with </top>"),
+    ("<top>\n<title> x\n</top>\n", r"topics:1: topic has no <num>"),
+    ("<top>\n<num> Number: 7\n</top>\n", r"topics:1: topic 7 has no <title>"),
+    ("<top>\n<num> 1\n<title> a\n<top>\n", r"topics:4: <top> before the topic opened on line 1 was closed"),
+    ("<top>\n<num> 1 <title> a\n</top>\nstray\n", r"topics:4: expected <top>, got 'stray'"),
+])
+def test_bad_topics(tmp_path, text, message):
+    path = tmp_path / "topics"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError, match=message):
+        list(read_queries(path))
+
+
+def test_trec_qrels(tmp_path):
+    path = tmp_path / "qrels.robust"
+    path.write_text("301 0 FBIS3-10082 1\n301 0 FBIS3-10169 0\n\n302\t0\tLA010189-0001\t2\n")
+    assert read_qrels(path) == {"301": {"FBIS3-10082": 1, "FBIS3-10169": 0}, "302": {"LA010189-0001": 2}}
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("q.trec", "301 0 D1 1\n301 0 D2\n",
+     r"q\.trec:2: expected 4 fields \(query-id iteration doc-id relevance\), got 3"),
+    ("q.trec", "301 0 D1 1\n301 0 D2 high\n", r"q\.trec:2: relevance must be an integer, got 'high'"),
+    ("q.tsv", "query-id\tcorpus-id\tscore\nq1\td1\n", r"q\.tsv:2: expected 3 tab-separated fields"),
+    ("q.tsv", "query-id\tcorpus-id\tscore\nq1\td1\tx\n", r"q\.tsv:2: relevance must be an integer, got 'x'"),
+    ("q.txt", "just some words\n", r"q\.txt: unknown qrels format \(accepted: a BEIR folder"),
+])
+def test_bad_qrels(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError, match=message):
+        read_qrels(path)
+
+
+def test_tsv_queries(tmp_path):
+    path = tmp_path / "queries.tsv"
+    path.write_text("qid\ttext\n1185869\t)what was the immediate impact\n19335\tanthropological definition\n")
+    assert list(read_queries(path)) == [("1185869", ")what was the immediate impact"),
+                                        ("19335", "anthropological definition")]
+    path.write_text("1\tfine\nno tab here\n")
+    with pytest.raises(InputError, match=r"queries\.tsv:2: expected 'query-id<TAB>text', found no tab"):
+        list(read_queries(path))
+
+
+def test_missing_path_and_unknown_format(tmp_path):
+    with pytest.raises(InputError, match=r"nowhere\.jsonl: no such file or folder, and not a named corpus "
+                                         r"\(accepted: .*JSON lines.*MediaWiki.*robust04"):
+        read_corpus(tmp_path / "nowhere.jsonl")
+    (tmp_path / "table.csv").write_text("a,b\n")
+    with pytest.raises(InputError, match=r"table\.csv: unknown corpus format \(accepted: a BEIR folder"):
+        read_corpus(tmp_path / "table.csv")
+    with pytest.raises(InputError, match=r"unknown queries format"):
+        read_queries(tmp_path / "table.csv")

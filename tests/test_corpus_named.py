@@ -1,0 +1,181 @@
+"""Named corpora through fake ``ir_datasets`` and ``datasets`` modules: no network, no optional packages."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from typing import NamedTuple
+
+import pytest
+
+from graphdoc.corpus import ReadStats, read_corpus, read_qrels, read_queries
+from graphdoc.errors import InputError
+
+
+# Field names as in ir_datasets.formats.base / .trec and ir_datasets.datasets.msmarco_document.
+class GenericDoc(NamedTuple):
+    doc_id: str
+    text: str
+
+
+class TrecDoc(NamedTuple):
+    doc_id: str
+    text: str
+    marked_up_doc: str
+
+
+class MsMarcoDocument(NamedTuple):
+    doc_id: str
+    url: str
+    title: str
+    body: str
+
+
+class GenericQuery(NamedTuple):
+    query_id: str
+    text: str
+
+
+class TrecQuery(NamedTuple):
+    query_id: str
+    title: str
+    description: str
+    narrative: str
+
+
+class TrecQrel(NamedTuple):
+    query_id: str
+    doc_id: str
+    relevance: int
+    iteration: str
+
+
+DATASETS = {
+    "msmarco-document": {"docs": [MsMarcoDocument("D1", "http://a.org", "A title", "a body"),
+                                  MsMarcoDocument("D2", "http://b.org", "", "  ")]},
+    "msmarco-document/trec-dl-2019": {"queries": [GenericQuery("19335", "anthropological definition")],
+                                      "qrels": [TrecQrel("19335", "D1", 3, "Q0")]},
+    "msmarco-document/dev": {"queries": [GenericQuery("2", "dev query")], "qrels": [TrecQrel("2", "D2", 1, "0")]},
+    "disks45/nocr/trec-robust-2004": {
+        "docs": [TrecDoc("FBIS3-1", "robust text", "<TEXT>robust text</TEXT>")],
+        "queries": [TrecQuery("301", "International Organized Crime", "Identify ...", "A relevant ...")]},
+    "disks45/nocr/trec-robust-2004/fold2": {"queries": [TrecQuery("302", "Poliomyelitis", "d", "n")],
+                                            "qrels": [TrecQrel("302", "LA1", 1, "0")]},
+    "wikir/en78k": {"docs": [GenericDoc("17", "wiki text")]},
+    "wikir/en78k/test": {"queries": [GenericQuery("q7", "wiki query")], "qrels": [TrecQrel("q7", "17", 2, "0")]},
+}
+
+
+class FakeDataset:
+    def __init__(self, name: str) -> None:
+        self.parts = DATASETS[name]
+
+    def docs_iter(self):
+        return iter(self.parts["docs"])
+
+    def queries_iter(self):
+        return iter(self.parts["queries"])
+
+    def qrels_iter(self):
+        return iter(self.parts["qrels"])
+
+
+@pytest.fixture
+def fake_ir_datasets(monkeypatch):
+    module = types.ModuleType("ir_datasets")
+    module.load = FakeDataset
+    monkeypatch.setitem(sys.modules, "ir_datasets", module)
+    return module
+
+
+@pytest.fixture
+def fake_datasets(monkeypatch, tmp_path):
+    source = tmp_path / "openwebtext.jsonl"
+    source.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["first page", "", "third page"]))
+    calls = []
+
+    def load_dataset(path: str, split: str, streaming: bool):
+        calls.append((path, split, streaming))
+        with open(source, encoding="utf-8") as f:
+            yield from (json.loads(line) for line in f)
+
+    module = types.ModuleType("datasets")
+    module.load_dataset = load_dataset
+    monkeypatch.setitem(sys.modules, "datasets", module)
+    return calls
+
+
+def test_msmarco_documents_queries_and_qrels(fake_ir_datasets):
+    stats = ReadStats()
+    [doc] = read_corpus("msmarco-document", stats=stats)
+    assert (doc.id, doc.title, doc.text, doc.metadata) == ("D1", "A title", "a body", {"url": "http://a.org"})
+    assert (stats.documents, stats.skipped_ids) == (1, ["D2"])
+    assert list(read_queries("msmarco-document")) == [("19335", "anthropological definition")]
+    assert read_qrels("msmarco-document") == {"19335": {"D1": 3}}
+    assert read_qrels("msmarco-document/dev") == read_qrels("msmarco-document", split="dev") == {"2": {"D2": 1}}
+
+
+def test_robust04_trec_docs_topics_and_folds(fake_ir_datasets):
+    [doc] = read_corpus("robust04/fold2")
+    assert (doc.id, doc.title, doc.text, doc.metadata) == ("FBIS3-1", "", "robust text", {})
+    assert list(read_queries("robust04")) == [("301", "International Organized Crime")]
+    assert list(read_queries("robust04", split="fold2")) == [("302", "Poliomyelitis")]
+    assert read_qrels("robust04/fold2") == {"302": {"LA1": 1}}
+
+
+def test_wikir_with_split_suffix(fake_ir_datasets):
+    assert [(d.id, d.text) for d in read_corpus("wikir/en78k/test")] == [("17", "wiki text")]
+    assert list(read_queries("wikir/en78k/test")) == list(read_queries("wikir/en78k")) == [("q7", "wiki query")]
+    assert read_qrels("wikir/en78k", split="test") == {"q7": {"17": 2}}
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: read_queries("robust04/fold9"), r"named corpus 'robust04' has no split 'fold9' \(splits: all, fold1"),
+    (lambda: read_qrels("robust04/fold1", split="fold2"), r"already names split 'fold1', but split='fold2'"),
+    (lambda: read_queries("openwebtext"), r"named corpus 'openwebtext' has documents only, no queries"),
+])
+def test_bad_names_and_splits(fake_ir_datasets, call, message):
+    with pytest.raises(InputError, match=message):
+        call()
+
+
+def test_openwebtext_streams_with_running_ids(fake_datasets):
+    docs = list(read_corpus("openwebtext"))
+    assert [(d.id, d.text) for d in docs] == [("0", "first page"), ("2", "third page")]
+    assert fake_datasets == [("Skylion007/openwebtext", "train", True)]
+
+
+@pytest.mark.parametrize("name, package", [("robust04", "ir_datasets"), ("openwebtext", "datasets")])
+def test_missing_package_is_one_line(monkeypatch, name, package):
+    monkeypatch.setitem(sys.modules, package, None)  # makes `import package` fail
+    with pytest.raises(InputError, match=rf"^named corpus '{name}' needs {package}: "
+                                         r"pip install 'graphdoc\[datasets\]'$"):
+        read_corpus(name)
+
+
+def test_download_failure_is_one_line(monkeypatch):
+    class Offline:
+        def docs_iter(self):
+            raise ConnectionError("HTTPSConnectionPool(host='msmarco.blob.core.windows.net'): Max retries\nmore")
+
+        def qrels_iter(self):
+            raise OSError("Name or service not known")
+
+    module = types.ModuleType("ir_datasets")
+    module.load = lambda name: Offline()
+    monkeypatch.setitem(sys.modules, "ir_datasets", module)
+    docs = read_corpus("msmarco-document")
+    with pytest.raises(InputError, match=r"^named corpus 'msmarco-document' could not be downloaded "
+                                         r"\(HTTPSConnectionPool.*Max retries\); to use local files instead, "
+                                         r"export it to JSON lines .* or a BEIR folder and pass that path$"):
+        next(docs)
+    with pytest.raises(InputError, match=r"could not be downloaded \(Name or service not known\)"):
+        read_qrels("robust04")
+
+
+def test_existing_local_path_wins_over_a_name(tmp_path, monkeypatch, fake_ir_datasets):
+    (tmp_path / "robust04").mkdir()
+    (tmp_path / "robust04" / "a.txt").write_text("local", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert [d.text for d in read_corpus("robust04")] == ["local"]

@@ -1,0 +1,61 @@
+"""Folders of .txt/.md files: ids, titles, sections, order, and errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graphdoc.corpus import read_corpus
+from graphdoc.documents import Section
+from graphdoc.errors import InputError
+
+
+def make_folder(root: Path) -> Path:
+    (root / "sub").mkdir(parents=True)
+    (root / ".hidden").mkdir()
+    (root / "b.md").write_text("Preface\n# Guide\nintro\n## Install\nrun it\n", encoding="utf-8")
+    (root / "a.txt").write_text("plain words\n", encoding="utf-8")
+    (root / "sub" / "c.md").write_text("## Only sub\ntext\n", encoding="utf-8")
+    (root / "notes.csv").write_text("x,y\n", encoding="utf-8")
+    (root / ".hidden" / "d.md").write_text("secret\n", encoding="utf-8")
+    return root
+
+
+def test_folder_documents_exact(tmp_path):
+    docs = list(read_corpus(make_folder(tmp_path / "docs")))
+    assert [d.id for d in docs] == ["a", "b", "sub/c"]
+    a, b, c = docs
+    assert (a.title, a.text, a.sections) == ("a", "plain words\n", [Section("", 0, 12)])
+    assert b.title == "Guide"
+    assert b.text == "Preface\n# Guide\nintro\n## Install\nrun it\n"
+    assert b.sections == [Section("", 0, 8), Section("Guide", 8, 22), Section("Install", 22, 40)]
+    assert (c.title, c.sections) == ("c", [Section("Only sub", 0, 17)])
+
+
+def test_single_file_and_crlf(tmp_path):
+    path = tmp_path / "note.md"
+    path.write_bytes(b"# Note\r\nline\r\n")
+    [doc] = read_corpus(path)
+    assert (doc.id, doc.title, doc.text) == ("note", "Note", "# Note\nline\n")
+
+
+def test_bad_encoding_names_file_and_line(tmp_path):
+    (tmp_path / "ok.txt").write_text("fine", encoding="utf-8")
+    (tmp_path / "bad.txt").write_bytes(b"first\nsecond caf\xe9\n")
+    docs = read_corpus(tmp_path)
+    with pytest.raises(InputError, match=r"bad\.txt:2: not valid UTF-8 \(byte 0xe9 at column 11\)$"):
+        list(docs)
+
+
+def test_same_id_from_two_files(tmp_path):
+    (tmp_path / "x.md").write_text("one", encoding="utf-8")
+    (tmp_path / "x.txt").write_text("two", encoding="utf-8")
+    with pytest.raises(InputError, match=r"x\.txt: duplicate document id 'x' \(also from x\.md\)"):
+        list(read_corpus(tmp_path))
+
+
+def test_folder_without_text_files(tmp_path):
+    (tmp_path / "data.csv").write_text("a,b", encoding="utf-8")
+    with pytest.raises(InputError, match=r"folder has no \.md/\.txt files"):
+        read_corpus(tmp_path)

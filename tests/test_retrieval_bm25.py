@@ -1,0 +1,134 @@
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from graphdoc.errors import GraphDocError
+from graphdoc.retrieval.bm25 import BM25Config, BM25Index
+
+TEXTS = [
+    "the cat sat on the mat",
+    "dogs chase cats in the garden",
+    "a quick brown fox jumps over the lazy dog",
+    "cat food for a hungry cat",
+    "",
+    "mat mat mat",
+]
+
+
+def test_config_round_trip_and_errors():
+    config = BM25Config(k1=1.2, stemmer="english")
+    assert BM25Config.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    with pytest.raises(GraphDocError, match=r"^unknown BM25Config key\(s\) 'k3'; valid keys: backend, method, "):
+        BM25Config.from_dict({"k3": 1.0})
+    with pytest.raises(GraphDocError, match=r"^unknown BM25 backend 'lucene'; valid: 'bm25s', 'rank_bm25'$"):
+        BM25Config(backend="lucene")
+    with pytest.raises(GraphDocError, match=r"^unknown BM25 method 'okapi'; valid: 'lucene', 'robertson'"):
+        BM25Config(method="okapi")
+    with pytest.raises(GraphDocError, match=r"^BM25 needs k1 >= 0 and 0 <= b <= 1, got k1=1.5, b=2$"):
+        BM25Config(b=2)
+
+
+def test_exact_lucene_score():
+    index = BM25Index.build(["apple banana", "apple", "cherry"])
+    # idf = ln(1 + (N - df + .5) / (df + .5)); tf part = tf / (tf + k1 (1 - b + b |d| / avgdl))
+    idf = math.log(1 + (3 - 1 + 0.5) / (1 + 0.5))
+    tf_part = 1 / (1 + 1.5 * (0.25 + 0.75 * 2 / (4 / 3)))
+    scores = index.get_scores("banana")
+    assert scores.dtype == np.float32 and scores.shape == (3,)
+    np.testing.assert_allclose(scores, [idf * tf_part, 0, 0], rtol=1e-6)
+
+
+def test_search_shapes_padding_and_ties():
+    index = BM25Index.build(TEXTS)
+    indices, scores = index.search(["cat mat", "zebra", "dog"], k=4)
+    assert indices.dtype == np.int64 and scores.dtype == np.float32 and indices.shape == (3, 4)
+    assert indices.tolist() == [[0, 5, 3, -1], [-1, -1, -1, -1], [2, -1, -1, -1]]
+    assert scores[1].tolist() == [0, 0, 0, 0] and scores[0, 3] == 0 and np.all(np.diff(scores[0, :3]) < 0)
+    np.testing.assert_array_equal(scores[0, :3], index.get_scores("cat mat")[[0, 5, 3]])
+    assert index.search(["cat"], k=100)[0].shape == (1, 6)  # k clipped to the corpus size
+    same = BM25Index.build(["xx yy", "yy xx", "xx yy", "zz"])
+    assert same.search(["xx"], k=2)[0].tolist() == [[0, 1]]  # ties broken by row
+    threaded = index.search(["cat mat", "zebra", "dog"], k=4, n_threads=2)
+    np.testing.assert_array_equal(threaded[0], indices)
+
+
+def test_search_errors():
+    with pytest.raises(GraphDocError, match="^cannot build a BM25 index from an empty corpus$"):
+        BM25Index.build([])
+    with pytest.raises(GraphDocError, match=r"^cannot build a BM25 index: none of the 2 texts has a word to index"):
+        BM25Index.build(["a b", "the"])
+    with pytest.raises(GraphDocError, match="^search expects a list of query strings, got a single string$"):
+        BM25Index.build(TEXTS).search("cat", k=1)
+
+
+def test_stemmer():
+    assert BM25Index.build(TEXTS).search(["cats"], k=3)[0].tolist() == [[1, -1, -1]]
+    stemmed = BM25Index.build(TEXTS, BM25Config(stemmer="english"))
+    assert stemmed.search(["cats"], k=3)[0].tolist() == [[3, 0, 1]]
+    with pytest.raises(GraphDocError, match=r"^unknown BM25 stemmer 'klingon'; valid: 'arabic', "):
+        BM25Index.build(TEXTS, BM25Config(stemmer="klingon"))
+
+
+@pytest.mark.parametrize("mmap", [True, False])
+def test_save_load_plain_files(tmp_path, mmap):
+    index = BM25Index.build(TEXTS, BM25Config(method="bm25+"))
+    index.save(tmp_path / "bm25")
+    files = sorted(p.name for p in (tmp_path / "bm25").iterdir())
+    assert files == [
+        "config.json",
+        "data.csc.index.npy",
+        "indices.csc.index.npy",
+        "indptr.csc.index.npy",
+        "nonoccurrence_array.index.npy",
+        "params.index.json",
+        "vocab.index.json",
+    ]
+    for npy in (tmp_path / "bm25").glob("*.npy"):
+        assert np.load(npy, allow_pickle=False).dtype != object
+    meta = json.loads((tmp_path / "bm25" / "config.json").read_text())
+    assert meta["format"] == "graphdoc.bm25" and meta["num_docs"] == 6 and meta["config"]["method"] == "bm25+"
+    loaded = BM25Index.load(tmp_path / "bm25", mmap=mmap)
+    assert loaded.config == index.config and len(loaded) == 6
+    queries = ["cat mat", "dog garden", "zebra"]
+    for a, b in zip(loaded.search(queries, k=6), index.search(queries, k=6)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(GraphDocError, match=r"^not a BM25 index folder \(no config.json\): "):
+        BM25Index.load(tmp_path)
+    (tmp_path / "config.json").write_text('{"format": "other"}')
+    with pytest.raises(GraphDocError, match=r"config.json: not a graphdoc.bm25 index \(format='other'\)$"):
+        BM25Index.load(tmp_path)
+
+
+def test_rank_bm25_matches_bm25s_okapi(tmp_path):
+    # bm25s "atire" tf + "robertson" idf is BM25Okapi; no term is in more than half the documents,
+    # so BM25Okapi's idf floor (epsilon) does not apply
+    texts = TEXTS[:4] + ["garden food for birds", "brown bread", "sat in the sun"]
+    queries = ["cat mat", "garden dog", "brown fox food", "sun"]
+    okapi = BM25Index.build(texts, BM25Config(method="atire", idf_method="robertson"))
+    reference = BM25Index.build(texts, BM25Config(backend="rank_bm25"))
+    for a, b in zip(okapi.search(queries, k=7), reference.search(queries, k=7)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    reference.save(tmp_path / "rank")
+    assert sorted(p.name for p in (tmp_path / "rank").iterdir()) == ["config.json", "corpus.tokens.jsonl"]
+    reloaded = BM25Index.load(tmp_path / "rank")
+    np.testing.assert_array_equal(reloaded.get_scores("brown fox"), reference.get_scores("brown fox"))
+
+
+def test_rank_bm25_epsilon_zero_matches_with_common_terms():
+    texts = ["cat dog", "cat bird", "cat fish", "dog"]  # "cat" is in 3 of 4 documents
+    okapi = BM25Index.build(texts, BM25Config(method="atire", idf_method="robertson"))
+    reference = BM25Index.build(texts, BM25Config(backend="rank_bm25", epsilon=0.0))
+    for query in ["cat", "cat dog", "fish"]:
+        np.testing.assert_allclose(okapi.get_scores(query), reference.get_scores(query), rtol=1e-6)
+
+
+def test_missing_rank_bm25_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "rank_bm25", None)
+    with pytest.raises(GraphDocError, match="^the BM25 backend needs rank_bm25; install it with: pip install rank-bm25$"):
+        BM25Index.build(TEXTS, BM25Config(backend="rank_bm25"))

@@ -1,0 +1,88 @@
+import math
+
+import ir_measures
+import pytest
+
+from graphdoc.errors import GraphDocError
+from graphdoc.retrieval.evaluation import (
+    DEFAULT_MEASURES,
+    evaluate,
+    evaluate_per_query,
+    format_markdown_table,
+    format_table,
+    parse_measures,
+)
+
+QRELS = {"q1": {"d1": 1, "d3": 1, "d5": 0}, "q2": {"d9": 2}, "q3": {"d7": 1}}
+RUN = {
+    "q1": {"d1": 0.9, "d2": 0.8, "d3": 0.7, "d5": 0.6},
+    "q2": {"d8": 0.5, "d9": 0.4},
+    "q4": {"d1": 1.0},  # no qrels: ignored
+}
+NDCG_Q1 = (1 + 1 / math.log2(4)) / (1 + 1 / math.log2(3))
+NDCG_Q2 = (2 / math.log2(3)) / 2
+
+
+def test_per_query_exact():
+    per_query = evaluate_per_query(RUN, QRELS)
+    assert per_query["q1"] == pytest.approx(
+        {"nDCG@10": NDCG_Q1, "nDCG@20": NDCG_Q1, "P@20": 2 / 20, "RR@100": 1.0, "R@100": 1.0}, rel=1e-12
+    )
+    assert per_query["q2"] == pytest.approx(
+        {"nDCG@10": NDCG_Q2, "nDCG@20": NDCG_Q2, "P@20": 1 / 20, "RR@100": 0.5, "R@100": 1.0}, rel=1e-12
+    )
+    assert per_query["q3"] == dict.fromkeys(DEFAULT_MEASURES, 0.0)  # in qrels, not in the run
+    assert set(per_query) == {"q1", "q2", "q3"}
+
+
+def test_aggregate_is_mean_over_qrels_queries():
+    result = evaluate(RUN, QRELS)
+    assert list(result) == list(DEFAULT_MEASURES)
+    assert result == pytest.approx(
+        {
+            "nDCG@10": (NDCG_Q1 + NDCG_Q2) / 3,
+            "nDCG@20": (NDCG_Q1 + NDCG_Q2) / 3,
+            "P@20": 0.15 / 3,
+            "RR@100": 1.5 / 3,
+            "R@100": 2 / 3,
+        },
+        rel=1e-12,
+    )
+    reference = ir_measures.calc_aggregate(parse_measures(DEFAULT_MEASURES), QRELS, RUN)
+    assert result == pytest.approx({str(m): v for m, v in reference.items()}, rel=1e-12)
+
+
+def test_ties_follow_graphdoc_order():
+    # graphdoc ranks tied documents by doc id: "a" (not relevant) first, so RR = 1/2
+    assert evaluate({"q": {"a": 1.0, "b": 1.0}}, {"q": {"a": 0, "b": 1}}, ["RR"]) == {"RR": 0.5}
+
+
+def test_parse_measures():
+    assert [str(m) for m in parse_measures("nDCG@10")] == ["nDCG@10"]
+    assert [str(m) for m in parse_measures(["AP@100", "Judged@10"])] == ["AP@100", "Judged@10"]
+    with pytest.raises(GraphDocError, match=r"^unknown measure 'ndcg10'; use ir_measures names such as nDCG@10, "):
+        parse_measures(["nDCG@10", "ndcg10"])
+    with pytest.raises(GraphDocError, match=r"^unknown measure 'nDCG@x'"):
+        parse_measures(["nDCG@x"])
+    with pytest.raises(GraphDocError, match="^cannot evaluate: the qrels hold no queries$"):
+        evaluate(RUN, {})
+
+
+RESULTS = {"bm25": {"nDCG@10": 0.66169, "R@100": 0.87589}, "hybrid-rrf": {"nDCG@10": 0.7}}
+
+
+def test_format_table():
+    assert format_table(RESULTS) == (
+        "name        nDCG@10   R@100\n"
+        "bm25         0.6617  0.8759\n"
+        "hybrid-rrf   0.7000       -"
+    )
+
+
+def test_format_markdown_table():
+    assert format_markdown_table(RESULTS, digits=3) == (
+        "| name | nDCG@10 | R@100 |\n"
+        "|---|---:|---:|\n"
+        "| bm25 | 0.662 | 0.876 |\n"
+        "| hybrid-rrf | 0.700 | - |"
+    )

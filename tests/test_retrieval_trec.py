@@ -1,0 +1,58 @@
+import numpy as np
+import pytest
+
+from graphdoc.errors import GraphDocError, InputError
+from graphdoc.retrieval.trec import read_run, write_run
+
+RUN = {"q2": {"d1": 0.5, "d3": 2.25, "d2": 0.5}, "q1": {"x": float(np.float32(0.1))}}
+
+
+def test_write_format_and_round_trip(tmp_path):
+    path = tmp_path / "out" / "run.trec"
+    write_run(RUN, path, tag="bm25")
+    assert path.read_text().splitlines() == [
+        "q2 Q0 d3 1 2.25 bm25",
+        "q2 Q0 d1 2 0.5 bm25",
+        "q2 Q0 d2 3 0.5 bm25",
+        "q1 Q0 x 1 0.10000000149011612 bm25",
+    ]
+    assert read_run(path) == RUN
+    assert [p.name for p in path.parent.iterdir()] == ["run.trec"]  # no temporary file left
+
+
+def test_write_top_k_and_overwrite(tmp_path):
+    path = tmp_path / "run.trec"
+    path.write_text("old\n")
+    write_run(RUN, path, k=1)
+    assert read_run(path) == {"q2": {"d3": 2.25}, "q1": {"x": RUN["q1"]["x"]}}
+
+
+def test_write_errors_leave_no_file(tmp_path):
+    path = tmp_path / "run.trec"
+    with pytest.raises(GraphDocError, match=r"^doc id 'a b' cannot be written to a TREC run: it is empty or has whitespace$"):
+        write_run({"q": {"a b": 1.0}}, path)
+    with pytest.raises(GraphDocError, match=r"^score nan of query 'q', doc 'a' is not finite$"):
+        write_run({"q": {"a": float("nan")}}, path)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("q1 Q0 d1 1 0.5", "expected 6 columns 'qid Q0 docid rank score tag', got 5"),
+        ("q1 Q0 d1 one 0.5 t", "rank 'one' is not an integer"),
+        ("q1 Q0 d1 1 high t", "score 'high' is not a number"),
+        ("q1 Q0 d0 2 0.5 t", "document 'd0' listed twice for query 'q1'"),
+    ],
+)
+def test_read_errors_name_file_and_line(tmp_path, line, message):
+    path = tmp_path / "bad.trec"
+    path.write_text("q1 Q0 d0 1 1.0 t\n\n" + line + "\n")
+    with pytest.raises(InputError) as err:
+        read_run(path)
+    assert str(err.value) == f"{path}:3: {message}"
+
+
+def test_read_missing_file(tmp_path):
+    with pytest.raises(InputError, match="^run file not found: "):
+        read_run(tmp_path / "nope.trec")
