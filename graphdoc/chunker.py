@@ -135,9 +135,12 @@ def fit_to_token_limit(
             else:
                 new_items.append(p)
                 new_ids.append(t)
-        for j, t in zip(pending, tokenize([make_input(new_items[j]) for j in pending])):
+        # number the halves before building their inputs: the input may depend on the index (the
+        # title goes on the first passage only); the first passage stays first, so kept ids stay valid
+        items = renumber(new_items)
+        for j, t in zip(pending, tokenize([make_input(items[j]) for j in pending])):
             new_ids[j] = t
-        items, ids = new_items, new_ids
+        ids = new_ids
 
 
 class Chunker:

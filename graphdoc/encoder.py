@@ -26,6 +26,7 @@ from graphdoc import serialization
 logger = logging.getLogger(__name__)
 
 DocumentLike = Document | str | Mapping[str, Any]
+TITLE_MAX_WORDS = 32
 
 
 class GraphDocEncoder(nn.Module):
@@ -78,7 +79,8 @@ class GraphDocEncoder(nn.Module):
         """The text the passage encoder sees for a passage (title prepended per ``chunker.title``)."""
         mode = self.config.chunker.title
         if document.title and (mode == "all" or (mode == "first" and passage.index == 0)):
-            return f"{document.title} {passage.text}" if passage.text else document.title
+            title = " ".join(document.title.split()[:TITLE_MAX_WORDS])  # a title must leave room for text
+            return f"{title} {passage.text}" if passage.text else title
         return passage.text
 
     def prepare(self, document: Document, max_passages: int | None = None) -> PreparedDocument:
@@ -105,16 +107,25 @@ class GraphDocEncoder(nn.Module):
     def forward(self, prepared: Sequence[PreparedDocument], return_attention_weights: bool = False) -> GraphOutput:
         """Encode every passage of the batch together, build the graphs, run the GAT layers."""
         flat_ids = [ids for doc in prepared for ids in doc.token_ids]
-        vectors = self.projection(self.passage_encoder.encode_ids(flat_ids))  # [P, d]
-        graphs, start = [], 0
-        for doc in prepared:
-            n = len(doc.token_ids)
-            graphs.append(document_graph(vectors[start:start + n], doc.section_ids, self.config.graph.graph_type))
-            start += n
+        vectors = self.passage_encoder.encode_ids(flat_ids)  # [P, hidden]
+        sizes = [len(doc.token_ids) for doc in prepared]
+        out = self.forward_passage_vectors(list(torch.split(vectors, sizes)),
+                                           [doc.section_ids for doc in prepared], return_attention_weights)
+        out.documents = list(prepared)
+        return out
+
+    def forward_passage_vectors(self, passage_vectors: Sequence[torch.Tensor], section_ids: Sequence[Sequence[int]],
+                                return_attention_weights: bool = False) -> GraphOutput:
+        """The graph part alone, from passage-encoder vectors (e.g. cached ones, with a frozen encoder).
+
+        Shapes: ``passage_vectors[i]``: ``[n_i, hidden]`` (before the projection).
+        """
+        graphs = [document_graph(self.projection(v), ids, self.config.graph.graph_type)
+                  for v, ids in zip(passage_vectors, section_ids)]
         batch = Batch.from_data_list(graphs)
         result = self.graph(batch.x, batch.edge_index, return_attention_weights=return_attention_weights)
         nodes, attention = result if return_attention_weights else (result, None)
-        return GraphOutput(list(prepared), nodes[batch.ptr[:-1]], nodes, batch.ptr, attention)
+        return GraphOutput([], nodes[batch.ptr[:-1]], nodes, batch.ptr, attention)
 
     # ----------------------------------------------------------------- encoding API
     def iter_forward(self, documents: Iterable[DocumentLike], batch_size: int = 32,

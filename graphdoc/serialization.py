@@ -76,6 +76,8 @@ def load(cls: type["GraphDocEncoder"], name_or_path, config: ModelConfig | None,
 
 def _load_saved(cls, path: Path, device) -> "GraphDocEncoder":
     payload = json.loads((path / CONFIG_NAME).read_text(encoding="utf-8"))
+    if not isinstance(payload.get("model"), dict):
+        raise ModelLoadError(f"{path / CONFIG_NAME} has no 'model' settings: not a complete graphdoc model")
     config = ModelConfig.from_dict(payload["model"])
     passage_encoder = PassageEncoder.load(str(path / PASSAGE_ENCODER_DIR), config.passage_encoder)
     model = cls(passage_encoder, config, device="cpu")

@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import tempfile  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# hypothesis keeps its example database out of the working tree
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "graphdoc-hypothesis"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -67,6 +71,15 @@ def build_tiny_model(folder: Path, kind: str = "bert") -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread():
+    """Tiny models gain nothing from threads; on a busy 2-core machine spin-waits make them far slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -36,24 +36,24 @@ def run(args: argparse.Namespace) -> int:
         raise GraphDocError(f"--output must end in .npy; got {args.output}")
     if args.batch_size < 1:
         raise GraphDocError(f"--batch-size must be at least 1; got {args.batch_size}")
-    model = load_model(args)
     stats = ReadStats()
+    documents = read_corpus(args.corpus, stats=stats)  # a missing or unknown corpus fails here, at once
+    model = load_model(args)
     ids: list[str] = []
     rows: list[np.ndarray] = []
-    bar = tqdm(desc="Embedding", unit="doc", disable=args.quiet)
 
-    def documents():
-        for doc in read_corpus(args.corpus, stats=stats):
+    def tracked():
+        for doc in documents:
             ids.append(doc.id)
             yield doc
 
-    for out in model.iter_forward(documents(), batch_size=args.batch_size):
-        vectors = out.document_embeddings.float()
-        if args.normalize:
-            vectors = vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=1e-12)
-        rows.append(vectors.cpu().numpy())
-        bar.update(len(out.documents))
-    bar.close()
+    with tqdm(desc="Embedding", unit="doc", disable=args.quiet, delay=1) as bar:
+        for out in model.iter_forward(tracked(), batch_size=args.batch_size):
+            vectors = out.document_embeddings.float()
+            if args.normalize:
+                vectors = vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+            rows.append(vectors.cpu().numpy())
+            bar.update(len(out.documents))
     if not ids:
         raise GraphDocError(f"no documents to embed in {args.corpus}")
     matrix = np.concatenate(rows).astype(np.float32, copy=False)
@@ -61,8 +61,6 @@ def run(args: argparse.Namespace) -> int:
         handle.write("".join(f"{i}\n" for i in ids))
     with atomic_write(args.output, "wb") as handle:
         np.save(handle, matrix)
-    if stats.empty_skipped:
-        logger.info("skipped %d empty documents", stats.empty_skipped)
     if model.chunker.passages_cut:
         logger.info("the passage cap (%s per document) cut %d passages of %d documents",
                     model.config.chunker.max_passages, model.chunker.passages_cut, model.chunker.documents_cut)

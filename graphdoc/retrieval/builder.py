@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -120,12 +121,17 @@ def build_index(model, corpus: str, index_dir: str | Path, settings: IndexSettin
     if source.complete:
         logger.info("%s (part %s) is already in the index", corpus, part)
     else:
+        started = time.perf_counter()
         stats = ReadStats()
         known = _known_ids(index_dir, manifest)
-        bar = tqdm(desc="Indexing", unit="doc", initial=source.documents_read, disable=not show_progress_bar)
-        for docs in _batches(read_corpus(corpus, stats=stats), source, part_no, parts, settings, known, bar):
-            _encode_shard(model, docs, index_dir, manifest, settings, batch_size)
+        bar = tqdm(desc="Indexing", unit="doc", initial=source.documents_read, disable=not show_progress_bar,
+                   dynamic_ncols=True)
+        for docs in _batches(read_corpus(corpus, stats=stats), source, part_no, parts, settings, known):
+            _encode_shard(model, docs, index_dir, manifest, settings, batch_size, bar)
             source.documents_read = docs.position
+            manifest.counts["encode_seconds"] = round(
+                manifest.counts.get("encode_seconds", 0) + time.perf_counter() - started, 3)
+            started = time.perf_counter()
             manifest.save(index_dir)
         bar.close()
         source.complete = True
@@ -145,13 +151,12 @@ class _ShardDocs(list):
 
 
 def _batches(documents, source: SourceProgress, part_no: int, parts: int, settings: IndexSettings,
-             known: set[str], bar) -> Iterator[_ShardDocs]:
+             known: set[str]) -> Iterator[_ShardDocs]:
     """Group the documents still to index into shards; ``position`` counts documents read."""
     batch, position = _ShardDocs(), source.documents_read
     for position, doc in enumerate(documents, start=1):
         if position <= source.documents_read:
             continue  # already in a shard: resuming
-        bar.update(1)
         if (position - 1) % parts != part_no:
             continue
         if doc.id in known:
@@ -172,9 +177,10 @@ def _batches(documents, source: SourceProgress, part_no: int, parts: int, settin
 
 
 def _encode_shard(model, docs: list, index_dir: Path, manifest: Manifest, settings: IndexSettings,
-                  batch_size: int) -> None:
+                  batch_size: int, bar) -> None:
     doc_vectors, passage_vectors, ptr, records = [], [], [0], []
     for out in model.iter_forward(docs, batch_size=batch_size):
+        bar.update(len(out.documents))
         doc_vectors.append(out.document_embeddings.float().cpu().numpy())
         for i, prepared in enumerate(out.documents):
             if settings.store_passages:

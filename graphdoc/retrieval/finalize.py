@@ -51,8 +51,8 @@ def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = Fals
         docstore.write_store(tmp / "docstore.jsonl", records)
         texts = (f"{r['title']} {r['text']}".strip() for r in docstore.iter_store(tmp / "docstore.jsonl"))
         BM25Index.build(texts, BM25Config.from_dict(manifest.bm25)).save(tmp / "bm25")
-    manifest.counts = {"documents": len(keep), "passages": n_passages, "shards": len(manifest.shards),
-                       "replaced": len(ids) - len(keep)}
+    manifest.counts.update({"documents": len(keep), "passages": n_passages, "shards": len(manifest.shards),
+                            "replaced": len(ids) - len(keep)})
     manifest.finalized = True
     manifest.save(index_dir)
     logger.info("index %s: %d documents, %d passages", index_dir, len(keep), n_passages)

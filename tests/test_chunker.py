@@ -1,0 +1,218 @@
+"""The chunker: every word in exactly one passage, in order, within its section, on sentence boundaries."""
+
+from __future__ import annotations
+
+import re
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from graphdoc.chunker import Chunker, chunk_document, fit_to_token_limit, split_passage  # noqa: E402
+from graphdoc.config import ChunkerConfig  # noqa: E402
+from graphdoc.documents import Document, Passage, Section  # noqa: E402
+
+WORD = re.compile(r"\S+")
+
+
+def words(text: str) -> list[str]:
+    return WORD.findall(text)
+
+
+# ------------------------------------------------------------------ strategies
+TOKENS = st.one_of(
+    st.sampled_from(["the", "Graph", "attention", "Dr.", "e.g.", "U.S.A.", "3.14", "end.", "why?", "wow!",
+                     "café", "naïve", "日本語", "Привет", "مرحبا", "😀", "—", "...", '"quoted"', "(x)", ".", "!?"]),
+    st.text(min_size=1, max_size=8),
+)
+SEPARATORS = st.sampled_from([" ", " ", " ", "  ", "\n", "\n\n", "\t", ". ", "! ", "? ", "\xa0", "\u3000", "\r\n"])
+
+
+@st.composite
+def texts(draw, max_tokens: int = 60) -> str:
+    tokens = draw(st.lists(TOKENS, max_size=max_tokens))
+    out = []
+    for token in tokens:
+        out.append(token)
+        out.append(draw(SEPARATORS))
+    return "".join(out)
+
+
+@st.composite
+def sectioned_documents(draw) -> Document:
+    """A document whose sections are arbitrary spans of its text (boundaries may fall inside words)."""
+    text = draw(texts())
+    cuts = sorted(draw(st.lists(st.integers(0, len(text)), max_size=4)))
+    bounds = [0, *cuts, len(text)]
+    sections = [Section(f"S{i}", a, b) for i, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+    return Document("doc", text, sections=sections)
+
+
+@st.composite
+def record_documents(draw) -> Document:
+    """A document built the way corpus readers build one: section texts joined with newlines."""
+    sections = draw(st.lists(st.tuples(st.sampled_from(["", "Intro", "Méthodes"]), texts(30)),
+                             min_size=1, max_size=4))
+    return Document.from_dict({"_id": "r", "sections": [{"title": t, "text": x} for t, x in sections]})
+
+
+# ------------------------------------------------------------------ properties
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=sectioned_documents(), max_words=st.integers(1, 12))
+def test_passages_partition_each_section_in_order(doc: Document, max_words: int) -> None:
+    passages = chunk_document(doc, max_words)
+    assert [p.index for p in passages] == list(range(len(passages)))
+    for p in passages:
+        assert p.doc_id == doc.id
+        assert p.text == doc.text[p.start:p.end]
+        section = doc.sections[p.section]
+        assert section.start <= p.start < p.end <= section.end  # never crosses a section
+        assert p.section_title == section.title
+        assert 1 <= len(words(p.text)) <= max_words
+        assert p.text == p.text.strip()  # starts and ends on a word
+    # section by section, the passages hold exactly the section's words, in order
+    for s, section in enumerate(doc.sections):
+        expected = words(doc.text[section.start:section.end])
+        got = [w for p in passages if p.section == s for w in words(p.text)]
+        assert got == expected
+    # passages come in document order
+    assert [p.start for p in passages] == sorted(p.start for p in passages)
+    assert all(a.end <= b.start for a, b in zip(passages, passages[1:]))
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(doc=record_documents(), max_words=st.integers(1, 8))
+def test_every_word_of_the_text_is_in_exactly_one_passage(doc: Document, max_words: int) -> None:
+    passages = chunk_document(doc, max_words)
+    assert [w for p in passages for w in words(p.text)] == words(doc.text)
+    for p in passages:
+        assert p.section_title == doc.sections[p.section].title
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(text=st.text(max_size=200), max_words=st.integers(1, 20))
+def test_arbitrary_unicode_text_keeps_every_word(text: str, max_words: int) -> None:
+    passages = chunk_document(Document("u", text), max_words)
+    assert [w for p in passages for w in words(p.text)] == words(text)
+    assert all(p.text == text[p.start:p.end] for p in passages)
+    assert all(len(words(p.text)) <= max_words for p in passages)
+
+
+# ------------------------------------------------------------------ exact cases
+TEXT = "One two three. Four five. Six seven eight nine ten eleven. Twelve."
+
+
+def test_whole_sentences_are_packed_up_to_the_limit() -> None:
+    got = [p.text for p in chunk_document(Document("d", TEXT), max_words=5)]
+    assert got == ["One two three. Four five.", "Six seven eight nine ten", "eleven. Twelve."]
+
+
+def test_sentences_are_not_merged_past_the_limit() -> None:
+    got = [p.text for p in chunk_document(Document("d", TEXT), max_words=4)]
+    assert got == ["One two three.", "Four five.", "Six seven eight nine", "ten eleven. Twelve."]
+
+
+def test_one_passage_when_everything_fits() -> None:
+    (p,) = chunk_document(Document("d", TEXT), max_words=100)
+    assert (p.start, p.end, p.text, p.section, p.section_title) == (0, len(TEXT), TEXT, 0, "")
+
+
+def test_over_long_sentence_is_split_at_word_boundaries() -> None:
+    text = " ".join(f"w{i}" for i in range(10)) + "."
+    got = [p.text for p in chunk_document(Document("d", text), max_words=3)]
+    assert got == ["w0 w1 w2", "w3 w4 w5", "w6 w7 w8", "w9."]
+
+
+def test_sections_restart_packing_and_carry_titles() -> None:
+    doc = Document.from_dict({"_id": "s", "sections": [
+        {"title": "A", "text": "Alpha beta. Gamma."}, {"title": "B", "text": "Delta."}]})
+    got = [(p.index, p.section, p.section_title, p.text) for p in chunk_document(doc, max_words=10)]
+    assert got == [(0, 0, "A", "Alpha beta. Gamma."), (1, 1, "B", "Delta.")]
+
+
+@pytest.mark.parametrize("text", ["", " ", "\n\n\t  \r\n", "\xa0\u3000"])
+def test_empty_or_whitespace_text_gives_no_passages(text: str) -> None:
+    assert chunk_document(Document("e", text)) == []
+
+
+def test_empty_section_gives_no_passages_but_keeps_numbering() -> None:
+    doc = Document("d", "a b\n\nc", sections=[Section("x", 0, 3), Section("empty", 3, 5), Section("z", 5, 6)])
+    got = [(p.index, p.section, p.text) for p in chunk_document(doc, max_words=5)]
+    assert got == [(0, 0, "a b"), (1, 2, "c")]
+
+
+# ------------------------------------------------------------------ token limit
+def char_tokenize(texts: list[str]) -> list[list[int]]:
+    """A fake tokenizer: one token per character."""
+    return [[ord(c) for c in t] for t in texts]
+
+
+def with_title(p: Passage) -> str:
+    return f"TITLE {p.text}" if p.index == 0 else p.text
+
+
+@pytest.mark.parametrize("make_input", [lambda p: p.text, with_title])
+@pytest.mark.parametrize("max_tokens", [12, 25, 40])
+def test_fit_to_token_limit_resplits_until_everything_fits(make_input, max_tokens: int) -> None:
+    text = "Graph attention networks read long documents as graphs of their passages. " * 3
+    doc = Document("d", text)
+    passages = chunk_document(doc, max_words=100)
+    fitted, ids = fit_to_token_limit(text, passages, make_input, char_tokenize, max_tokens)
+    assert len(fitted) > len(passages)
+    assert [p.index for p in fitted] == list(range(len(fitted)))
+    # ids belong to the (renumbered) passages they sit beside
+    assert ids == char_tokenize([make_input(p) for p in fitted])
+    assert all(len(t) <= max_tokens for t in ids)
+    assert all(p.text == text[p.start:p.end] for p in fitted)
+    assert [w for p in fitted for w in words(p.text)] == words(text)
+
+
+def test_fit_to_token_limit_leaves_fitting_passages_alone() -> None:
+    doc = Document("d", TEXT)
+    passages = chunk_document(doc, max_words=4)
+    fitted, ids = fit_to_token_limit(TEXT, passages, lambda p: p.text, char_tokenize, 100)
+    assert fitted == passages
+    assert ids == char_tokenize([p.text for p in passages])
+
+
+def test_a_single_long_word_is_cut_at_characters() -> None:
+    text = "x" * 50
+    passages = chunk_document(Document("d", text), max_words=100)
+    fitted, ids = fit_to_token_limit(text, passages, lambda p: p.text, char_tokenize, 16)
+    assert "".join(p.text for p in fitted) == text
+    assert [len(t) for t in ids] == [12, 13, 12, 13]
+
+
+def test_split_passage_halves_at_a_word_boundary() -> None:
+    text = "zero one two three four"
+    (p,) = chunk_document(Document("d", text), max_words=10)
+    left, right = split_passage(text, p)
+    assert (left.text, right.text) == ("zero one", "two three four")
+    assert (left.start, left.end, right.start, right.end) == (0, 8, 9, 23)
+
+
+# ------------------------------------------------------------------ Chunker
+def test_chunker_cap_counts_and_cuts() -> None:
+    chunker = Chunker(ChunkerConfig(max_words=1, max_passages=3))
+    doc = Document("d", "a b c d e")
+    passages = chunker(doc)
+    assert len(passages) == 5
+    kept = chunker.cap(doc, passages)
+    assert kept == passages[:3]
+    assert (chunker.passages_cut, chunker.documents_cut) == (2, 1)
+    assert chunker.cap(doc, passages, max_passages=4) == passages[:4]
+    assert (chunker.passages_cut, chunker.documents_cut) == (3, 2)
+    assert chunker.cap(doc, passages[:2]) == passages[:2]  # under the cap: nothing counted
+    assert (chunker.passages_cut, chunker.documents_cut) == (3, 2)
+
+
+def test_chunker_without_cap_keeps_everything() -> None:
+    chunker = Chunker(ChunkerConfig(max_words=1, max_passages=None))
+    doc = Document("d", "a b c d e")
+    assert len(chunker.cap(doc, chunker(doc))) == 5
+    assert chunker.passages_cut == 0
+
+
+def test_chunker_repr() -> None:
+    assert repr(Chunker(ChunkerConfig(max_words=7, max_passages=None, title="all"))) == \
+        "Chunker(max_words=7, max_passages=None, title='all')"

@@ -1,0 +1,175 @@
+"""``graphdoc embed`` run in-process on a tiny random encoder: outputs, and one-line errors for bad inputs."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graphdoc import __version__
+from graphdoc.cli import main
+from graphdoc.encoder import GraphDocEncoder
+
+DOCS = [
+    {"_id": "d1", "title": "Graphs", "text": "Graph attention networks read documents as graphs of passages."},
+    {"_id": "d2", "text": "The quick brown fox jumps over the lazy dog. A second sentence follows here!"},
+    {"_id": "d3", "sections": [{"title": "A", "text": "Meetings have topics."},
+                               {"title": "B", "text": "And sections."}]},
+]
+
+
+@pytest.fixture(autouse=True)
+def restore_global_state():
+    """``main`` configures logging and quiets transformers for the process; undo that after each test."""
+    from transformers.utils import logging as hf_logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model gains nothing from threads on a busy shared CPU
+    yield
+    torch.set_num_threads(threads)
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    hf_logging.set_verbosity(verbosity)
+    (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def embed(corpus: Path | str, output: Path, model: Path | str, *extra: str, quiet: bool = True) -> int:
+    """Run ``graphdoc [-q] embed ...``; quiet by default, so stderr holds only warnings and errors."""
+    argv = ["embed", "--corpus", str(corpus), "--output", str(output), "--model", str(model), *extra]
+    return main((["-q"] if quiet else []) + argv)
+
+
+def error_line(capsys) -> str:
+    """The whole of stderr, which must be exactly one line."""
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("graphdoc embed: error: ")
+    return lines[0]
+
+
+# ------------------------------------------------------------------ success
+def test_embed_writes_one_float32_row_per_document_and_ids_in_row_order(tiny_bert: Path, tmp_path: Path) -> None:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", DOCS)
+    output = tmp_path / "out" / "emb.npy"
+    assert embed(corpus, output, tiny_bert, "--batch-size", "2") == 0
+    matrix = np.load(output)
+    assert matrix.dtype == np.float32 and matrix.shape == (3, 32)
+    assert (tmp_path / "out" / "emb.ids.txt").read_text(encoding="utf-8") == "d1\nd2\nd3\n"
+    # the rows are what the Python API gives for the same documents
+    model = GraphDocEncoder.from_pretrained(str(tiny_bert), device="cpu")
+    assert np.allclose(matrix, model.encode(DOCS), atol=1e-6)
+    assert sorted(p.name for p in output.parent.iterdir()) == ["emb.ids.txt", "emb.npy"]  # no temporary files
+
+
+def test_embed_normalize(tiny_bert: Path, tmp_path: Path) -> None:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", DOCS)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--normalize") == 0
+    assert np.allclose(np.linalg.norm(np.load(tmp_path / "emb.npy"), axis=1), 1.0, atol=1e-6)
+
+
+def test_empty_documents_are_skipped_and_counted(tiny_bert: Path, tmp_path: Path, capsys) -> None:
+    records = [DOCS[0], {"_id": "empty", "text": ""}, DOCS[1], {"_id": "blank", "text": " \n\t "}]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, quiet=False) == 0
+    assert np.load(tmp_path / "emb.npy").shape == (2, 32)
+    assert (tmp_path / "emb.ids.txt").read_text(encoding="utf-8") == "d1\nd2\n"
+    assert "skipped 2 empty document" in capsys.readouterr().err
+
+
+def test_version(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"graphdoc {__version__}"
+
+
+# ------------------------------------------------------------------ user errors: exit 1, one line on stderr
+def test_missing_corpus(tiny_bert: Path, tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "nope.jsonl"
+    assert embed(missing, tmp_path / "emb.npy", tiny_bert) == 1
+    line = error_line(capsys)
+    assert str(missing) in line and "no such file" in line
+    assert not (tmp_path / "emb.npy").exists()
+
+
+def test_broken_json_line_names_file_and_line(tiny_bert: Path, tmp_path: Path, capsys) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps(DOCS[0]) + "\n" + '{"_id": "d2", "text": "unterminated\n', encoding="utf-8")
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert) == 1
+    line = error_line(capsys)
+    assert f"{corpus}:2:" in line and "invalid JSON" in line
+
+
+def test_duplicate_id(tiny_bert: Path, tmp_path: Path, capsys) -> None:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [DOCS[0], DOCS[1], dict(DOCS[2], _id="d1")])
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert) == 1
+    line = error_line(capsys)
+    assert f"{corpus}:3:" in line and "duplicate document id 'd1'" in line and "line 1" in line
+
+
+def test_wrong_encoding(tiny_bert: Path, tmp_path: Path, capsys) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes((json.dumps(DOCS[0]) + "\n").encode() + '{"_id": "x", "text": "café"}\n'.encode("latin-1"))
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert) == 1
+    line = error_line(capsys)
+    assert f"{corpus}:2:" in line and "not valid UTF-8" in line and "0xe9" in line
+
+
+def test_output_must_end_in_npy(tiny_bert: Path, tmp_path: Path, capsys) -> None:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", DOCS)
+    assert embed(corpus, tmp_path / "emb.txt", tiny_bert) == 1
+    line = error_line(capsys)
+    assert "--output must end in .npy" in line and "emb.txt" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]
+
+
+def test_only_empty_documents_is_an_error(tiny_bert: Path, tmp_path: Path, capsys) -> None:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [{"_id": "e", "text": ""}])
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert) == 1
+    assert "no documents to embed" in error_line(capsys)
+    assert not (tmp_path / "emb.npy").exists()
+
+
+def test_unloadable_model(tmp_path: Path, capsys) -> None:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", DOCS)
+    assert embed(corpus, tmp_path / "emb.npy", "no-such-org/no-such-model") == 1
+    assert "no-such-org/no-such-model" in error_line(capsys)
+
+
+def test_an_error_mid_corpus_leaves_no_output_and_keeps_an_earlier_one(tiny_bert: Path, tmp_path: Path,
+                                                                       capsys) -> None:
+    output = tmp_path / "emb.npy"
+    earlier = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.save(output, earlier)
+    (tmp_path / "emb.ids.txt").write_text("old1\nold2\n", encoding="utf-8")
+    # several full batches are embedded before the reader reaches the broken line
+    records = [{"_id": f"doc{i}", "text": f"Document number {i} has a sentence."} for i in range(9)]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records) + "{broken\n", encoding="utf-8")
+    assert embed(corpus, output, tiny_bert, "--batch-size", "2") == 1
+    assert f"{corpus}:10:" in error_line(capsys)
+    assert np.array_equal(np.load(output), earlier)
+    assert (tmp_path / "emb.ids.txt").read_text(encoding="utf-8") == "old1\nold2\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "emb.ids.txt", "emb.npy"]
+
+    fresh = tmp_path / "fresh.npy"
+    assert embed(corpus, fresh, tiny_bert, "--batch-size", "2") == 1
+    assert not fresh.exists() and not (tmp_path / "fresh.ids.txt").exists()
+
+
+def test_error_is_one_line_without_quiet(tiny_bert: Path, tmp_path: Path, capsys) -> None:
+    assert embed(tmp_path / "nope.jsonl", tmp_path / "emb.npy", tiny_bert, quiet=False) == 1
+    error_line(capsys)

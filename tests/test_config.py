@@ -1,0 +1,116 @@
+"""Configuration dataclasses: YAML files in configs/, unknown keys, bad values, round trips."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from graphdoc.config import (ChunkerConfig, GraphConfig, ModelConfig, PassageEncoderConfig, from_dict,
+                             load_config_file)
+from graphdoc.errors import GraphDocError
+
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+
+
+def test_there_are_config_files() -> None:
+    assert {p.name for p in CONFIGS} >= {"default.yaml", "section-graph.yaml", "graph-roberta-paper.yaml"}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_yaml_file_loads_into_a_model_config(path: Path) -> None:
+    config = load_config_file(path)
+    assert isinstance(config, ModelConfig)
+    assert ModelConfig.from_dict(config.to_dict()) == config
+
+
+def test_default_yaml_is_the_default_config() -> None:
+    assert load_config_file(CONFIGS[0].with_name("default.yaml")) == ModelConfig()
+
+
+def test_yaml_files_say_what_they_promise() -> None:
+    folder = CONFIGS[0].parent
+    assert load_config_file(folder / "section-graph.yaml").graph.graph_type == "section"
+    paper = load_config_file(folder / "graph-roberta-paper.yaml")
+    assert (paper.passage_encoder.model_name_or_path, paper.passage_encoder.pooling,
+            paper.passage_encoder.projection_dim) == ("roberta-base", "cls", 512)
+
+
+def test_to_dict_from_dict_round_trip_through_json() -> None:
+    config = ModelConfig(ChunkerConfig(max_words=50, max_passages=None, title="all"),
+                         PassageEncoderConfig("some/model", pooling="mean", normalize=True, max_seq_length=128,
+                                              projection_dim=64, precision="bf16"),
+                         GraphConfig(graph_type="section", num_layers=0, heads=4, dropout=0.0))
+    data = json.loads(json.dumps(config.to_dict()))
+    assert ModelConfig.from_dict(data) == config
+    assert data["chunker"] == {"max_words": 50, "max_passages": None, "title": "all"}
+
+
+def test_partial_sections_keep_defaults() -> None:
+    config = ModelConfig.from_dict({"graph": {"heads": 4}})
+    assert config.graph == GraphConfig(heads=4)
+    assert config.chunker == ChunkerConfig()
+
+
+def test_unknown_top_level_key_lists_valid_keys() -> None:
+    with pytest.raises(GraphDocError) as info:
+        ModelConfig.from_dict({"grpah": {}})
+    assert str(info.value) == "unknown config key grpah; valid keys: chunker, passage_encoder, graph"
+
+
+def test_unknown_nested_key_lists_valid_keys(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("chunker:\n  max_word: 10\n", encoding="utf-8")
+    with pytest.raises(GraphDocError) as info:
+        load_config_file(path)
+    assert str(info.value) == ("unknown config key chunker.max_word; "
+                               "valid keys: chunker.max_words, chunker.max_passages, chunker.title")
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"graph": {"graph_type": "star"}}, "graph.graph_type must be one of full, section; got 'star'"),
+    ({"chunker": {"title": "last"}}, "chunker.title must be one of first, all, none; got 'last'"),
+    ({"passage_encoder": {"pooling": "sum"}}, "passage_encoder.pooling must be one of cls, mean, max; got 'sum'"),
+    ({"passage_encoder": {"precision": "int8"}},
+     "passage_encoder.precision must be one of auto, fp32, fp16, bf16; got 'int8'"),
+    ({"chunker": {"max_words": 0}}, "chunker.max_words must be at least 1; got 0"),
+    ({"chunker": {"max_passages": 0}}, "chunker.max_passages must be at least 1 or null; got 0"),
+    ({"graph": {"num_layers": -1}}, "graph.num_layers must be >= 0 and graph.heads >= 1"),
+    ({"passage_encoder": {"max_tokens_per_batch": 0}}, "passage_encoder.max_tokens_per_batch must be positive"),
+])
+def test_bad_values_are_one_line_errors(data: dict, expected: str) -> None:
+    with pytest.raises(GraphDocError) as info:
+        ModelConfig.from_dict(data)
+    assert str(info.value) == expected
+
+
+def test_a_section_that_is_not_a_mapping_is_an_error() -> None:
+    with pytest.raises(GraphDocError, match="config section 'chunker' must be a mapping"):
+        ModelConfig.from_dict({"chunker": [1, 2]})
+
+
+def test_wrong_value_type_is_a_one_line_error() -> None:
+    with pytest.raises(GraphDocError) as info:
+        from_dict(ChunkerConfig, {"max_words": "ten"})
+    assert "\n" not in str(info.value) and "ChunkerConfig" in str(info.value)
+
+
+def test_missing_and_broken_files_are_named(tmp_path: Path) -> None:
+    with pytest.raises(GraphDocError, match="config file not found: .*nope.yaml"):
+        load_config_file(tmp_path / "nope.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("chunker: [unclosed\n", encoding="utf-8")
+    with pytest.raises(GraphDocError, match=r"broken.yaml: invalid YAML") as info:
+        load_config_file(broken)
+    assert "\n" not in str(info.value)
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text("{\n  'chunker': 1}", encoding="utf-8")
+    with pytest.raises(GraphDocError, match=r"bad.json: invalid JSON \(.* at line 2\)"):
+        load_config_file(bad_json)
+
+
+def test_json_config_files_load_too(tmp_path: Path) -> None:
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps({"graph": {"graph_type": "section"}}), encoding="utf-8")
+    assert load_config_file(path) == ModelConfig(graph=GraphConfig(graph_type="section"))
