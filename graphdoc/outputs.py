@@ -45,13 +45,17 @@ class GraphOutput:
     def document_attention(self, i: int, layer: int = -1) -> torch.Tensor:
         """Document ``i``'s node attention over its passages in ``layer``, mean over heads: ``[n_passages]``.
 
-        A one-passage document attends only to itself: ``[1.0]``.
+        The weights leave out the document node's attention to itself, so they sum to at most 1.
+        A one-passage document attends only to itself: ``[1.0]``; with no GAT layers the weights are
+        uniform (the document node is the mean of its passages).
         """
-        if not self.attention:
+        if self.attention is None:
             raise ValueError("attention weights were not requested (return_attention_weights=True)")
         start, end = int(self.ptr[i]), int(self.ptr[i + 1])
         if end - start == 1:
             return torch.ones(1)
+        if not self.attention:  # no GAT layers: the document node is the plain mean of its passages
+            return torch.full((end - start - 1,), 1.0 / (end - start - 1))
         att_index, alpha = self.attention[layer]
         incoming = (att_index[1] == start) & (att_index[0] > start) & (att_index[0] < end)
         weights = torch.zeros(end - start - 1, device=alpha.device)

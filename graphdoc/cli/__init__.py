@@ -36,6 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
         importlib.import_module(module).add_parser(sub)
+    for subparser in sub.choices.values():  # -v / -q also after the subcommand
+        subparser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                               help="log debug messages")
+        subparser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                               help="only warnings and errors; no progress bars")
     return parser
 
 
@@ -63,6 +68,7 @@ def _quiet_third_party(verbose: bool) -> None:
     """Keep transformers' own loading bars and notices out of graphdoc's output unless verbose."""
     if verbose:
         return
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

@@ -4,9 +4,9 @@ Layout of ``INDEX_DIR``::
 
     manifest.json              settings, model identity, progress per corpus, counts
     shards/NNNNN/              one per ``shard_size`` documents, written atomically
-        ids.txt  doc_vectors.npy  passage_vectors.npy  passage_ptr.npy  docs.jsonl
+        ids.txt  doc_vectors.npy  passage_vectors.npy  passage_ptr.npy  passage_attention.npy  docs.jsonl
     final/                     rebuilt from the shards after every run (atomically)
-        doc_ids.txt  dense.faiss  doc_vectors.npy  passage_vectors.npy  passage_ptr.npy
+        doc_ids.txt  dense.faiss  doc_vectors.npy  passage_vectors.npy  passage_ptr.npy  passage_attention.npy
         passages.faiss  bm25/  docstore.jsonl(+.offsets.npy)
 
 A killed run rerun with the same command skips the documents already in shards; shards a crash
@@ -31,6 +31,7 @@ from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_directory
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config
+from graphdoc.retrieval.dense import METRICS, new_faiss_index
 from graphdoc.retrieval.manifest import Manifest, SourceProgress, check_identity, model_identity
 from graphdoc.retrieval.shards import read_shard, write_shard
 from graphdoc.retrieval.finalize import finalize
@@ -81,9 +82,16 @@ def open_manifest(index_dir: Path, model, settings: IndexSettings) -> Manifest:
             if wanted is not None and wanted != getattr(manifest, name):
                 raise GraphDocError(f"index {index_dir} has {name}={getattr(manifest, name)!r}; "
                                     f"cannot change it to {wanted!r} (build a new index)")
+        if manifest.store_passages and not settings.store_passages:
+            raise GraphDocError(f"index {index_dir} keeps passage vectors; cannot add documents without them "
+                                "(build a new index with --no-passages)")
         return manifest
     from graphdoc import __version__
 
+    # checked before anything is written: the manifest fixes these for every later run
+    if (settings.metric or "cosine") not in METRICS:
+        raise GraphDocError(f"unknown metric {settings.metric!r}; valid: {', '.join(METRICS)}")
+    new_faiss_index(settings.faiss_factory or "Flat", model.dimension)
     index_dir.mkdir(parents=True, exist_ok=True)
     manifest = Manifest(model=identity, dimension=model.dimension, metric=settings.metric or "cosine",
                         faiss_factory=settings.faiss_factory or "Flat", bm25=settings.bm25.to_dict(),
@@ -178,21 +186,23 @@ def _batches(documents, source: SourceProgress, part_no: int, parts: int, settin
 
 def _encode_shard(model, docs: list, index_dir: Path, manifest: Manifest, settings: IndexSettings,
                   batch_size: int, bar) -> None:
-    doc_vectors, passage_vectors, ptr, records = [], [], [0], []
-    for out in model.iter_forward(docs, batch_size=batch_size):
+    doc_vectors, passage_vectors, attention, ptr, records = [], [], [], [0], []
+    keep = manifest.store_passages  # the index's own setting: an added corpus cannot change it
+    for out in model.iter_forward(docs, batch_size=batch_size, return_attention_weights=keep):
         bar.update(len(out.documents))
         doc_vectors.append(out.document_embeddings.float().cpu().numpy())
         for i, prepared in enumerate(out.documents):
-            if settings.store_passages:
+            if keep:
                 vectors = out.passage_embeddings(i).float().cpu().numpy()
                 passage_vectors.append(vectors)
+                attention.append(out.document_attention(i).float().cpu().numpy())
                 ptr.append(ptr[-1] + len(vectors))
             records.append(docstore.record(prepared.document, prepared.passages))
     name = f"{len(manifest.shards):05d}"
-    dim = model.dimension
+    empty = np.zeros((0, model.dimension), np.float32)
     write_shard(index_dir / "shards" / name, records, np.concatenate(doc_vectors),
-                np.concatenate(passage_vectors) if passage_vectors else np.zeros((0, dim), np.float32),
-                np.asarray(ptr, dtype=np.int64))
+                np.concatenate(passage_vectors) if keep else empty, np.asarray(ptr, dtype=np.int64),
+                np.concatenate(attention) if keep else None)
     manifest.shards.append(name)
 
 

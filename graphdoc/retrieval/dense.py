@@ -26,6 +26,17 @@ def prepare_vectors(vectors: np.ndarray, metric: str) -> np.ndarray:
     return out
 
 
+def new_faiss_index(factory: str, dimension: int):
+    """An empty FAISS inner-product index; a string FAISS cannot parse is a :class:`GraphDocError`."""
+    import faiss
+
+    try:
+        return faiss.index_factory(dimension, factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as exc:
+        raise GraphDocError(f"bad FAISS index_factory string {factory!r}: "
+                            f"{str(exc).strip().splitlines()[-1]}") from None
+
+
 class DenseIndex:
     """A FAISS inner-product index over row-ordered vectors (row ``i`` is the ``i``-th document)."""
 
@@ -43,14 +54,8 @@ class DenseIndex:
     def build(cls, vectors: np.ndarray, factory: str = "Flat", metric: str = "cosine",
               seed: int = 0) -> "DenseIndex":
         """Build from ``[n, d]`` vectors; an index that needs training is trained on a sample."""
-        import faiss
-
         data = prepare_vectors(vectors, metric)
-        try:
-            index = faiss.index_factory(data.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
-        except RuntimeError as exc:
-            raise GraphDocError(f"bad FAISS index_factory string {factory!r}: "
-                                f"{str(exc).strip().splitlines()[-1]}") from None
+        index = new_faiss_index(factory, data.shape[1])
         if not index.is_trained:
             rng = np.random.default_rng(seed)
             sample = data[rng.choice(len(data), min(len(data), TRAIN_SAMPLE), replace=False)]

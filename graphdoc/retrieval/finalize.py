@@ -28,7 +28,7 @@ def _kept_rows(ids: list[str]) -> np.ndarray:
 
 def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = False) -> None:
     """Rebuild ``final/`` from every shard (atomically) and mark the manifest finalised."""
-    ids, doc_vectors, passage_vectors, passage_ptr, stores = _gather(index_dir, manifest)
+    ids, doc_vectors, passage_vectors, passage_ptr, attention, stores = _gather(index_dir, manifest)
     if not ids:
         raise GraphDocError(f"index {index_dir} has no documents")
     keep = _kept_rows(ids)
@@ -41,6 +41,8 @@ def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = Fals
         n_passages = 0
         if manifest.store_passages:
             p_vectors, p_ptr = _select_passages(passage_vectors, passage_ptr, keep)
+            if attention is not None:
+                np.save(tmp / "passage_attention.npy", _select_passages(attention[:, None], passage_ptr, keep)[0][:, 0])
             p_vectors = prepare_vectors(p_vectors, manifest.metric)
             np.save(tmp / "passage_vectors.npy", p_vectors)
             np.save(tmp / "passage_ptr.npy", p_ptr)
@@ -59,20 +61,22 @@ def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = Fals
 
 
 def _gather(index_dir: Path, manifest: Manifest):
-    ids, docs, passages, ptrs, stores = [], [], [], [0], []
+    ids, docs, passages, attention, ptrs, stores = [], [], [], [], [0], []
     offset = 0
     for name in manifest.shards:
-        s_ids, s_docs, s_passages, s_ptr, s_store = read_shard(index_dir / "shards" / name)
+        s_ids, s_docs, s_passages, s_ptr, s_attention, s_store = read_shard(index_dir / "shards" / name)
         ids.extend(s_ids)
         docs.append(s_docs)
         passages.append(s_passages)
+        attention.append(s_attention)
         ptrs.extend((s_ptr[1:] + offset).tolist())
         offset += len(s_passages)
         stores.append(s_store)
     dim = manifest.dimension
+    has_attention = bool(attention) and all(a is not None for a in attention)
     return (ids, np.concatenate(docs) if docs else np.zeros((0, dim), np.float32),
             np.concatenate(passages) if passages else np.zeros((0, dim), np.float32),
-            np.asarray(ptrs, dtype=np.int64), stores)
+            np.asarray(ptrs, dtype=np.int64), np.concatenate(attention) if has_attention else None, stores)
 
 
 def _select_passages(vectors: np.ndarray, ptr: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -110,16 +110,27 @@ def model_fingerprint(model) -> str:
     return value
 
 
-def check_identity(expected: dict[str, Any], actual: dict[str, Any], where: Path) -> None:
-    """Refuse a model whose identity differs from the index's, naming the first differing setting."""
+def first_difference(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first setting (``"chunker.max_words"``, ..., then ``"fingerprint"``) two identities disagree on."""
     for section in ("chunker", "passage_encoder", "graph"):
         for key, value in expected.get(section, {}).items():
             other = actual.get(section, {}).get(key)
             if other != value:
-                raise IndexMismatchError(f"index {where} was built with {section}.{key}={value!r}, "
-                                         f"the model has {section}.{key}={other!r}")
+                return f"{section}.{key}", value, other
     if expected.get("fingerprint") != actual.get("fingerprint"):
-        raise IndexMismatchError(
-            f"index {where} was built with model {expected.get('name')!r} (weights "
-            f"{str(expected.get('fingerprint'))[:12]}), not {actual.get('name')!r} (weights "
-            f"{str(actual.get('fingerprint'))[:12]}): pass --model with the index's model")
+        return "fingerprint", expected.get("fingerprint"), actual.get("fingerprint")
+    return None
+
+
+def check_identity(expected: dict[str, Any], actual: dict[str, Any], where: Path) -> None:
+    """Refuse a model whose identity differs from the index's, naming the first differing setting."""
+    difference = first_difference(expected, actual)
+    if difference is None:
+        return
+    name, value, other = difference
+    if name != "fingerprint":
+        raise IndexMismatchError(f"index {where} was built with {name}={value!r}, the model has {name}={other!r}")
+    raise IndexMismatchError(
+        f"index {where} was built with model {expected.get('name')!r} (weights "
+        f"{str(value)[:12]}), not {actual.get('name')!r} (weights "
+        f"{str(other)[:12]}): pass --model with the index's model")

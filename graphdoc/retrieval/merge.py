@@ -7,9 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from graphdoc.errors import GraphDocError
+from graphdoc.errors import GraphDocError, IndexMismatchError
 from graphdoc.retrieval.finalize import finalize
-from graphdoc.retrieval.manifest import Manifest, check_identity
+from graphdoc.retrieval.manifest import Manifest, first_difference
 from graphdoc.retrieval.shards import read_shard
 
 SETTINGS = ("dimension", "metric", "faiss_factory", "bm25", "store_passages")
@@ -24,8 +24,15 @@ def merge_indexes(output: str | Path, parts: Sequence[str | Path], on_duplicate:
         raise GraphDocError("name at least one index part to merge")
     manifests = [Manifest.load(Path(p)) for p in parts]
     first = manifests[0]
-    for path, manifest in zip(parts[1:], manifests[1:]):
-        check_identity(first.model, manifest.model, Path(path))
+    for path, manifest in zip(parts, manifests):
+        difference = first_difference(first.model, manifest.model)
+        if difference is not None:
+            name, ours, theirs = difference
+            ours, theirs = repr(ours), repr(theirs)
+            if name == "fingerprint":
+                name, ours, theirs = "model", _model_name(first), _model_name(manifest)
+            raise IndexMismatchError(f"cannot merge {path}: it was built with {name}={theirs}, "
+                                     f"{parts[0]} with {name}={ours}")
         for name in SETTINGS:
             if getattr(manifest, name) != getattr(first, name):
                 raise GraphDocError(f"cannot merge {path}: its {name} differs from {parts[0]}'s")
@@ -44,6 +51,10 @@ def merge_indexes(output: str | Path, parts: Sequence[str | Path], on_duplicate:
     merged.save(output)
     finalize(output, merged)
     return merged
+
+
+def _model_name(manifest: Manifest) -> str:
+    return f"{manifest.model.get('name')!r} (weights {str(manifest.model.get('fingerprint'))[:12]})"
 
 
 def _check_duplicates(parts, manifests, on_duplicate: str) -> None:

@@ -1,0 +1,126 @@
+"""Resumable training checkpoints as plain files: safetensors and JSON, no pickle.
+
+A checkpoint is a folder ``OUTPUT/checkpoints/step-NNNNNNNN/`` written atomically (a killed save leaves
+no partial folder behind)::
+
+    model/                    the model, as GraphDocEncoder.save_pretrained writes it
+    optimizer.safetensors     every optimiser state tensor, as "state.<param>.<name>"
+    optimizer.json            parameter groups and non-tensor state values
+    scheduler.json            the learning-rate scheduler's state
+    rng.safetensors           torch random states (CPU, and CUDA where used) of every process
+    rng.json                  numpy's and Python's global random states (of process 0)
+    trainer_state.json        step, data position, data counts, schedule length, loss scaler, settings
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from graphdoc.errors import GraphDocError
+from graphdoc.fileio import atomic_directory
+
+CHECKPOINTS_DIR = "checkpoints"
+MODEL_DIR = "model"
+STATE_NAME = "trainer_state.json"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def checkpoint_dir(output: Path, step: int) -> Path:
+    return output / CHECKPOINTS_DIR / f"step-{step:08d}"
+
+
+def list_checkpoints(output: Path) -> list[Path]:
+    """Complete checkpoints under ``output``, oldest first."""
+    root = output / CHECKPOINTS_DIR
+    found = [p for p in root.iterdir() if _STEP_DIR.match(p.name) and (p / STATE_NAME).is_file()] \
+        if root.is_dir() else []
+    return sorted(found, key=lambda p: int(_STEP_DIR.match(p.name).group(1)))
+
+
+def optimizer_files(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Split an optimiser's state into tensors (for safetensors) and JSON values."""
+    state = optimizer.state_dict()
+    tensors, scalars = {}, {}
+    for param, values in state["state"].items():
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"state.{param}.{name}"] = value.detach().cpu().contiguous()
+            else:
+                scalars[f"{param}.{name}"] = value
+    return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
+
+
+def optimizer_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+    """The optimiser state dict rebuilt from :func:`optimizer_files`' two parts."""
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        _, param, name = key.split(".", 2)
+        state.setdefault(int(param), {})[name] = value
+    for key, value in meta["scalars"].items():
+        param, name = key.split(".", 1)
+        state.setdefault(int(param), {})[name] = value
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def global_rng_json() -> dict[str, Any]:
+    """numpy's and Python's global random states as JSON values."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    version, internal, gauss = random.getstate()
+    return {"numpy": [name, keys.tolist(), pos, has_gauss, cached], "python": [version, list(internal), gauss]}
+
+
+def set_global_rng_json(data: dict[str, Any]) -> None:
+    name, keys, pos, has_gauss, cached = data["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    version, internal, gauss = data["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=1) + "\n", encoding="utf-8")
+
+
+def save_checkpoint(folder: Path, model, optimizer: torch.optim.Optimizer, scheduler,
+                    rng_states: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
+    """Write one checkpoint folder atomically (``rng_states``: name -> uint8 tensor, per process)."""
+    with atomic_directory(folder) as tmp:
+        model.save_pretrained(tmp / MODEL_DIR)
+        tensors, meta = optimizer_files(optimizer)
+        save_file(tensors, str(tmp / "optimizer.safetensors"))
+        _write_json(tmp / "optimizer.json", meta)
+        _write_json(tmp / "scheduler.json", scheduler.state_dict())
+        save_file({k: v.cpu().contiguous() for k, v in rng_states.items()}, str(tmp / "rng.safetensors"))
+        _write_json(tmp / "rng.json", global_rng_json())
+        _write_json(tmp / STATE_NAME, state)
+
+
+def load_checkpoint(folder: Path, optimizer: torch.optim.Optimizer,
+                    scheduler) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Restore the optimiser, scheduler and global random states; returns the torch RNG states and the
+    trainer state. The model is loaded separately from ``folder / MODEL_DIR``."""
+    try:
+        meta = json.loads((folder / "optimizer.json").read_text(encoding="utf-8"))
+        optimizer.load_state_dict(optimizer_state(load_file(str(folder / "optimizer.safetensors")), meta))
+        scheduler.load_state_dict(json.loads((folder / "scheduler.json").read_text(encoding="utf-8")))
+        set_global_rng_json(json.loads((folder / "rng.json").read_text(encoding="utf-8")))
+        rng_states = load_file(str(folder / "rng.safetensors"))
+        state = json.loads((folder / STATE_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError) as exc:
+        raise GraphDocError(f"checkpoint {folder} is unreadable ({type(exc).__name__}: {exc})") from None
+    return rng_states, state
+
+
+def prune_checkpoints(output: Path, keep: int) -> None:
+    """Delete all but the newest ``keep`` checkpoints."""
+    import shutil
+
+    for old in list_checkpoints(output)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)

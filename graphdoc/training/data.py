@@ -1,0 +1,172 @@
+"""Streaming training data: corpus -> shuffled documents -> prepared documents -> batches -> sub-documents.
+
+The corpus is read again for every epoch and never held in memory (only a shuffle buffer of raw
+documents). Documents whose text is empty (dropped by the corpus readers) or that make a single passage
+cannot be split into two sub-documents; they are skipped and counted in :class:`DataStats`.
+
+Everything random is a pure function of the seed, the epoch and a document's position in the epoch's
+stream, so a run resumed from :class:`DataPosition` (or split over several processes) sees exactly the
+documents and splits an uninterrupted single-process run sees.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+
+import numpy as np
+import torch
+
+from graphdoc.corpus import ReadStats, read_corpus
+from graphdoc.corpus.named import resolve
+from graphdoc.documents import Document
+from graphdoc.outputs import PreparedDocument
+from graphdoc.training.objectives import make_split
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Prepare = Callable[[Document], PreparedDocument]
+
+
+@dataclass
+class DataPosition:
+    """Where training stands in the data: the epoch, and the documents of its stream already used."""
+
+    epoch: int = 0
+    offset: int = 0
+
+
+@dataclass
+class DataStats:
+    """Documents used and skipped, summed over the epochs run (a resumed run restores the counts)."""
+
+    used: int = 0
+    empty_skipped: int = 0
+    one_passage_skipped: int = 0
+
+
+@dataclass
+class Example:
+    """A training document: its position in the epoch's stream and its prepared passages."""
+
+    position: int
+    prepared: PreparedDocument
+
+
+@dataclass
+class Batch:
+    """One optimiser step's documents (all processes together) and the stream offset after them."""
+
+    examples: list[Example]
+    end: int
+
+
+@dataclass
+class SubDocument:
+    """A sub-document (a subset of a document's passages) embedded as its own graph.
+
+    ``vectors`` (``[n, hidden]``) holds cached passage vectors in frozen-encoder mode, else ``None``.
+    """
+
+    token_ids: list[list[int]]
+    section_ids: list[int]
+    vectors: torch.Tensor | None = None
+
+    @property
+    def num_passages(self) -> int:
+        return len(self.section_ids)
+
+
+def is_named_corpus(source: str) -> bool:
+    return not os.path.exists(source) and resolve(source) is not None
+
+
+def open_corpus(sources: Sequence[str], stats: ReadStats) -> Iterator[Document]:
+    """The documents of every source in turn (empty ones skipped and counted by the readers)."""
+    readers = [read_corpus(source, stats=stats) for source in sources]  # checks every source now
+    for reader in readers:
+        yield from reader
+
+
+def shuffled(items: Iterable[T], buffer_size: int, rng: np.random.Generator) -> Iterator[T]:
+    """Stream ``items`` in a random order drawn from a buffer of ``buffer_size`` (0: unchanged)."""
+    if buffer_size <= 1:
+        yield from items
+        return
+    buffer: list[T] = []
+    for item in items:
+        if len(buffer) < buffer_size:
+            buffer.append(item)
+            continue
+        i = int(rng.integers(buffer_size))
+        yield buffer[i]
+        buffer[i] = item
+    for i in rng.permutation(len(buffer)):
+        yield buffer[i]
+
+
+def epoch_stream(sources: Sequence[str], epoch: int, seed: int, buffer_size: int,
+                 stats: ReadStats) -> Iterator[Document]:
+    """The documents of one epoch, in that epoch's shuffled order."""
+    rng = np.random.default_rng([seed, epoch])
+    return shuffled(open_corpus(sources, stats), buffer_size, rng)
+
+
+def batches(docs: Iterable[Document], prepare: Prepare, batch_size: int, start: int,
+            stats: DataStats) -> Iterator[Batch]:
+    """Group the documents from stream offset ``start`` on into batches of ``batch_size`` usable ones.
+
+    The documents before ``start`` are passed over without being prepared; one-passage documents are
+    skipped and counted. The last batch of the stream may be smaller.
+    """
+    current: list[Example] = []
+    position = start
+    for position, doc in enumerate(docs):
+        if position < start:
+            continue
+        prepared = prepare(doc)
+        if len(prepared.passages) < 2:
+            stats.one_passage_skipped += 1
+            continue
+        current.append(Example(position, prepared))
+        if len(current) == batch_size:
+            stats.used += len(current)
+            yield Batch(current, position + 1)
+            current = []
+    if current:
+        stats.used += len(current)
+        yield Batch(current, position + 1)
+
+
+def count_examples(sources: Sequence[str], prepare: Prepare) -> int:
+    """The number of usable (two-passage or longer) documents in one pass over the corpus."""
+    return sum(len(prepare(doc).passages) >= 2 for doc in open_corpus(sources, ReadStats()))
+
+
+def shard(examples: Sequence[Example], rank: int, world_size: int) -> list[Example]:
+    """This process's contiguous block of a global batch (the blocks, concatenated, are the batch)."""
+    bounds = np.linspace(0, len(examples), world_size + 1).round().astype(int)
+    return list(examples[bounds[rank]:bounds[rank + 1]])
+
+
+def sub_documents(examples: Sequence[Example], objective: str, seed: int, epoch: int,
+                  ict_first_passage: float = 0.5,
+                  vectors: Sequence[torch.Tensor] | None = None) -> list[SubDocument]:
+    """The two sub-documents of every example, in pairs: ``[a_1, b_1, a_2, b_2, ...]``.
+
+    The split of a document depends only on ``(seed, epoch, position)``. ``vectors[i]``
+    (``[n_i, hidden]``), when given, are example ``i``'s passage vectors.
+    """
+    out: list[SubDocument] = []
+    for i, example in enumerate(examples):
+        prepared = example.prepared
+        rng = np.random.default_rng([seed, epoch, example.position])
+        for part in make_split(objective, len(prepared.passages), rng, ict_first_passage):
+            idx = part.tolist()
+            out.append(SubDocument([prepared.token_ids[j] for j in idx],
+                                   [prepared.passages[j].section for j in idx],
+                                   None if vectors is None else vectors[i][part]))
+    return out

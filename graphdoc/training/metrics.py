@@ -1,0 +1,101 @@
+"""The training log: a CSV file (and TensorBoard event files when asked for), throughput, peak memory."""
+
+from __future__ import annotations
+
+import csv
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from graphdoc.errors import GraphDocError
+
+LOG_NAME = "log.csv"
+COLUMNS = ("step", "epoch", "loss", "lr", "documents", "docs_per_s", "steps_per_s", "elapsed_s",
+           "peak_rss_mib", "peak_cuda_mib")
+
+
+def peak_memory_mib(device: torch.device) -> tuple[float, float | None]:
+    """The process's peak resident memory, and the peak CUDA memory allocated on ``device``, in MiB."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_mib = rss / (1 << 20) if sys.platform == "darwin" else rss / 1024  # bytes on macOS, KiB on Linux
+    cuda = torch.cuda.max_memory_allocated(device) / (1 << 20) if device.type == "cuda" else None
+    return rss_mib, cuda
+
+
+class Throughput:
+    """Documents and steps per second, over the whole run and since the last :meth:`window` call."""
+
+    def __init__(self) -> None:
+        self.start = self._mark = time.perf_counter()
+        self.documents = self.steps = 0
+        self._mark_docs = self._mark_steps = 0
+
+    def update(self, documents: int) -> None:
+        self.documents += documents
+        self.steps += 1
+
+    def window(self) -> tuple[float, float]:
+        """``(documents/s, steps/s)`` since the previous call."""
+        now = time.perf_counter()
+        seconds = max(now - self._mark, 1e-9)
+        rates = ((self.documents - self._mark_docs) / seconds, (self.steps - self._mark_steps) / seconds)
+        self._mark, self._mark_docs, self._mark_steps = now, self.documents, self.steps
+        return rates
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+
+class TrainLog:
+    """Rows of :data:`COLUMNS` appended to ``OUTPUT/log.csv``; on resume, rows past the checkpoint go."""
+
+    def __init__(self, output: Path, resume_step: int | None = None, tensorboard: bool = False) -> None:
+        self.path = output / LOG_NAME
+        if resume_step is None or not self.path.is_file():
+            self.path.write_text(",".join(COLUMNS) + "\n", encoding="utf-8")
+        else:
+            self._truncate(resume_step)
+        self.writer = _tensorboard_writer(output) if tensorboard else None
+
+    def _truncate(self, step: int) -> None:
+        with open(self.path, newline="", encoding="utf-8") as handle:
+            rows = [r for r in csv.DictReader(handle) if int(r["step"]) <= step]
+        with open(self.path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def write(self, row: dict) -> None:
+        with open(self.path, "a", newline="", encoding="utf-8") as handle:
+            csv.DictWriter(handle, COLUMNS).writerow({k: _fmt(row.get(k)) for k in COLUMNS})
+        if self.writer is not None:
+            for key in ("loss", "lr", "docs_per_s"):
+                self.writer.add_scalar(f"pretrain/{key}", row[key], row["step"])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def read_log(output: Path) -> list[dict[str, str]]:
+    """The rows of a run's CSV log."""
+    with open(output / LOG_NAME, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return ""
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _tensorboard_writer(output: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise GraphDocError("pretrain.tensorboard needs the tensorboard package: pip install tensorboard") from None
+    return SummaryWriter(str(output / "tensorboard"))
