@@ -1,4 +1,8 @@
-"""Save and load graphdoc models: ``config.json`` + ``model.safetensors`` + ``passage_encoder/``."""
+"""Save and load graphdoc models: ``config.json`` + ``model.safetensors`` + ``passage_encoder/``.
+
+``config.json`` names the model's ``backbone`` (``graph``, or ``flat`` for :class:`FlatEncoder`); a
+folder saved before backbones existed is a graph model.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 from safetensors.torch import load_file, save_file
 
+from graphdoc.backbones import GRAPH
 from graphdoc.config import ModelConfig
 from graphdoc.default_model import DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_NAME, resolve_model_name
 from graphdoc.errors import ModelLoadError
@@ -25,6 +30,23 @@ logger = logging.getLogger(__name__)
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 PASSAGE_ENCODER_DIR = "passage_encoder"
+
+
+def backbone_of(cls_or_model) -> str:
+    """The backbone a model class declares (``GraphDocEncoder`` predates the attribute: graph)."""
+    return getattr(cls_or_model, "backbone", GRAPH)
+
+
+def config_class_of(cls) -> type:
+    """The configuration dataclass of a model class (``GraphDocEncoder``'s is :class:`ModelConfig`)."""
+    return getattr(cls, "config_class", ModelConfig)
+
+
+def saved_backbone(path: str | Path | None) -> str | None:
+    """The backbone of a saved graphdoc model folder; ``None`` for anything else (a hub id, a plain encoder)."""
+    if path is None or str(path) in DEFAULT_MODEL_ALIASES or not is_graphdoc_model(Path(path)):
+        return None
+    return json.loads((Path(path) / CONFIG_NAME).read_text(encoding="utf-8")).get("backbone", GRAPH)
 
 
 def versions() -> dict[str, str]:
@@ -52,7 +74,8 @@ def save(model: "GraphDocEncoder", path: str | Path) -> None:
         model.passage_encoder.save(tmp / PASSAGE_ENCODER_DIR)
         tensors = {k: v.detach().cpu().contiguous() for k, v in model.head_state_dict().items()}
         save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-        payload = {**versions(), "dimension": model.dimension, "model": model.config.to_dict()}
+        payload = {**versions(), "backbone": backbone_of(model), "dimension": model.dimension,
+                   "model": model.config.to_dict()}
         (tmp / CONFIG_NAME).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
 
@@ -66,7 +89,7 @@ def load(cls: type["GraphDocEncoder"], name_or_path, config: ModelConfig | None,
         model = _load_saved(cls, path, device)
         model.name_or_path = str(path.resolve())
         return model
-    config = config or ModelConfig()
+    config = config or config_class_of(cls)()
     pe_config = replace(config.passage_encoder, model_name_or_path=name)
     passage_encoder = PassageEncoder.load(str(path), pe_config)
     model = cls(passage_encoder, replace(config, passage_encoder=passage_encoder.config), device=device)
@@ -78,7 +101,11 @@ def _load_saved(cls, path: Path, device) -> "GraphDocEncoder":
     payload = json.loads((path / CONFIG_NAME).read_text(encoding="utf-8"))
     if not isinstance(payload.get("model"), dict):
         raise ModelLoadError(f"{path / CONFIG_NAME} has no 'model' settings: not a complete graphdoc model")
-    config = ModelConfig.from_dict(payload["model"])
+    saved, wanted = payload.get("backbone", GRAPH), backbone_of(cls)
+    if saved != wanted:
+        raise ModelLoadError(f"{path} is a saved {saved} model, not a {wanted} one: "
+                             f"load it with graphdoc.load_model (or --backbone {saved})")
+    config = config_class_of(cls).from_dict(payload["model"])
     passage_encoder = PassageEncoder.load(str(path / PASSAGE_ENCODER_DIR), config.passage_encoder)
     model = cls(passage_encoder, config, device="cpu")
     weights = path / WEIGHTS_NAME

@@ -25,6 +25,9 @@ COMMANDS: dict[str, str] = {
     "search": "graphdoc.cli.search",
     "eval": "graphdoc.cli.eval",
     "tune-fusion": "graphdoc.cli.tune_fusion",
+    "compare": "graphdoc.cli.compare",
+    "plot": "graphdoc.cli.plot",
+    "pretrain": "graphdoc.cli.pretrain",
 }
 
 

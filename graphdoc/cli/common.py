@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import replace
 
-from graphdoc.config import ModelConfig, load_config_file
+from graphdoc.backbones import BACKBONES, DEFAULT_BACKBONE, FLAT
+from graphdoc.config import load_config_file
+from graphdoc.errors import GraphDocError
+from graphdoc.flat_config import DOCUMENT_MODES, FlatModelConfig
 
 logger = logging.getLogger("graphdoc.cli")
 
@@ -17,15 +21,27 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                             "(default: the built-in all-MiniLM-L6-v2)")
     group.add_argument("--config", default=None, metavar="YAML",
                        help="model config (configs/*.yaml) for a model built on a plain encoder")
+    group.add_argument("--backbone", choices=tuple(BACKBONES), default=None,
+                       help="graph: GAT layers over the passage graph; flat: the encoder alone "
+                            "(default: a saved model's own, else graph)")
+    group.add_argument("--flat-document", choices=DOCUMENT_MODES, default=None,
+                       help="flat backbone's document vector: first = title and text truncated to the "
+                            "encoder's limit (FirstP, default), mean = the mean of its passage vectors")
     group.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present)")
     group.add_argument("--batch-size", type=int, default=32, metavar="N", help="documents per batch")
 
 
 def load_model(args: argparse.Namespace):
-    """The model named by ``--model``/``--config``; the config's encoder is used when no model is named."""
-    from graphdoc.encoder import GraphDocEncoder
+    """The model named by ``--model``/``--config``/``--backbone``; the config's encoder when no model is named."""
+    from graphdoc import backbones
+    from graphdoc.serialization import config_class_of, saved_backbone
 
-    config: ModelConfig | None = load_config_file(args.config) if args.config else None
-    if args.model is None and config is not None:
-        return GraphDocEncoder.from_config(config, device=args.device)
-    return GraphDocEncoder.from_pretrained(args.model, config=config, device=args.device)
+    backbone = args.backbone or saved_backbone(args.model) or DEFAULT_BACKBONE
+    config = load_config_file(args.config, config_class_of(backbones.backbone_class(backbone))) if args.config else None
+    if args.flat_document is not None:
+        if backbone != FLAT:
+            raise GraphDocError(f"--flat-document needs --backbone flat; the model's backbone is {backbone}")
+        config = config or FlatModelConfig()
+        config = replace(config, graph=replace(config.graph, document=args.flat_document))
+    name = args.model if args.model is not None or config is None else config.passage_encoder.model_name_or_path
+    return backbones.load_model(name, backbone=args.backbone, config=config, device=args.device)

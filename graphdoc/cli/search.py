@@ -24,6 +24,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--qrels", help="evaluate the run against these qrels")
     parser.add_argument("--measures", nargs="+", default=None, help="ir-measures names (default nDCG@10 ...)")
     parser.add_argument("--json", action="store_true", help="print hits as JSON lines")
+    parser.add_argument("--explain", nargs="?", type=int, const=3, default=None, metavar="N",
+                        help="with one QUERY: each hit's N passages (default 3) most similar to the query, "
+                             "with the document node's attention, sections and offsets")
     parser.add_argument("--model", default=None, help="query encoder (default: the index's model)")
     parser.add_argument("--device", default=None)
     parser.set_defaults(func=run)
@@ -42,26 +45,43 @@ def open_searcher(args: argparse.Namespace):
 
     searcher = Searcher(args.index_dir, device=args.device)
     if args.model is not None and args.mode != "bm25":
-        from graphdoc.encoder import GraphDocEncoder
+        from graphdoc.backbones import load_model
 
-        searcher.model = GraphDocEncoder.from_pretrained(args.model, device=args.device)
+        searcher.model = load_model(args.model, device=args.device)
     return searcher
+
+
+def _explain(searcher, args: argparse.Namespace, hits: list) -> list:
+    """``--explain N``: each hit's explanation (a list of passage dicts), or None for every hit."""
+    if args.explain is None:
+        return [None] * len(hits)
+    from graphdoc.explain import explain_hits
+
+    return explain_hits(searcher, args.query, hits, top=args.explain)
 
 
 def run(args: argparse.Namespace) -> int:
     if (args.query is None) == (args.queries is None):
         raise GraphDocError("give either one QUERY or --queries")
+    if args.explain is not None and args.query is None:
+        raise GraphDocError("--explain works with one QUERY, not with --queries")
     searcher = open_searcher(args)
     fusion = fusion_config(searcher, args)
     if args.query is not None:
         hits = searcher.search(args.query, k=args.k or 10, mode=args.mode, fusion=fusion)
-        for hit in hits:
+        explained = _explain(searcher, args, hits)
+        for hit, explanation in zip(hits, explained):
             if args.json:
-                print(json.dumps(vars(hit), ensure_ascii=False))
+                extra = {} if explanation is None else {"explanation": explanation}
+                print(json.dumps({**vars(hit), **extra}, ensure_ascii=False))
             else:
                 section = f" [{hit.passage['section_title']}]" if hit.passage.get("section_title") else ""
                 print(f"{hit.rank:>3}. {hit.score:.4f}  {hit.doc_id}  {hit.title}{section}\n"
                       f"     {hit.passage.get('snippet', '')}")
+                if explanation is not None:
+                    from graphdoc.explain import format_explanation
+
+                    print(format_explanation(explanation, indent=7))
         return 0
     from graphdoc.corpus import read_queries
 

@@ -18,6 +18,9 @@ logger = logging.getLogger(__name__)
 
 MAX_BATCH_SEQUENCES = 512
 
+#: architectures (``config.model_type``) whose attention is local unless a token is marked global
+GLOBAL_FIRST_TOKEN = frozenset({"longformer"})
+
 
 class PassageEncoder(nn.Module):
     r"""A Hugging Face encoder pooled into one vector per passage.
@@ -69,7 +72,8 @@ class PassageEncoder(nn.Module):
         return self.tokenizer(texts, add_special_tokens=True, verbose=False, **kwargs)["input_ids"]
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        extra = global_first_token(input_ids) if self.model.config.model_type in GLOBAL_FIRST_TOKEN else {}
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
         pooled = pool(hidden, attention_mask, self.pooling).float()
         return F.normalize(pooled, dim=-1) if self.normalize else pooled
 
@@ -122,6 +126,15 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
     if mode == "max":
         return hidden.masked_fill(m == 0, torch.finfo(hidden.dtype).min).max(dim=1).values
     raise ValueError(f"unknown pooling {mode!r}; valid: cls, mean, max")
+
+
+def global_first_token(input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Longformer's global attention on the first token (``<s>``), as its authors set it for
+    document-level tasks (and as transformers' ``LongformerForSequenceClassification`` does): the
+    token pooled as CLS then sees, and is seen by, the whole sequence."""
+    mask = torch.zeros_like(input_ids)  # [B, L]
+    mask[:, 0] = 1
+    return {"global_attention_mask": mask}
 
 
 def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer,

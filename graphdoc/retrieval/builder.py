@@ -31,6 +31,8 @@ from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_directory
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config
+from graphdoc.retrieval.dense_searcher import DenseSettings
+from graphdoc.retrieval.fusion import HYBRID_DEFAULT
 from graphdoc.retrieval.dense import METRICS, new_faiss_index
 from graphdoc.retrieval.manifest import Manifest, SourceProgress, check_identity, model_identity
 from graphdoc.retrieval.shards import read_shard, write_shard
@@ -95,7 +97,8 @@ def open_manifest(index_dir: Path, model, settings: IndexSettings) -> Manifest:
     index_dir.mkdir(parents=True, exist_ok=True)
     manifest = Manifest(model=identity, dimension=model.dimension, metric=settings.metric or "cosine",
                         faiss_factory=settings.faiss_factory or "Flat", bm25=settings.bm25.to_dict(),
-                        store_passages=settings.store_passages, graphdoc_version=__version__)
+                        store_passages=settings.store_passages, graphdoc_version=__version__,
+                        fusion=HYBRID_DEFAULT.to_dict(), dense=asdict(DenseSettings()))
     manifest.save(index_dir)
     return manifest
 

@@ -127,6 +127,11 @@ FUSERS: dict[str, Callable[[Mapping[str, float], Mapping[str, float], FusionConf
 }
 
 
+#: The hybrid setting an index starts with (tuned on SciFact test and QMSum val with the default
+#: model, see docs/retrieval_benchmark.md); ``graphdoc tune-fusion --save`` replaces it per index.
+HYBRID_DEFAULT = FusionConfig(method="weighted", alpha=0.6, normalization="zscore")
+
+
 def fuse(
     dense: Mapping[str, float],
     sparse: Mapping[str, float],

@@ -16,7 +16,7 @@ from graphdoc.retrieval.dense import prepare_vectors
 from graphdoc.retrieval.dense_searcher import DenseSearcher, DenseSettings
 from graphdoc.retrieval.docstore import DocStore
 from graphdoc.retrieval.finalize import FINAL_DIR
-from graphdoc.retrieval.fusion import FusionConfig, fuse
+from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig, fuse
 from graphdoc.retrieval.manifest import Manifest, check_identity, model_identity
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class Searcher:
         self.dense = DenseSearcher(final, self.manifest.metric, self.manifest.faiss_factory,
                                    DenseSettings(**self.manifest.dense))
         self.bm25 = BM25Index.load(final / "bm25")
-        self.fusion = FusionConfig.from_dict(self.manifest.fusion) if self.manifest.fusion else FusionConfig()
+        self.fusion = FusionConfig.from_dict(self.manifest.fusion) if self.manifest.fusion else HYBRID_DEFAULT
         self.device = device
         self._model = None
         if model is not None:
@@ -65,9 +65,9 @@ class Searcher:
     @property
     def model(self):
         if self._model is None:
-            from graphdoc.encoder import GraphDocEncoder
+            from graphdoc.backbones import load_index_model
 
-            self.model = GraphDocEncoder.from_pretrained(self.manifest.model.get("path"), device=self.device)
+            self.model = load_index_model(self.manifest.model, device=self.device)
         return self._model
 
     @model.setter

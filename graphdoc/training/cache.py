@@ -27,16 +27,25 @@ import torch
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
 from graphdoc.models.passage_encoder import PassageEncoder
-from graphdoc.retrieval.manifest import model_fingerprint
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "graphdoc.passage_cache"
 
 
+def weights_fingerprint(module: torch.nn.Module) -> str:
+    """sha256 over every weight tensor of ``module`` (names, shapes, dtypes and bytes)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        digest.update(t.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def encoder_identity(encoder: PassageEncoder) -> dict:
     """What decides a passage encoder's vectors for given token ids: weights, pooling, normalisation."""
-    return {"format": FORMAT, "model": encoder.config.model_name_or_path, "fingerprint": model_fingerprint(encoder),
+    return {"format": FORMAT, "model": encoder.config.model_name_or_path, "fingerprint": weights_fingerprint(encoder),
             "pooling": encoder.pooling, "normalize": encoder.normalize, "dimension": encoder.hidden_size}
 
 
@@ -63,6 +72,7 @@ class PassageVectorCache:
         self._shards: list[np.ndarray] = []
         self._index: dict[str, tuple[int, int]] = {}  # passage key -> (shard, row)
         self._pending: dict[str, np.ndarray] = {}
+        self._loaded: set[str] = set()
         self._open(identity)
 
     def __len__(self) -> int:
@@ -74,9 +84,14 @@ class PassageVectorCache:
         if not info.is_file():
             with atomic_write(info, "w", encoding="utf-8") as handle:
                 json.dump(identity, handle, indent=2)
-        for keys_file in sorted(self.folder.glob("vectors-*.json")):
-            self._load_shard(keys_file)
+        self.refresh()
         logger.info("passage cache %s: %d vectors", self.folder, len(self._index))
+
+    def refresh(self) -> None:
+        """Load the shards written since the last look (e.g. by other training processes)."""
+        for keys_file in sorted(self.folder.glob("vectors-*.json")):
+            if keys_file.name not in self._loaded:
+                self._load_shard(keys_file)
 
     def _load_shard(self, keys_file: Path) -> None:
         try:
@@ -88,6 +103,7 @@ class PassageVectorCache:
             raise GraphDocError(f"passage cache shard {keys_file} does not match its keys; delete it")
         shard = len(self._shards)
         self._shards.append(vectors)
+        self._loaded.add(keys_file.name)
         for row, key in enumerate(keys):
             self._index.setdefault(key, (shard, row))
 

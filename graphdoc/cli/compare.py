@@ -1,0 +1,115 @@
+"""``graphdoc compare A B``: how alike two documents are, by document, section and passage.
+
+A and B are files (.txt/.md with Markdown sections, a .json record, or a .jsonl[.gz] file holding one
+record), or, with ``--corpus``, two document ids of that corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from graphdoc.cli.common import add_model_arguments, load_model
+from graphdoc.errors import GraphDocError, InputError
+
+FILE_KINDS = ".txt, .md, .json, .jsonl, .jsonl.gz"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("compare", help="compare two documents by document, section and passage",
+                            description=__doc__)
+    parser.add_argument("a", metavar="A", help="a file, or a document id with --corpus")
+    parser.add_argument("b", metavar="B", help="a file, or a document id with --corpus")
+    parser.add_argument("--corpus", default=None, help="read A and B as ids of this corpus")
+    parser.add_argument("--top", type=int, default=5, metavar="N", help="most similar passage pairs (default 5)")
+    parser.add_argument("--html", type=Path, default=None, metavar="FILE", help="write a self-contained HTML page")
+    parser.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
+    add_model_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def read_document_file(path: Path):
+    """One document from a .txt/.md file, a .json record or a one-record .jsonl[.gz] file."""
+    from graphdoc.corpus.jsonl import read_jsonl_corpus
+    from graphdoc.corpus.textdir import read_text_file
+    from graphdoc.documents import Document
+
+    name = path.name.lower()
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    if name.endswith((".txt", ".md")):
+        return read_text_file(path)
+    if name.endswith(".json"):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as err:
+            raise InputError(f"{path}: not a JSON record ({err})") from None
+        if not isinstance(record, dict):
+            raise InputError(f"{path}: expected one JSON object")
+        return Document.from_dict(record, default_id=path.stem)
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        docs = list(read_jsonl_corpus(path))
+        if len(docs) != 1:
+            raise InputError(f"{path}: holds {len(docs)} documents; give one, or use --corpus {path} ID_A ID_B")
+        return docs[0]
+    raise InputError(f"{path}: unknown document file (accepted: {FILE_KINDS}; or --corpus with ids)")
+
+
+def read_from_corpus(corpus: str, ids: list[str]) -> list:
+    """The documents with ``ids`` from ``corpus`` (read until all are found)."""
+    from graphdoc.corpus import read_corpus
+
+    wanted, found = set(ids), {}
+    for doc in read_corpus(corpus):
+        if doc.id in wanted:
+            found[doc.id] = doc
+            if len(found) == len(wanted):
+                break
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise InputError(f"{corpus}: no document with id {', '.join(map(repr, missing))}")
+    return [found[i] for i in ids]
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphdoc.explain import compare_documents, render_comparison
+
+    if args.top < 0:
+        raise GraphDocError(f"--top must be at least 0; got {args.top}")
+    docs = (read_from_corpus(args.corpus, [args.a, args.b]) if args.corpus
+            else [read_document_file(Path(args.a)), read_document_file(Path(args.b))])
+    comparison = compare_documents(load_model(args), docs[0], docs[1], top=args.top)
+    if args.html is not None:
+        from graphdoc.fileio import atomic_write
+
+        with atomic_write(args.html, "w", encoding="utf-8") as handle:
+            handle.write(render_comparison(comparison))
+    if args.json:
+        print(json.dumps(comparison.to_dict(), ensure_ascii=False))
+    else:
+        print(summary(comparison))
+    if args.html is not None and not args.json:
+        print(f"wrote {args.html}")
+    return 0
+
+
+def summary(comparison, width: int = 18) -> str:
+    """Document similarity, the section matrix and the top passage pairs as plain text."""
+    from graphdoc.explain.passages import snippet
+
+    secs_a, secs_b = ([s.label for s in secs] for secs in comparison.sections)
+    lines = [f"document similarity: {comparison.document_similarity:.4f}",
+             "section similarity (rows: A, columns: B):",
+             " " * (width + 2) + " ".join(f"{label[:8]:>8}" for label in secs_b)]
+    for label, row in zip(secs_a, comparison.section_similarity):
+        lines.append(f"  {label[:width]:<{width}}" + " ".join(f"{v:>8.3f}" for v in row))
+    lines.append("most similar passage pairs:")
+    for rank, pair in enumerate(comparison.pairs, start=1):
+        a, b = comparison.passages[0][pair.a], comparison.passages[1][pair.b]
+        lines.append(f"  {rank}. {pair.score:.4f}  A p{a.index} chars {a.start}-{a.end}  |  "
+                     f"B p{b.index} chars {b.start}-{b.end}")
+        for side, p in (("A", a), ("B", b)):
+            section = f"[{p.section_title}] " if p.section_title else ""
+            lines.append(f"     {side}: {section}{' '.join(snippet(p.text, 160).split())}")
+    return "\n".join(lines)

@@ -1,0 +1,83 @@
+"""``graphdoc plot``: PNG figures of a corpus's document embeddings and of a document's attention.
+
+``graphdoc plot embeddings --corpus C --labels-field label --output map.png`` draws a t-SNE map (UMAP
+when installed) coloured by a field of the records; ``graphdoc plot attention --corpus C --id DOC
+--output att.png`` draws the document node's attention over the passages of one document, per layer.
+Needs the optional extra: ``pip install 'graphdoc[plot]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from itertools import islice
+from pathlib import Path
+
+from graphdoc.cli.common import add_model_arguments, load_model, logger
+from graphdoc.errors import GraphDocError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("plot", help="PNG figures: embedding map, attention heatmap", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    kinds = parser.add_subparsers(dest="figure", metavar="FIGURE", required=True)
+    emb = kinds.add_parser("embeddings", help="2-D map of document embeddings coloured by label")
+    emb.add_argument("--corpus", required=True, help="corpus file, folder or name")
+    emb.add_argument("--labels-field", default=None, metavar="FIELD",
+                     help="record field holding each document's label (default: no colours)")
+    emb.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N documents")
+    emb.add_argument("--method", choices=("auto", "tsne", "umap"), default="auto",
+                     help="auto: UMAP when umap-learn is installed, else t-SNE")
+    emb.add_argument("--seed", type=int, default=0)
+    emb.add_argument("--output", required=True, type=Path, metavar="FILE.png")
+    add_model_arguments(emb)
+    emb.set_defaults(func=run_embeddings)
+    att = kinds.add_parser("attention", help="the document node's attention over one document's passages")
+    att.add_argument("--corpus", required=True, help="corpus file, folder or name")
+    att.add_argument("--id", required=True, dest="doc_id", metavar="DOC", help="the document's id")
+    att.add_argument("--output", required=True, type=Path, metavar="FILE.png")
+    add_model_arguments(att)
+    att.set_defaults(func=run_attention)
+
+
+def _check_output(path: Path) -> None:
+    if path.suffix.lower() != ".png":
+        raise GraphDocError(f"--output must end in .png; got {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def run_embeddings(args: argparse.Namespace) -> int:
+    from graphdoc.corpus import read_corpus
+    from graphdoc.explain.plot import plot_embeddings, require_plotting
+
+    _check_output(args.output)
+    require_plotting(args.method)
+    if args.limit is not None and args.limit < 3:
+        raise GraphDocError(f"--limit must be at least 3; got {args.limit}")
+    docs = list(islice(read_corpus(args.corpus), args.limit))
+    field = args.labels_field
+    if field and docs and all(field not in d.metadata for d in docs):
+        raise GraphDocError(f"no document of {args.corpus} has a {field!r} field")
+    labels = [d.metadata.get(field) for d in docs] if field else None
+    vectors = load_model(args).encode(docs, batch_size=args.batch_size, show_progress_bar=not args.quiet)
+    plot_embeddings(vectors, labels, args.output, method=args.method, seed=args.seed)
+    logger.info("mapped %d documents", len(docs))
+    print(f"wrote {args.output}")
+    return 0
+
+
+def run_attention(args: argparse.Namespace) -> int:
+    from graphdoc.cli.compare import read_from_corpus
+    from graphdoc.explain.plot import (
+        document_attention_layers,
+        plot_attention,
+        require_plotting,
+    )
+
+    _check_output(args.output)
+    require_plotting()
+    document = read_from_corpus(args.corpus, [args.doc_id])[0]
+    weights, passages = document_attention_layers(load_model(args), document)
+    plot_attention(weights, args.output, passages, title=f"{document.title or document.id}: "
+                   "document node attention over passages")
+    print(f"wrote {args.output}")
+    return 0

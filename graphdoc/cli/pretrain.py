@@ -1,0 +1,56 @@
+"""``graphdoc pretrain``: contrastive pretraining on unlabelled documents; the model ends in OUTPUT/model.
+
+Run data-parallel with ``torchrun --nproc_per_node N -m graphdoc pretrain ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from graphdoc.cli.common import logger
+from graphdoc.errors import GraphDocError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("pretrain", help="pretrain a model contrastively on unlabelled documents",
+                            description=__doc__)
+    parser.add_argument("--corpus", required=True, action="append", metavar="PATH_OR_NAME",
+                        help="JSON lines, BEIR folder, text folder, MediaWiki dump or a named corpus such as "
+                             "openwebtext; repeat to read several in turn")
+    parser.add_argument("--output", required=True, type=Path, metavar="DIR",
+                        help="run folder: checkpoints, log.csv, and the trained model in DIR/model")
+    parser.add_argument("--config", default=None, metavar="YAML",
+                        help="pretraining config with 'model' and 'pretrain' sections (configs/pretrain-*.yaml)")
+    parser.add_argument("--model", default=None, metavar="NAME_OR_DIR",
+                        help="start from this graphdoc model or Hugging Face encoder instead of the config's")
+    parser.add_argument("--objective", choices=("half", "ict"), default=None, help="overrides the config")
+    parser.add_argument("--frozen-encoder", action=argparse.BooleanOptionalAction, default=None,
+                        help="train the graph layers only, over cached passage vectors (overrides the config)")
+    parser.add_argument("--max-steps", type=int, default=None, metavar="N", help="overrides the config")
+    parser.add_argument("--batch-size", type=int, default=None, metavar="N",
+                        help="documents per step over all processes (overrides the config)")
+    parser.add_argument("--epochs", type=int, default=None, metavar="N", help="overrides the config")
+    parser.add_argument("--cache-dir", default=None, metavar="DIR",
+                        help="passage vector cache of the frozen mode (default DIR/passage_cache)")
+    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphdoc.training import load_setup, pretrain
+
+    setup = load_setup(args.config).with_overrides(
+        objective=args.objective, frozen_encoder=args.frozen_encoder, max_steps=args.max_steps,
+        batch_size=args.batch_size, epochs=args.epochs, cache_dir=args.cache_dir)
+    if args.output.exists() and not args.output.is_dir():
+        raise GraphDocError(f"--output {args.output} exists and is not a folder")
+    result = pretrain(args.corpus, args.output, setup, model=args.model, resume=args.resume, device=args.device,
+                      show_progress_bar=not args.quiet)
+    logger.info("%d steps over %d documents (%d empty and %d one-passage documents skipped); "
+                "%.1f documents/s, %.2f steps/s, peak memory %.0f MiB", result.steps, result.documents_used,
+                result.empty_skipped, result.one_passage_skipped, result.documents_per_s, result.steps_per_s,
+                result.peak_cuda_mib or result.peak_rss_mib)
+    logger.info("model saved in %s", result.model_dir)
+    return 0

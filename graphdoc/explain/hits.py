@@ -1,0 +1,55 @@
+"""Explanations for the hits of a :class:`~graphdoc.retrieval.searcher.Searcher`, read from its index.
+
+The passage vectors are the graph-contextualised passage nodes the index keeps (``final/``), and
+the attention is ``final/passage_attention.npy`` (absent from indexes built before it was kept:
+the explanations then carry ``attention: null``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from graphdoc.errors import GraphDocError
+from graphdoc.explain.passages import explain_passages
+from graphdoc.retrieval.dense import prepare_vectors
+from graphdoc.retrieval.finalize import FINAL_DIR
+
+ATTENTION_FILE = "passage_attention.npy"
+
+
+def load_passage_attention(index_dir: str | Path) -> np.ndarray | None:
+    """The index's per-passage attention (aligned with its passage vectors), or None if it has none."""
+    path = Path(index_dir) / FINAL_DIR / ATTENTION_FILE
+    return np.load(path, mmap_mode="r") if path.is_file() else None
+
+
+def explain_hits(searcher, query: str, hits: Sequence, top: int = 3, by: str = "score",
+                 query_vector: np.ndarray | None = None) -> list[list[dict[str, Any]]]:
+    """For each hit, its ``top`` passages as dicts (see :class:`PassageExplanation`), best first.
+
+    The query is encoded with the searcher's model unless ``query_vector`` (``[d]``) is given.
+    """
+    dense = searcher.dense
+    if not dense.has_passages:
+        raise GraphDocError(f"index {searcher.index_dir} keeps no passage vectors: explanations need them "
+                            "(rebuild it without --no-passages)")
+    if top < 1:
+        raise GraphDocError(f"the number of passages to explain must be at least 1; got {top}")
+    if not hits:
+        return []
+    vector = searcher.encode_queries([query])[0] if query_vector is None else query_vector
+    vector = prepare_vectors(np.asarray(vector)[None, :], searcher.manifest.metric)[0]
+    attention = load_passage_attention(searcher.index_dir)
+    row_of = {doc_id: row for row, doc_id in enumerate(searcher.doc_ids)}
+    explained = []
+    for hit in hits:
+        row = row_of[hit.doc_id]
+        start, end = int(dense.passage_ptr[row]), int(dense.passage_ptr[row + 1])
+        weights = None if attention is None else np.asarray(attention[start:end])
+        found = explain_passages(vector, np.asarray(dense.passage_vectors[start:end]), searcher.docstore[row],
+                                 weights, top, by)
+        explained.append([e.to_dict() for e in found])
+    return explained

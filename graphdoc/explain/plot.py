@@ -1,0 +1,147 @@
+"""Figures as PNG files: a 2-D map of document embeddings coloured by label, and the document node's
+attention over its passages, layer by layer.
+
+matplotlib (object API with the Agg canvas: no global backend is set) and scikit-learn are the optional
+extra ``plot``; UMAP is used for ``method="auto"`` when ``umap-learn`` is installed, else t-SNE.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from graphdoc.documents import Passage, as_document
+from graphdoc.errors import GraphDocError
+
+INSTALL_HINT = "pip install 'graphdoc[plot]'"
+METHODS = ("auto", "tsne", "umap")
+MAX_LEGEND = 20
+
+
+#: import name -> (package name, how to install it)
+PACKAGES = {"matplotlib": ("matplotlib", INSTALL_HINT), "sklearn": ("scikit-learn", INSTALL_HINT),
+            "umap": ("umap-learn", "pip install umap-learn")}
+
+
+def _require(module: str, what: str):
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        package, hint = PACKAGES[module.split(".")[0]]
+        raise GraphDocError(f"{what} needs {package}: {hint}") from None
+
+
+def require_plotting(projection: str | None = None) -> None:
+    """Fail early, with the install hint, when matplotlib (or the projection's package) is missing."""
+    _require("matplotlib.figure", "plotting")
+    if projection == "tsne" or (projection == "auto" and importlib.util.find_spec("umap") is None):
+        _require("sklearn.manifold", "t-SNE")
+    elif projection == "umap":
+        _require("umap", "--method umap")
+
+
+def _figure(size: tuple[float, float], dpi: int):
+    """A matplotlib Figure drawn by its own Agg canvas (no pyplot state)."""
+    figure = _require("matplotlib.figure", "plotting").Figure(figsize=size, dpi=dpi, layout="constrained")
+    _require("matplotlib.backends.backend_agg", "plotting").FigureCanvasAgg(figure)
+    return figure
+
+
+def project_2d(vectors: np.ndarray, method: str = "auto", seed: int = 0) -> tuple[np.ndarray, str]:
+    """``[n, d] -> [n, 2]`` with t-SNE or UMAP; returns the coordinates and the method used."""
+    if method not in METHODS:
+        raise GraphDocError(f"unknown projection {method!r}; valid: {', '.join(METHODS)}")
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if len(vectors) < 3:
+        raise GraphDocError(f"a map needs at least 3 documents; got {len(vectors)}")
+    if method == "auto":
+        method = "umap" if importlib.util.find_spec("umap") is not None else "tsne"
+    if method == "umap":
+        reducer = _require("umap", "--method umap").UMAP(n_components=2, random_state=seed,
+                                                        n_neighbors=min(15, len(vectors) - 1))
+        return reducer.fit_transform(vectors), method
+    manifold = _require("sklearn.manifold", "t-SNE")
+    perplexity = min(30.0, max(1.0, (len(vectors) - 1) / 3))  # t-SNE needs perplexity < n
+    tsne = manifold.TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed)
+    return tsne.fit_transform(vectors), method
+
+
+def plot_embeddings(vectors: np.ndarray, labels: Sequence[str] | None, path: str | Path, method: str = "auto",
+                    seed: int = 0, title: str | None = None, size: tuple[float, float] = (8, 6),
+                    dpi: int = 100) -> Path:
+    """Save a scatter map of ``vectors`` (``[n, d]``) coloured by ``labels`` as a PNG of ``size * dpi`` pixels."""
+    labels = [""] * len(vectors) if labels is None else ["" if x is None else str(x) for x in labels]
+    if len(labels) != len(vectors):
+        raise GraphDocError(f"{len(labels)} labels for {len(vectors)} documents")
+    coords, used = project_2d(vectors, method, seed)
+    figure = _figure(size, dpi)
+    ax = figure.add_subplot()
+    names = sorted(set(labels))
+    for k, name in enumerate(names):
+        mask = np.array([label == name for label in labels])
+        ax.scatter(coords[mask, 0], coords[mask, 1], s=12, color=_colour(k, len(names)),
+                   label=name or "(no label)")
+    if 1 < len(names) <= MAX_LEGEND:
+        ax.legend(fontsize="small", markerscale=1.5, loc="best")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_title(title or f"{len(coords)} document embeddings ({'UMAP' if used == 'umap' else 't-SNE'})")
+    return _save(figure, path, dpi)
+
+
+def _colour(k: int, n: int):
+    cm = _require("matplotlib", "plotting").colormaps["tab20" if n > 10 else "tab10"]
+    return cm(k % cm.N)
+
+
+def _save(figure, path: str | Path, dpi: int) -> Path:
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise GraphDocError(f"folder not found for {path}")
+    figure.savefig(path, dpi=dpi, format="png")
+    return path
+
+
+def document_attention_layers(model, document) -> tuple[np.ndarray, list[Passage]]:
+    """The document node's attention over its passages in every GAT layer: ``[layers, n_passages]``.
+
+    Mean over heads; with no GAT layers, one row of uniform weights (the document node is the mean).
+    """
+    out = next(iter(model.iter_forward([as_document(document, 0)], batch_size=1, return_attention_weights=True)))
+    layers = range(len(out.attention)) if out.attention else [None]
+    rows = [out.document_attention(0) if layer is None else out.document_attention(0, layer) for layer in layers]
+    return torch.stack([r.float().cpu() for r in rows]).numpy(), out.documents[0].passages
+
+
+def plot_attention(weights: np.ndarray, path: str | Path, passages: Sequence[Passage] | None = None,
+                   title: str | None = None, size: tuple[float, float] = (10, 3), dpi: int = 100) -> Path:
+    """Save a heatmap of ``weights`` (``[layers, n_passages]``) as a PNG; section starts are ticked."""
+    weights = np.atleast_2d(np.asarray(weights, dtype=np.float32))
+    figure = _figure(size, dpi)
+    ax = figure.add_subplot()
+    image = ax.imshow(weights, aspect="auto", cmap="viridis", interpolation="nearest")
+    figure.colorbar(image, ax=ax, label="attention")
+    ax.set_yticks(range(len(weights)), [f"layer {i + 1}" for i in range(len(weights))])
+    ax.set_xlabel("passage")
+    starts = _section_starts(passages or [])
+    if len(starts) > 1:
+        ax.set_xticks([i for i, _ in starts], [t[:24] for _, t in starts], rotation=30, ha="right",
+                      fontsize="small")
+        for i, _ in starts[1:]:
+            ax.axvline(i - 0.5, color="white", linewidth=0.8)
+    ax.set_title(title or "document node attention over passages")
+    return _save(figure, path, dpi)
+
+
+def _section_starts(passages: Sequence[Passage]) -> list[tuple[int, str]]:
+    starts, last = [], None
+    for row, p in enumerate(passages):
+        if p.section != last:
+            starts.append((row, p.section_title or f"section {p.section}"))
+            last = p.section
+    return starts

@@ -1,0 +1,163 @@
+"""Configuration of supervised fine-tuning: one dataclass per task, YAML files in ``configs/finetune-*.yaml``.
+
+A YAML file has up to three sections that map one to one onto :class:`FinetuneSetup`: ``model`` (a
+:class:`~graphdoc.config.ModelConfig`, used when the model is built on a plain encoder), ``ranking``
+(:class:`RankingConfig`) and ``classification`` (:class:`ClassificationConfig`). Unknown keys are an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from graphdoc.config import ModelConfig, _check_choice, from_dict, load_config_file
+from graphdoc.errors import GraphDocError
+
+SIMILARITIES = ("dot", "cosine")
+EVAL_MODES = ("dense", "hybrid")
+
+
+@dataclass
+class TrainingConfig:
+    """Settings shared by both tasks.
+
+    Args:
+        lr, weight_decay, warmup_ratio: AdamW and its linear warm-up / linear decay schedule.
+        epochs, batch_size: passes over the training examples; examples per optimiser step.
+        frozen_encoder: train the graph layers (and head) only, over passage vectors cached on disk.
+        max_passages: passages kept per document (its first ones).
+        cache_dir: the passage vector cache of the frozen mode (default ``OUTPUT/passage_cache``).
+        max_grad_norm: gradient clipping (``None``: none).
+        seed: seeds the weights' dropout, the example order and the negative sampling.
+    """
+
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    epochs: int = 4
+    batch_size: int = 32
+    frozen_encoder: bool = True
+    max_passages: int = 100
+    cache_dir: str | None = None
+    max_grad_norm: float | None = 1.0
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        _coerce_numbers(self)
+        for name in ("lr", "epochs", "batch_size", "max_passages"):
+            if not getattr(self, name) > 0:
+                raise GraphDocError(f"{name} must be positive; got {getattr(self, name)!r}")
+        if not 0.0 <= self.warmup_ratio <= 1.0:
+            raise GraphDocError(f"warmup_ratio must be in [0, 1]; got {self.warmup_ratio!r}")
+
+
+@dataclass
+class RankingConfig(TrainingConfig):
+    """Contrastive ranking: a query against its positive document, in-batch and hard negatives.
+
+    Args:
+        similarity, temperature: ``s(q, d) / temperature`` with cosine or dot product.
+        passage_weight: training and dense scores are ``(1 - w) s(q, doc node) + w max_p s(q, passage node)``,
+            as the index's dense search scores (0: the document node alone).
+        hard_negatives: negatives sampled per query from the top ``negative_depth`` of BM25 (first half of
+            the epochs) and then of the model's own ranking with the half-way checkpoint.
+        eval_mode, eval_measure, fusion_alpha, fusion_normalization: the dev score that picks the best
+            checkpoint, and the hybrid fusion used for it and for hybrid runs.
+        folds, fold_seed: k-fold cross-validation over queries (``graphdoc finetune --folds``).
+    """
+
+    similarity: str = "cosine"
+    temperature: float = 0.05
+    passage_weight: float = 0.9
+    hard_negatives: int = 4
+    negative_depth: int = 100
+    eval_mode: str = "dense"
+    eval_measure: str = "nDCG@10"
+    fusion_alpha: float = 0.6
+    fusion_normalization: str = "zscore"
+    fold_seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_choice("similarity", self.similarity, SIMILARITIES)
+        _check_choice("eval_mode", self.eval_mode, EVAL_MODES)
+        if self.temperature <= 0 or self.hard_negatives < 0 or self.negative_depth < 1:
+            raise GraphDocError("temperature and negative_depth must be positive, hard_negatives >= 0")
+        for name in ("passage_weight", "fusion_alpha"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise GraphDocError(f"{name} must be in [0, 1]; got {getattr(self, name)!r}")
+
+
+@dataclass
+class ClassificationConfig(TrainingConfig):
+    """A linear head on the document node, cross-entropy.
+
+    Args:
+        dropout: dropout on the document vector before the head.
+        head_lr: learning rate of the head (the graph layers take ``lr``).
+        shots, repeats: few-shot mode: ``shots`` examples per class, ``repeats`` seeds (``shots`` null: off).
+    """
+
+    lr: float = 1e-4
+    head_lr: float = 1e-2
+    dropout: float = 0.1
+    epochs: int = 10
+    batch_size: int = 16
+    max_passages: int = 16
+    shots: int | None = None
+    repeats: int = 10
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 <= self.dropout < 1.0:
+            raise GraphDocError(f"dropout must be in [0, 1); got {self.dropout!r}")
+        if (self.shots is not None and self.shots < 1) or self.repeats < 1 or self.head_lr <= 0:
+            raise GraphDocError("shots (or null), repeats and head_lr must be positive")
+
+
+@dataclass
+class FinetuneSetup:
+    """A fine-tuning run: the model to build on a plain encoder, and each task's settings."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    ranking: RankingConfig = field(default_factory=RankingConfig)
+    classification: ClassificationConfig = field(default_factory=ClassificationConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "FinetuneSetup":
+        return from_dict(cls, data)
+
+    def with_overrides(self, task: str, **changes: Any) -> "FinetuneSetup":
+        """A copy with some settings of ``task`` (``ranking`` or ``classification``) changed; ``None`` ignored."""
+        changes = {k: v for k, v in changes.items() if v is not None}
+        return dataclasses.replace(self, **{task: dataclasses.replace(getattr(self, task), **changes)})
+
+
+def load_finetune_setup(path: str | Path | None) -> FinetuneSetup:
+    """Read a fine-tuning YAML/JSON file (``None``: all defaults)."""
+    return FinetuneSetup() if path is None else load_config_file(path, FinetuneSetup)
+
+
+def _coerce_numbers(config: Any) -> None:
+    """Check numeric settings; accept YAML strings such as ``5e-5`` (PyYAML reads them as text)."""
+    for f in dataclasses.fields(config):
+        kind = str(f.type)
+        want = float if kind.startswith("float") else int if kind.startswith("int") else None
+        value = getattr(config, f.name)
+        if want is None or value is None:
+            continue
+        if isinstance(value, str):
+            try:
+                value = want(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                (want is int and not isinstance(value, int)):
+            raise GraphDocError(f"{f.name} must be {'an integer' if want is int else 'a number'}; "
+                                f"got {getattr(config, f.name)!r}")
+        setattr(config, f.name, want(value))

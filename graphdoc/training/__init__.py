@@ -1,0 +1,68 @@
+"""Contrastive pretraining of graphdoc models on unlabelled documents.
+
+Example::
+
+    from graphdoc.training import load_setup, pretrain
+
+    setup = load_setup("configs/pretrain-default.yaml")
+    result = pretrain(["corpus.jsonl.gz"], "runs/pretrain", setup)
+    model = GraphDocEncoder.from_pretrained(result.model_dir)
+
+Run it over several processes with ``torchrun --nproc_per_node N -m graphdoc pretrain ...``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from graphdoc.training.config import PretrainConfig, PretrainSetup, load_setup
+from graphdoc.training.result import PretrainResult
+
+if TYPE_CHECKING:
+    from graphdoc.encoder import GraphDocEncoder
+
+__all__ = ["PretrainConfig", "PretrainResult", "PretrainSetup", "load_setup", "pretrain"]
+
+logger = logging.getLogger(__name__)
+
+
+def pretrain(corpus: str | Sequence[str], output: str | Path, setup: PretrainSetup | None = None, *,
+             model: "GraphDocEncoder | str | None" = None, resume: bool = False, device: str | None = None,
+             show_progress_bar: bool | None = None) -> PretrainResult:
+    """Pretrain a graphdoc model contrastively on the documents of ``corpus``.
+
+    Args:
+        corpus: one source or several, read in turn: JSON lines, BEIR folder, text folder, MediaWiki
+            dump, or a named corpus such as ``openwebtext`` (streamed; needs ``max_steps``).
+        output: the run's folder; the trained model ends in ``output/model``.
+        setup: the model to build and the training settings (default: :class:`PretrainSetup()`).
+        model: start from this model (a :class:`GraphDocEncoder`, a saved graphdoc model or any
+            Hugging Face encoder, built with ``setup.model``) instead of ``setup.model``'s encoder.
+        resume: continue from the latest checkpoint in ``output`` (the same result as a run that was
+            never interrupted).
+        device: ``cpu``, ``cuda`` or ``cuda:N``; under torchrun each process takes its local GPU.
+        show_progress_bar: a tqdm bar with loss, learning rate and documents/s (default: when the
+            ``graphdoc`` logger shows INFO).
+    """
+    import torch.distributed as dist
+
+    from graphdoc.training.distributed import init_from_env, shutdown
+    from graphdoc.training.trainer import Trainer
+
+    from graphdoc.errors import GraphDocError
+
+    sources = [str(corpus)] if isinstance(corpus, (str, Path)) else [str(s) for s in corpus]
+    if not sources:
+        raise GraphDocError("no corpus to pretrain on")
+    show = logger.getEffectiveLevel() <= logging.INFO if show_progress_bar is None else show_progress_bar
+    joined_here = not dist.is_initialized()
+    ctx, resolved = init_from_env(device)
+    try:
+        trainer = Trainer(setup or PretrainSetup(), sources, Path(output), ctx, resolved, show)
+        trainer.start(model, resume)
+        return trainer.train()
+    finally:
+        if joined_here:
+            shutdown(ctx)

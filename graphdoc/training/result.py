@@ -1,0 +1,52 @@
+"""What a pretraining run returns (and writes as ``OUTPUT/pretrain.json``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from graphdoc.training.trainer import Trainer
+
+
+@dataclass
+class PretrainResult:
+    """A finished (or stopped) pretraining run.
+
+    ``documents_per_s`` and ``steps_per_s`` cover this process's training loop (not model loading or
+    the counting pass); a resumed run counts from its resumption. ``peak_rss_mib`` is the process's
+    peak resident memory, ``peak_cuda_mib`` the peak CUDA memory allocated (``None`` on the CPU).
+    """
+
+    model_dir: Path
+    steps: int
+    total_steps: int
+    epoch: int
+    documents_used: int
+    empty_skipped: int
+    one_passage_skipped: int
+    loss: float | None
+    seconds: float
+    documents_per_s: float
+    steps_per_s: float
+    peak_rss_mib: float
+    peak_cuda_mib: float | None
+    cache_hits: int | None = None
+    cache_misses: int | None = None
+
+    @classmethod
+    def from_run(cls, trainer: "Trainer", peak_rss_mib: float, peak_cuda_mib: float | None) -> "PretrainResult":
+        t = trainer.throughput
+        seconds = t.elapsed
+        cache = trainer.cache
+        return cls(trainer.output / "model", trainer.step, trainer.total_steps, trainer.position.epoch,
+                   trainer.stats.used, trainer.stats.empty_skipped, trainer.stats.one_passage_skipped,
+                   trainer.last_loss, seconds, t.documents / max(seconds, 1e-9), t.steps / max(seconds, 1e-9),
+                   peak_rss_mib, peak_cuda_mib, cache.hits if cache else None, cache.misses if cache else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["model_dir"] = str(self.model_dir)
+        return out

@@ -1,0 +1,108 @@
+"""Shared pieces of the index, search and retrieval CLI tests: toy corpora, a tiny graphdoc model, CLI calls.
+
+The model is the ``tiny_bert`` encoder with mean pooling (a random BERT's CLS vectors are nearly
+identical for every text, which would make dense scores useless to compare) and 12-word passages,
+so each three-sentence toy document has three passages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphdoc.cli import main
+from graphdoc.config import ChunkerConfig, ModelConfig, PassageEncoderConfig
+from graphdoc.encoder import GraphDocEncoder
+
+VOCAB = ["graph", "attention", "network", "document", "passage", "retrieval", "dense", "sparse", "fusion", "query",
+         "index", "shard", "meeting", "topic", "section", "sentence", "quick", "brown", "fox", "lazy", "dog",
+         "unicode", "numbers", "long", "split", "vectors"]
+
+#: rare words placed in one document each: a BM25 query with one of them has exactly one match
+RARE = {"d007": "zebra", "d012": "walrus", "d003": "okapi"}
+
+
+
+def chunker_config(max_words: int) -> ModelConfig:
+    return ModelConfig(chunker=ChunkerConfig(max_words=max_words), passage_encoder=PassageEncoderConfig(pooling="mean"))
+
+
+MODEL_CONFIG = chunker_config(12)
+
+
+def make_docs(n: int, seed: int = 0, start: int = 0, prefix: str = "d") -> list[dict]:
+    """``n`` documents ``{prefix}{i:03d}`` of three 8-word sentences; documents in ``RARE`` hold their word."""
+    rng = random.Random(seed)
+    docs = []
+    for i in range(start, start + n):
+        doc_id = f"{prefix}{i:03d}"
+        sentences = [[rng.choice(VOCAB) for _ in range(8)] for _ in range(3)]
+        if doc_id in RARE:
+            sentences[1][3] = RARE[doc_id]
+        text = " ".join(" ".join(words).capitalize() + "." for words in sentences)
+        docs.append({"_id": doc_id, "title": f"Title {i}", "text": text})
+    return docs
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def save_model(tiny_bert: Path, folder: Path, config: ModelConfig = MODEL_CONFIG) -> Path:
+    """A saved graphdoc model on ``tiny_bert`` with ``config``: usable as ``--model folder``."""
+    GraphDocEncoder.from_pretrained(str(tiny_bert), config=config, device="cpu").save_pretrained(folder)
+    return folder
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def doc_ids(index_dir: Path) -> list[str]:
+    return (index_dir / "final" / "doc_ids.txt").read_text(encoding="utf-8").splitlines()
+
+
+def manifest_json(index_dir: Path) -> dict:
+    return json.loads((index_dir / "manifest.json").read_text(encoding="utf-8"))
+
+
+def cli(*argv: str) -> int:
+    """``graphdoc -q ARGV``: quiet, so stderr holds only warnings and errors."""
+    return main(["-q", *map(str, argv)])
+
+
+def error_line(capsys, command: str) -> str:
+    """The whole of stderr, which must be exactly one ``graphdoc COMMAND: error: ...`` line."""
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"graphdoc {command}: error: "), err
+    return lines[0]
+
+
+@contextlib.contextmanager
+def cli_state_restored():
+    """``main`` configures logging and quiets transformers for the process; undo that afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model gains nothing from threads on a busy shared CPU
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        hf_logging.set_verbosity(verbosity)
+        (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()

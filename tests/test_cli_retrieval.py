@@ -1,0 +1,218 @@
+"""``graphdoc index | search | eval | tune-fusion | merge`` run in-process: outputs, files, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+from _retrieval_helpers import (
+    cli,
+    cli_state_restored,
+    error_line,
+    make_docs,
+    manifest_json,
+    save_model,
+    write_jsonl,
+)
+
+from graphdoc.encoder import GraphDocEncoder
+from graphdoc.retrieval.evaluation import format_table
+from graphdoc.retrieval.fusion import FusionConfig
+from graphdoc.retrieval.searcher import Searcher
+from graphdoc.retrieval.trec import read_run
+
+QUERIES = [{"_id": "q1", "text": "zebra"}, {"_id": "q2", "text": "walrus"}, {"_id": "q3", "text": "okapi"}]
+QRELS = "q1 0 d007 1\nq2 0 d012 1\nq3 0 d003 1\n"
+
+
+@pytest.fixture(autouse=True)
+def restore_global_state():
+    with cli_state_restored():
+        yield
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_bert: Path, tmp_path_factory) -> Path:
+    """A saved graphdoc model (see ``_retrieval_helpers``), usable as ``--model``."""
+    return save_model(tiny_bert, tmp_path_factory.mktemp("graphdoc-model"))
+
+
+@pytest.fixture(scope="module")
+def model(model_dir: Path) -> GraphDocEncoder:
+    return GraphDocEncoder.from_pretrained(str(model_dir), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("files")
+    (folder / "qrels.txt").write_text(QRELS, encoding="utf-8")
+    return {"corpus": write_jsonl(folder / "corpus.jsonl", make_docs(20)),
+            "queries": write_jsonl(folder / "queries.jsonl", QUERIES), "qrels": folder / "qrels.txt"}
+
+
+@pytest.fixture(scope="module")
+def index(files, model_dir, tmp_path_factory) -> Path:
+    """An index built by ``graphdoc index`` itself."""
+    folder = tmp_path_factory.mktemp("cli-index") / "index"
+    assert cli("index", "--corpus", files["corpus"], "--index-dir", folder, "--model", model_dir,
+               "--shard-size", 7) == 0
+    return folder
+
+
+@pytest.fixture
+def own_index(index, tmp_path) -> Path:
+    """A copy of the module's index for a test that changes it."""
+    return Path(shutil.copytree(index, tmp_path / "index"))
+
+
+def test_index_prints_its_counts(files, model_dir, tmp_path, capsys) -> None:
+    assert cli("index", "--corpus", files["corpus"], "--index-dir", tmp_path / "i", "--model", model_dir,
+               "--shard-size", 7, "--no-passages", "--bm25-stemmer", "english") == 0
+    assert capsys.readouterr().out == f"{tmp_path / 'i'}: 20 documents, 0 passages, 3 shards\n"
+    m = manifest_json(tmp_path / "i")
+    assert (m["store_passages"], m["bm25"]["stemmer"]) == (False, "english")
+
+
+# ------------------------------------------------------------------ search
+def test_search_prints_a_readable_ranked_list(index, model, capsys) -> None:
+    capsys.readouterr()
+    assert cli("search", "--index-dir", index, "zebra fox", "-k", 3, "--mode", "bm25") == 0
+    hits = Searcher(index, model=model).search("zebra fox", k=3, mode="bm25")
+    assert capsys.readouterr().out == "".join(
+        f"{h.rank:>3}. {h.score:.4f}  {h.doc_id}  {h.title}\n     {h.passage['snippet']}\n" for h in hits)
+    assert hits[0].doc_id == "d007" and len(hits) == 3
+
+
+def test_search_json_gives_the_hits_of_the_python_api(index, model, capsys) -> None:
+    capsys.readouterr()
+    assert cli("search", "--index-dir", index, "graph zebra", "--json", "-k", 4) == 0  # hybrid, the index's model
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    hits = [vars(h) for h in Searcher(index, model=model).search("graph zebra", k=4)]
+    assert [sorted(p) for p in printed] == [["doc_id", "passage", "rank", "score", "title"]] * 4
+    assert [p["doc_id"] for p in printed] == [h["doc_id"] for h in hits]
+    for p, h in zip(printed, hits):
+        assert p == {**h, "score": pytest.approx(h["score"], abs=1e-6),
+                     "passage": {**h["passage"], "score": pytest.approx(h["passage"]["score"], abs=1e-6)}}
+
+
+def test_search_fusion_options_override_the_index(index, model, capsys) -> None:
+    capsys.readouterr()
+    assert cli("search", "--index-dir", index, "graph zebra", "--json", "-k", 20, "--fusion", "rrf") == 0
+    printed = {h["doc_id"]: h["score"] for h in map(json.loads, capsys.readouterr().out.splitlines())}
+    run = Searcher(index, model=model).batch_search(["graph zebra"], k=20, fusion=FusionConfig(method="rrf"))["0"]
+    assert printed == pytest.approx(run)
+    assert max(printed.values()) <= 2 / 61  # reciprocal ranks of two rankings
+
+
+def test_search_queries_writes_a_trec_run(index, model, files, tmp_path, capsys) -> None:
+    out = tmp_path / "runs" / "hybrid.trec"
+    capsys.readouterr()
+    assert cli("search", "--index-dir", index, "--queries", files["queries"], "--output", out) == 0
+    assert capsys.readouterr().out == f"wrote 3 queries to {out}\n"
+    lines = [line.split() for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == 60 and {len(cols) for cols in lines} == {6}  # 20 documents for each query
+    assert {(cols[1], cols[5]) for cols in lines} == {("Q0", "graphdoc-hybrid")}
+    assert [int(cols[3]) for cols in lines] == list(range(1, 21)) * 3
+    run = Searcher(index, model=model).batch_search({q["_id"]: q["text"] for q in QUERIES}, k=100)
+    written = read_run(out)
+    assert list(written) == ["q1", "q2", "q3"]
+    for qid in written:
+        assert written[qid] == pytest.approx(run[qid], abs=1e-9)
+        assert [cols[2] for cols in lines if cols[0] == qid] == list(run[qid])
+
+
+def test_search_queries_with_qrels_prints_the_measures(index, files, capsys) -> None:
+    capsys.readouterr()
+    assert cli("search", "--index-dir", index, "--queries", files["queries"], "--qrels", files["qrels"],
+               "--mode", "bm25") == 0
+    # each rare word is in its relevant document only, which BM25 ranks first and alone
+    assert capsys.readouterr().out == format_table(
+        {"bm25": {"nDCG@10": 1.0, "nDCG@20": 1.0, "P@20": 0.05, "RR@100": 1.0, "R@100": 1.0}}) + "\n"
+
+
+def test_eval_prints_measures_of_a_run_file(files, tmp_path, capsys) -> None:
+    run = tmp_path / "my.run"
+    run.write_text("q1 Q0 d007 1 9.0 x\nq2 Q0 d000 1 9.0 x\nq2 Q0 d012 2 8.0 x\nq3 Q0 d001 1 9.0 x\n",
+                   encoding="utf-8")
+    capsys.readouterr()
+    assert cli("eval", "--run", run, "--qrels", files["qrels"], "--measures", "nDCG@10", "RR@100") == 0
+    ndcg = (1 + 1 / math.log2(3) + 0) / 3
+    assert capsys.readouterr().out == format_table({"my.run": {"nDCG@10": ndcg, "RR@100": 0.5}}) + "\n"
+    assert f"{ndcg:.4f}" == "0.5436"
+
+
+# ------------------------------------------------------------------ tune-fusion
+def test_tune_fusion_saves_alpha_that_later_hybrid_searches_use(own_index, model, files, tmp_path, capsys) -> None:
+    capsys.readouterr()
+    assert cli("tune-fusion", "--index-dir", own_index, "--queries", files["queries"], "--qrels", files["qrels"],
+               "--folds", 2, "--save", "--output", tmp_path / "cv.trec") == 0
+    out = capsys.readouterr().out.splitlines()
+    # BM25 alone is perfect on these queries and the first of equally good alphas wins: 0.0
+    assert out[-2:] == ["cross-validated nDCG@10: 1.0000; alpha on all queries: 0.00",
+                        f"stored alpha=0.00 in {own_index}/manifest.json"]
+    assert [line.split(":")[0] for line in out[:-2]] == ["fold 1", "fold 2"]
+    assert manifest_json(own_index)["fusion"] == {"method": "weighted", "alpha": 0.0, "normalization": "minmax",
+                                                  "rrf_k": 60}
+    assert sorted(read_run(tmp_path / "cv.trec")) == ["q1", "q2", "q3"]
+
+    assert cli("search", "--index-dir", own_index, "graph zebra", "--json", "-k", 20) == 0
+    printed = {h["doc_id"]: h["score"] for h in map(json.loads, capsys.readouterr().out.splitlines())}
+    searcher = Searcher(own_index, model=model)
+    assert printed == pytest.approx(searcher.batch_search(["graph zebra"], k=20, fusion=FusionConfig(alpha=0.0))["0"])
+    assert printed != pytest.approx(searcher.batch_search(["graph zebra"], k=20, fusion=FusionConfig())["0"])
+
+
+# ------------------------------------------------------------------ errors: one line on stderr, exit 1
+def test_search_errors(index, tmp_path, tiny_roberta, capsys) -> None:
+    cases = [
+        (["--index-dir", tmp_path / "nowhere", "q"], f"index folder not found: {tmp_path / 'nowhere'}"),
+        (["--index-dir", index], "give either one QUERY or --queries"),
+        (["--index-dir", index, "q", "--alpha", "2"], "alpha must be between 0 and 1, got 2.0"),
+        (["--index-dir", tmp_path, "q"], f"{tmp_path} is not a graphdoc index (no manifest.json)"),
+    ]
+    for argv, message in cases:
+        capsys.readouterr()
+        assert cli("search", *argv) == 1
+        assert error_line(capsys, "search") == f"graphdoc search: error: {message}"
+    assert cli("search", "--index-dir", index, "q", "--model", tiny_roberta) == 1
+    assert error_line(capsys, "search").startswith(f"graphdoc search: error: index {index} was built with ")
+
+
+def test_search_refuses_an_incomplete_index(own_index, capsys) -> None:
+    manifest = manifest_json(own_index)
+    manifest["finalized"] = False
+    (own_index / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    capsys.readouterr()
+    assert cli("search", "--index-dir", own_index, "zebra", "--mode", "bm25") == 1
+    assert error_line(capsys, "search") == (f"graphdoc search: error: index {own_index} is incomplete: "
+                                            "rerun the same graphdoc index command")
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--faiss-factory", "Bogus"], "bad FAISS index_factory string 'Bogus': "),
+    (["--shard", "3/2"], "--shard 3/2: I must be between 1 and N"),
+    (["--shard", "half"], "--shard must look like I/N (for example 1/4); got 'half'"),
+    (["--shard-size", "0"], "shard_size must be at least 1"),
+])
+def test_index_errors_leave_no_index_behind(files, model_dir, tmp_path, capsys, extra, message) -> None:
+    capsys.readouterr()
+    assert cli("index", "--corpus", files["corpus"], "--index-dir", tmp_path / "i", "--model", model_dir, *extra) == 1
+    assert error_line(capsys, "index").startswith(f"graphdoc index: error: {message}")
+    assert not (tmp_path / "i").exists()
+
+
+def test_eval_tune_fusion_and_merge_errors(index, files, tmp_path, capsys) -> None:
+    cases = [
+        ("eval", ["--run", tmp_path / "none.run", "--qrels", files["qrels"]],
+         f"run file not found: {tmp_path / 'none.run'}"),
+        ("tune-fusion", ["--index-dir", index, "--queries", files["queries"], "--qrels", files["qrels"], "--folds", 5],
+         "folds must be between 2 and the number of queries (3), got 5"),
+        ("merge", ["--index-dir", index, index], f"{index} already exists; merge into a new folder"),
+    ]
+    for command, argv, message in cases:
+        capsys.readouterr()
+        assert cli(command, *argv) == 1
+        assert error_line(capsys, command) == f"graphdoc {command}: error: {message}"

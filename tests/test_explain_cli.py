@@ -1,0 +1,178 @@
+"""The CLI in-process: ``search --explain``, ``compare``, ``plot`` and their one-line errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphdoc.cli import main
+from graphdoc.config import ChunkerConfig, ModelConfig, PassageEncoderConfig
+from graphdoc.encoder import GraphDocEncoder
+from graphdoc.retrieval.builder import IndexSettings, build_index
+
+WORDS = ["network", "dog", "meeting", "index", "shard", "topic", "sparse", "fusion", "section", "brown", "quick", "unicode"]
+DOCS = [{"_id": f"d{i}", "title": f"Title {i}", "label": "even" if i % 2 == 0 else "odd",
+         "text": " ".join(f"{w.capitalize()} graph attention passage query dense fox lazy {w}."
+                          for w in WORDS[3 * i:3 * i + 3])} for i in range(4)]
+MARKDOWN = "# Start\nGraph attention networks read documents. Passages become nodes.\n" \
+           "## Next\nDense vectors and BM25 are fused. The <script>x</script> fox jumps.\n"
+
+
+@pytest.fixture(autouse=True)
+def cli_state():
+    """``main`` configures logging and quiets transformers for the process; undo that after each test."""
+    from transformers.utils import logging as hf_logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    hf_logging.set_verbosity(verbosity)
+    (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()
+
+
+def cli(*argv) -> int:
+    return main(["-q", *map(str, argv)])
+
+
+def error_line(capsys, command: str) -> str:
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"graphdoc {command}: error: "), lines
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_bert, tmp_path_factory) -> Path:
+    config = ModelConfig(chunker=ChunkerConfig(max_words=12), passage_encoder=PassageEncoderConfig(pooling="mean"))
+    folder = tmp_path_factory.mktemp("model")
+    GraphDocEncoder.from_pretrained(str(tiny_bert), config=config, device="cpu").save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in DOCS), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def index(model_dir, corpus, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("index") / "index"
+    threads = torch.get_num_threads()
+    build_index(GraphDocEncoder.from_pretrained(str(model_dir), device="cpu"), str(corpus), folder, IndexSettings())
+    torch.set_num_threads(threads)
+    return folder
+
+
+def test_search_explain_json_carries_the_explanations(index, capsys) -> None:
+    assert cli("search", "--index-dir", index, "graph attention dog", "--mode", "dense", "-k", "2",
+               "--explain", "2", "--json") == 0
+    hits = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(hits) == 2
+    for hit in hits:
+        explained = hit["explanation"]
+        assert len(explained) == 2 and explained[0]["index"] == hit["passage"]["index"]
+        assert set(explained[0]) == {"index", "score", "attention", "section", "section_title", "start", "end",
+                                     "snippet"}
+        text = next(d["text"] for d in DOCS if d["_id"] == hit["doc_id"])
+        assert explained[1]["snippet"] == text[explained[1]["start"]:explained[1]["end"]]
+
+
+def test_search_explain_prints_passage_lines(index, capsys) -> None:
+    assert cli("search", "--index-dir", index, "lazy fox", "-k", "1", "--explain") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 5 and out[0].startswith("  1. ")
+    assert all(" sim " in line and " att " in line and "chars " in line for line in out[2:])
+
+
+def test_search_without_explain_is_unchanged(index, capsys) -> None:
+    assert cli("search", "--index-dir", index, "lazy fox", "-k", "1", "--json") == 0
+    assert "explanation" not in json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("extra, message", [(["--queries", "QUERIES", "--explain"], "--explain works with one QUERY"),
+                                            (["lazy", "--explain", "0"], "at least 1")])
+def test_search_explain_errors(index, tmp_path, capsys, extra, message) -> None:
+    queries = tmp_path / "q.tsv"
+    queries.write_text("q1\tlazy fox\n", encoding="utf-8")
+    extra = [str(queries) if e == "QUERIES" else e for e in extra]
+    assert cli("search", "--index-dir", index, *extra) == 1
+    assert message in error_line(capsys, "search")
+
+
+def test_compare_writes_html_and_prints_json(model_dir, tmp_path, capsys) -> None:
+    a, b = tmp_path / "a.md", tmp_path / "b.json"
+    a.write_text(MARKDOWN, encoding="utf-8")
+    b.write_text(json.dumps(DOCS[1]), encoding="utf-8")
+    page = tmp_path / "out" / "compare.html"
+    assert cli("compare", a, b, "--model", model_dir, "--html", page, "--json", "--top", "2") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["a"]["id"] == "a" and data["b"]["id"] == "d1" and len(data["pairs"]) == 2
+    assert [s["title"] for s in data["a"]["sections"]] == ["Start", "Next"]
+    html = page.read_text(encoding="utf-8")
+    assert 'id="passage-heatmap"' in html and 'id="section-heatmap"' in html and "&lt;script&gt;" in html
+
+
+def test_compare_ids_of_a_corpus_prints_a_summary(model_dir, corpus, capsys) -> None:
+    assert cli("compare", "d0", "d2", "--corpus", corpus, "--model", model_dir, "--top", "1") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("document similarity: ") and "most similar passage pairs:" in out
+    assert out[-2].startswith("     A: ") and out[-1].startswith("     B: ")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["a.pdf", "b.md"], "unknown document file"),
+    (["missing.md", "b.md"], "no such file"),
+    (["CORPUS", "b.md"], "holds 4 documents"),
+    (["d0", "nope", "--corpus", "CORPUS"], "no document with id 'nope'"),
+    (["b.md", "b.md", "--top", "-1"], "--top must be at least 0"),
+])
+def test_compare_errors(model_dir, corpus, tmp_path, capsys, args, message) -> None:
+    (tmp_path / "a.pdf").write_text("x", encoding="utf-8")
+    (tmp_path / "b.md").write_text(MARKDOWN, encoding="utf-8")
+    args = [str(corpus) if a == "CORPUS" else a if a.startswith("-") or a in ("d0", "nope", "-1")
+            else str(tmp_path / a) for a in args]
+    assert cli("compare", *args, "--model", model_dir) == 1
+    assert message in error_line(capsys, "compare")
+
+
+def test_plot_embeddings_and_attention(model_dir, corpus, tmp_path, capsys) -> None:
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    pytest.importorskip("sklearn", reason="the plot extra is not installed")
+    assert cli("plot", "embeddings", "--corpus", corpus, "--labels-field", "label", "--method", "tsne",
+               "--output", tmp_path / "map.png", "--model", model_dir) == 0
+    assert cli("plot", "attention", "--corpus", corpus, "--id", "d1", "--output", tmp_path / "att.png",
+               "--model", model_dir) == 0
+    for name in ("map.png", "att.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert capsys.readouterr().out.splitlines() == [f"wrote {tmp_path / 'map.png'}", f"wrote {tmp_path / 'att.png'}"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["embeddings", "--output", "map.jpg"], "--output must end in .png"),
+    (["embeddings", "--labels-field", "colour", "--output", "map.png"], "no document of"),
+    (["embeddings", "--limit", "2", "--output", "map.png"], "--limit must be at least 3"),
+    (["attention", "--id", "zz", "--output", "att.png"], "no document with id 'zz'"),
+])
+def test_plot_errors(model_dir, corpus, tmp_path, capsys, args, message) -> None:
+    args = [str(tmp_path / a) if a.endswith((".png", ".jpg")) else a for a in args]
+    assert cli("plot", args[0], "--corpus", corpus, *args[1:], "--model", model_dir) == 1
+    assert message in error_line(capsys, "plot")
+
+
+@pytest.mark.parametrize("missing", ["matplotlib.figure", "sklearn.manifold"])
+def test_plot_without_the_extra_says_what_to_install(model_dir, corpus, tmp_path, capsys, monkeypatch,
+                                                     missing) -> None:
+    monkeypatch.setitem(sys.modules, missing, None)  # importing it now raises ImportError
+    assert cli("plot", "embeddings", "--corpus", corpus, "--method", "tsne", "--output", tmp_path / "m.png",
+               "--model", model_dir) == 1
+    assert "pip install 'graphdoc[plot]'" in error_line(capsys, "plot")
+    assert not (tmp_path / "m.png").exists()

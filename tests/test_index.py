@@ -1,0 +1,456 @@
+"""Building index folders: manifest and files, resuming after a crash, parts and merge, adding corpora, mismatches."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _retrieval_helpers import (
+    MODEL_CONFIG,
+    chunker_config,
+    cli,
+    cli_state_restored,
+    doc_ids,
+    error_line,
+    make_docs,
+    manifest_json,
+    save_model,
+    unit,
+    write_jsonl,
+)
+
+from graphdoc.encoder import GraphDocEncoder
+from graphdoc.errors import GraphDocError, IndexMismatchError
+from graphdoc.retrieval import builder
+from graphdoc.retrieval.builder import IndexSettings, build_index
+from graphdoc.retrieval.docstore import DocStore
+from graphdoc.retrieval.manifest import model_fingerprint
+from graphdoc.retrieval.merge import merge_indexes
+from graphdoc.retrieval.searcher import Searcher
+
+FINAL_FILES = {"doc_ids.txt", "dense.faiss", "doc_vectors.npy", "passage_vectors.npy", "passage_ptr.npy",
+               "passages.faiss", "bm25", "docstore.jsonl", "docstore.jsonl.offsets.npy"}
+
+
+@pytest.fixture(autouse=True)
+def restore_global_state():
+    with cli_state_restored():
+        yield
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_bert: Path, tmp_path_factory) -> Path:
+    """A saved graphdoc model (see ``_retrieval_helpers``), usable as ``--model``."""
+    return save_model(tiny_bert, tmp_path_factory.mktemp("graphdoc-model"))
+
+
+@pytest.fixture(scope="module")
+def model(model_dir: Path) -> GraphDocEncoder:
+    return GraphDocEncoder.from_pretrained(str(model_dir), device="cpu")
+
+
+def final_vectors(index_dir: Path) -> dict[str, np.ndarray]:
+    """``{doc id: its row of final/doc_vectors.npy}``; every id must appear once."""
+    ids = doc_ids(index_dir)
+    assert len(ids) == len(set(ids)), ids
+    return dict(zip(ids, np.load(index_dir / "final" / "doc_vectors.npy")))
+
+
+def records(index_dir: Path) -> list[dict]:
+    store = DocStore(index_dir / "final" / "docstore.jsonl")
+    try:
+        return [store[i] for i in range(len(store))]
+    finally:
+        store.close()
+
+
+def assert_vectors_match(index_dir: Path, model, docs: list[dict]) -> None:
+    """The index holds exactly ``docs``' ids, each with the unit vector the model gives its text."""
+    vectors = final_vectors(index_dir)
+    assert sorted(vectors) == sorted(d["_id"] for d in docs)
+    expected = unit(model.encode(docs))
+    got = np.stack([vectors[d["_id"]] for d in docs])
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[dict]:
+    return make_docs(10)
+
+
+@pytest.fixture(scope="module")
+def built(model, docs, tmp_path_factory) -> Path:
+    """An index of ten documents in shards of three, built once for the read-only tests."""
+    folder = tmp_path_factory.mktemp("built")
+    corpus = write_jsonl(folder / "corpus.jsonl", docs)
+    build_index(model, str(corpus), folder / "index", IndexSettings(shard_size=3))
+    return folder / "index"
+
+
+def copy_index(index_dir: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(index_dir, tmp_path / "index"))
+
+
+# ------------------------------------------------------------------ a fresh build
+def test_manifest_records_model_settings_progress_and_counts(built, model, model_dir, tmp_path) -> None:
+    m = manifest_json(built)
+    assert m["format"] == "graphdoc.index" and m["format_version"] == 1
+    assert m["model"]["path"] == str(model_dir.resolve())
+    assert m["model"]["name"] == model.config.passage_encoder.model_name_or_path
+    assert m["model"]["fingerprint"] == model_fingerprint(model) and len(m["model"]["fingerprint"]) == 64
+    assert m["model"]["chunker"] == {"max_words": 12, "max_passages": 100, "title": "first"}
+    assert m["model"]["passage_encoder"] == {"pooling": "mean", "normalize": False, "max_seq_length": 64,
+                                             "projection_dim": None}
+    assert m["model"]["graph"] == asdict(MODEL_CONFIG.graph)
+    assert (m["dimension"], m["metric"], m["faiss_factory"], m["store_passages"]) == (32, "cosine", "Flat", True)
+    assert m["shards"] == ["00000", "00001", "00002", "00003"]  # 3 + 3 + 3 + 1 documents
+    corpus = str((built.parent / "corpus.jsonl").resolve())
+    assert m["sources"] == [{"corpus": corpus, "part": "1/1", "documents_read": 10, "complete": True}]
+    assert {k: m["counts"][k] for k in ("documents", "passages", "shards", "replaced")} == \
+        {"documents": 10, "passages": 30, "shards": 4, "replaced": 0}
+    assert m["finalized"] is True
+    assert time.strptime(m["created"], "%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_final_files_exist_and_nothing_temporary_is_left(built) -> None:
+    assert sorted(p.name for p in built.iterdir()) == ["final", "manifest.json", "shards"]
+    final = {p.name for p in (built / "final").iterdir()}
+    assert FINAL_FILES <= final and not [name for name in final if name.startswith(".")]
+    assert sorted(p.name for p in (built / "shards").iterdir()) == ["00000", "00001", "00002", "00003"]
+
+
+def test_doc_vectors_are_the_models_unit_vectors_in_corpus_order(built, model, docs) -> None:
+    assert doc_ids(built) == [d["_id"] for d in docs]
+    vectors = np.load(built / "final" / "doc_vectors.npy")
+    assert vectors.dtype == np.float32 and vectors.shape == (10, 32)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(vectors, unit(model.encode(docs)), atol=1e-5)
+
+
+def test_passage_vectors_and_docstore_follow_the_passages(built, model, docs) -> None:
+    ptr = np.load(built / "final" / "passage_ptr.npy")
+    assert ptr.tolist() == list(range(0, 31, 3))  # three sentences of 8 words, 12-word passages
+    expected = [out.passage_embeddings(i).numpy()
+                for out in model.iter_forward(docs) for i in range(len(out.documents))]
+    np.testing.assert_allclose(np.load(built / "final" / "passage_vectors.npy"), unit(np.concatenate(expected)),
+                               atol=1e-5)
+    for doc, rec in zip(docs, records(built)):
+        assert (rec["id"], rec["title"], rec["text"]) == (doc["_id"], doc["title"], doc["text"])
+        sentences = [s + "." for s in doc["text"][:-1].split(". ")]
+        assert [rec["text"][start:end] for start, end, *_ in rec["passages"]] == sentences
+
+
+def test_rebuilding_the_same_corpus_changes_nothing(built, tmp_path) -> None:
+    index = copy_index(built, tmp_path)
+    before = (index / "final" / "doc_vectors.npy").read_bytes()
+    model = GraphDocEncoder.from_pretrained(manifest_json(index)["model"]["path"], device="cpu")
+    manifest = build_index(model, str(built.parent / "corpus.jsonl"), index, IndexSettings(shard_size=3))
+    assert manifest.counts["documents"] == 10 and manifest.shards == ["00000", "00001", "00002", "00003"]
+    assert (index / "final" / "doc_vectors.npy").read_bytes() == before
+
+
+# ------------------------------------------------------------------ resuming
+def test_build_resumes_after_a_crash_and_removes_unlisted_shards(model, tmp_path, monkeypatch) -> None:
+    docs = make_docs(11)
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", docs)
+    index = tmp_path / "index"
+    encode_shard, calls = builder._encode_shard, []
+
+    def crash_on_third_shard(*args, **kwargs):
+        calls.append(1)
+        encode_shard(*args, **kwargs)  # the shard folder is written ...
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # ... but the run dies before the manifest lists it
+
+    monkeypatch.setattr(builder, "_encode_shard", crash_on_third_shard)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(model, str(corpus), index, IndexSettings(shard_size=3))
+    monkeypatch.setattr(builder, "_encode_shard", encode_shard)
+
+    m = manifest_json(index)
+    assert m["shards"] == ["00000", "00001"] and m["finalized"] is False
+    assert (m["sources"][0]["documents_read"], m["sources"][0]["complete"]) == (6, False)
+    assert (index / "shards" / "00002").is_dir()  # the unlisted shard of the crashed run
+    (index / "shards" / "junk").mkdir()
+    (index / "shards" / "junk" / "ids.txt").write_text("d000\n", encoding="utf-8")
+    with pytest.raises(GraphDocError, match="incomplete: rerun the same graphdoc index command"):
+        Searcher(index)
+
+    build_index(model, str(corpus), index, IndexSettings(shard_size=3))
+    m = manifest_json(index)
+    assert m["shards"] == ["00000", "00001", "00002", "00003"] and m["finalized"] is True
+    assert sorted(p.name for p in (index / "shards").iterdir()) == m["shards"]
+    assert (index / "shards" / "00002" / "ids.txt").read_text(encoding="utf-8") == "d006\nd007\nd008\n"
+    assert doc_ids(index) == [d["_id"] for d in docs]
+    assert_vectors_match(index, model, docs)
+
+
+def _start_cli_index(corpus: Path, index: Path, model_dir: Path, cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "graphdoc", "-q", "index", "--corpus", str(corpus), "--index-dir", str(index),
+            "--model", str(model_dir), "--shard-size", "2", "--batch-size", "2"]
+    return subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                            stderr=open(cwd / "stderr.txt", "wb"))
+
+
+def _kill_after_first_shard(proc: subprocess.Popen, index: Path, timeout: float = 120.0) -> bool:
+    """SIGKILL ``proc`` once its manifest lists a shard; False if it finished first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            shards = json.loads((index / "manifest.json").read_text(encoding="utf-8"))["shards"]
+        except (FileNotFoundError, json.JSONDecodeError):
+            shards = []
+        if shards:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return True
+        time.sleep(0.005)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+        pytest.fail("graphdoc index wrote no shard in time")
+    return False
+
+
+@pytest.mark.slow
+def test_index_killed_mid_run_resumes_with_every_document_once(model, model_dir, tmp_path) -> None:
+    """A real crash: ``graphdoc index`` in a subprocess, SIGKILLed mid-run, then the same command again."""
+    for attempt, n in enumerate((150, 1000)):  # a machine fast enough to finish 150 first gets a longer corpus
+        work = tmp_path / f"attempt{attempt}"
+        work.mkdir()
+        docs = make_docs(n)
+        corpus = write_jsonl(work / "corpus.jsonl", docs)
+        index = work / "index"
+        proc = _start_cli_index(corpus, index, model_dir, work)
+        if _kill_after_first_shard(proc, index):
+            break
+        assert proc.returncode == 0, (work / "stderr.txt").read_text()
+    else:
+        pytest.fail("graphdoc index always finished before it could be killed")
+    assert proc.returncode == -signal.SIGKILL
+    killed = manifest_json(index)
+    assert killed["finalized"] is False and not killed["sources"][0]["complete"]
+    assert 1 <= len(killed["shards"]) and killed["sources"][0]["documents_read"] < n
+
+    argv = ["index", "--corpus", corpus, "--index-dir", index, "--model", model_dir, "--shard-size", 2,
+            "--batch-size", 2]
+    assert cli(*argv) == 0
+    m = manifest_json(index)
+    assert m["finalized"] is True and m["sources"][0]["complete"] and m["counts"]["documents"] == n
+    assert len(m["shards"]) == n // 2
+    assert sorted(p.name for p in (index / "shards").iterdir()) == m["shards"]  # no half-written shard left
+    assert doc_ids(index) == [d["_id"] for d in docs]
+    assert_vectors_match(index, model, docs)
+
+
+# ------------------------------------------------------------------ parts and merge
+def test_parts_merge_into_the_single_build(built, model, docs, tmp_path, capsys) -> None:
+    corpus = str(built.parent / "corpus.jsonl")
+    for part in ("1/2", "2/2"):
+        manifest = build_index(model, corpus, tmp_path / part.replace("/", "of"), IndexSettings(shard_size=3),
+                               part=part)
+        assert manifest.sources[0].part == part
+    assert doc_ids(tmp_path / "1of2") == [d["_id"] for d in docs[0::2]]
+    assert doc_ids(tmp_path / "2of2") == [d["_id"] for d in docs[1::2]]
+    capsys.readouterr()
+    assert cli("merge", "--index-dir", tmp_path / "merged", tmp_path / "1of2", tmp_path / "2of2") == 0
+    assert capsys.readouterr().out == f"{tmp_path / 'merged'}: 10 documents from 2 parts\n"
+    merged = tmp_path / "merged"
+    assert doc_ids(merged) == [d["_id"] for d in docs[0::2] + docs[1::2]]
+    single = final_vectors(built)
+    for doc_id, vector in final_vectors(merged).items():
+        np.testing.assert_allclose(vector, single[doc_id], atol=1e-6)
+    m = manifest_json(merged)
+    assert [s["part"] for s in m["sources"]] == ["1/2", "2/2"] and m["finalized"] is True
+    assert m["model"] == manifest_json(built)["model"]
+    assert {r["id"]: r["text"] for r in records(merged)} == {d["_id"]: d["text"] for d in docs}
+
+
+def test_merge_refuses_parts_of_another_model_or_settings(model, tiny_bert, tiny_roberta, tmp_path, capsys) -> None:
+    corpus = str(write_jsonl(tmp_path / "corpus.jsonl", make_docs(4)))
+    build_index(model, corpus, tmp_path / "a", IndexSettings(shard_size=3), part="1/2")
+    chunker = save_model(tiny_bert, tmp_path / "m50", chunker_config(50))
+    others = {
+        "chunker": (GraphDocEncoder.from_pretrained(str(chunker), device="cpu"), IndexSettings()),
+        "roberta": (GraphDocEncoder.from_pretrained(str(tiny_roberta), config=MODEL_CONFIG, device="cpu"),
+                    IndexSettings()),
+        "hnsw": (model, IndexSettings(faiss_factory="HNSW32")),
+    }
+    for name, (other, settings) in others.items():
+        build_index(other, corpus, tmp_path / name, settings, part="2/2")
+    with pytest.raises(IndexMismatchError) as info:
+        merge_indexes(tmp_path / "out", [tmp_path / "a", tmp_path / "chunker"])
+    assert str(info.value) == (f"cannot merge {tmp_path / 'chunker'}: it was built with chunker.max_words=50, "
+                               f"{tmp_path / 'a'} with chunker.max_words=12")
+    with pytest.raises(IndexMismatchError, match=r"it was built with model=.*roberta.* \(weights [0-9a-f]{12}\), "
+                                                 r".*/a with model=.*bert.* \(weights [0-9a-f]{12}\)$"):
+        merge_indexes(tmp_path / "out", [tmp_path / "a", tmp_path / "roberta"])
+    capsys.readouterr()
+    assert cli("merge", "--index-dir", tmp_path / "out", tmp_path / "a", tmp_path / "hnsw") == 1
+    assert error_line(capsys, "merge").endswith(f"cannot merge {tmp_path / 'hnsw'}: its faiss_factory differs "
+                                                 f"from {tmp_path / 'a'}'s")
+    assert not (tmp_path / "out").exists()
+
+
+def test_merge_refuses_duplicate_ids_unless_told_to_replace(model, tmp_path, capsys) -> None:
+    first = make_docs(5)
+    second = make_docs(4, seed=1, start=3)  # d003 and d004 again, with other texts
+    for name, docs in (("a", first), ("b", second)):
+        build_index(model, str(write_jsonl(tmp_path / f"{name}.jsonl", docs)), tmp_path / name,
+                    IndexSettings(shard_size=3))
+    capsys.readouterr()
+    assert cli("merge", "--index-dir", tmp_path / "out", tmp_path / "a", tmp_path / "b") == 1
+    assert "document id 'd003' is in both" in error_line(capsys, "merge")
+    assert not (tmp_path / "out").exists()
+
+    manifest = merge_indexes(tmp_path / "out", [tmp_path / "a", tmp_path / "b"], on_duplicate="replace")
+    assert manifest.counts["documents"] == 7 and manifest.counts["replaced"] == 2
+    assert doc_ids(tmp_path / "out") == ["d000", "d001", "d002", "d003", "d004", "d005", "d006"]
+    assert {r["id"]: r["text"] for r in records(tmp_path / "out")} == \
+        {d["_id"]: d["text"] for d in first[:3] + second}
+    assert_vectors_match(tmp_path / "out", model, first[:3] + second)
+
+
+def test_merge_refuses_an_incomplete_part(built, tmp_path) -> None:
+    for position in (0, 1):
+        parts = [copy_index(built, tmp_path / f"{position}a"), copy_index(built, tmp_path / f"{position}b")]
+        m = manifest_json(parts[position])
+        m["sources"][0]["complete"] = False
+        (parts[position] / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
+        with pytest.raises(GraphDocError, match="is incomplete"):
+            merge_indexes(tmp_path / f"{position}out", parts, on_duplicate="replace")
+
+
+# ------------------------------------------------------------------ adding corpora
+def _add(index: Path, model, docs: list[dict], tmp_path: Path, **settings):
+    corpus = write_jsonl(tmp_path / f"add-{len(list(tmp_path.glob('add-*')))}.jsonl", docs)
+    return build_index(model, str(corpus), index, IndexSettings(shard_size=3, **settings))
+
+
+def test_adding_a_corpus_appends_its_documents(built, model, docs, tmp_path) -> None:
+    index = copy_index(built, tmp_path)
+    more = make_docs(4, seed=2, start=10)
+    manifest = _add(index, model, more, tmp_path)
+    assert doc_ids(index) == [d["_id"] for d in docs + more]
+    assert manifest.shards == ["00000", "00001", "00002", "00003", "00004", "00005"]
+    assert [s.documents_read for s in manifest.sources] == [10, 4]
+    assert_vectors_match(index, model, docs + more)
+    searcher = Searcher(index, model=model)
+    assert list(searcher.batch_search(["walrus"], mode="bm25")["0"]) == ["d012"]
+
+
+CLASHING = [{"_id": "d100", "text": "Fresh words here."}, {"_id": "d101", "text": "More fresh words."},
+            {"_id": "d103", "text": "Yet more fresh words."},
+            {"_id": "d003", "title": "New three", "text": "A replacement text about a capybara."},
+            {"_id": "d102", "text": "The last fresh words."}]
+
+
+def test_an_id_already_indexed_is_refused_by_default_and_the_index_still_works(built, model, docs, tmp_path,
+                                                                               capsys) -> None:
+    index = copy_index(built, tmp_path)
+    corpus = write_jsonl(tmp_path / "clash.jsonl", CLASHING)
+    capsys.readouterr()
+    assert cli("index", "--corpus", corpus, "--index-dir", index, "--model", manifest_json(index)["model"]["path"],
+               "--shard-size", 3) == 1
+    assert error_line(capsys, "index") == ("graphdoc index: error: document id 'd003' is already in the index; "
+                                           "pass --on-duplicate replace or --on-duplicate skip")
+    searcher = Searcher(index, model=model)
+    assert searcher.doc_ids == [d["_id"] for d in docs]
+    assert list(searcher.batch_search(["okapi"], mode="bm25")["0"]) == ["d003"]
+    assert len(searcher.batch_search(["graph"], k=20, mode="hybrid")["0"]) == 10
+
+
+def test_on_duplicate_skip_keeps_the_old_document(built, model, docs, tmp_path) -> None:
+    index = copy_index(built, tmp_path)
+    manifest = _add(index, model, CLASHING, tmp_path, on_duplicate="skip")
+    assert doc_ids(index) == [d["_id"] for d in docs] + ["d100", "d101", "d103", "d102"]
+    assert manifest.counts["replaced"] == 0
+    assert records(index)[3]["text"] == docs[3]["text"]
+    assert_vectors_match(index, model, docs + [CLASHING[i] for i in (0, 1, 2, 4)])
+
+
+def test_on_duplicate_replace_swaps_text_vector_and_passages(built, model, docs, tmp_path) -> None:
+    index = copy_index(built, tmp_path)
+    old = final_vectors(index)["d003"]
+    manifest = _add(index, model, CLASHING, tmp_path, on_duplicate="replace")
+    # the replaced document leaves its old row and takes the row of its new version
+    expected = [d for d in docs if d["_id"] != "d003"] + CLASHING
+    assert doc_ids(index) == [d["_id"] for d in expected]
+    assert (manifest.counts["documents"], manifest.counts["replaced"]) == (14, 1)
+    stored = {r["id"]: r for r in records(index)}
+    assert [r["id"] for r in records(index)] == doc_ids(index)
+    assert (stored["d003"]["title"], stored["d003"]["text"]) == ("New three", CLASHING[3]["text"])
+    assert_vectors_match(index, model, expected)
+    assert not np.allclose(final_vectors(index)["d003"], old, atol=1e-3)
+    ptr = np.load(index / "final" / "passage_ptr.npy")
+    assert np.diff(ptr).tolist() == [len(stored[i]["passages"]) for i in doc_ids(index)]
+    assert len(np.load(index / "final" / "passage_vectors.npy")) == ptr[-1] == manifest.counts["passages"]
+    searcher = Searcher(index, model=model)
+    assert list(searcher.batch_search(["capybara"], mode="bm25")["0"]) == ["d003"]
+    assert searcher.batch_search(["okapi"], mode="bm25")["0"] == {}  # the old text is gone
+
+
+# ------------------------------------------------------------------ mismatches
+def test_opening_with_another_model_is_refused(built, tiny_roberta) -> None:
+    roberta = GraphDocEncoder.from_pretrained(str(tiny_roberta), config=MODEL_CONFIG, device="cpu")
+    with pytest.raises(IndexMismatchError, match=r"was built with model .* \(weights [0-9a-f]{12}\), not"):
+        Searcher(built, model=roberta)
+    with pytest.raises(IndexMismatchError):
+        build_index(roberta, str(built.parent / "corpus.jsonl"), built)
+
+
+def test_opening_with_another_chunker_setting_names_it(built, tiny_bert) -> None:
+    other = GraphDocEncoder.from_pretrained(str(tiny_bert), config=chunker_config(50), device="cpu")
+    assert model_fingerprint(other) == manifest_json(built)["model"]["fingerprint"]  # the same weights
+    with pytest.raises(IndexMismatchError) as info:
+        Searcher(built, model=other)
+    assert str(info.value) == (f"index {built} was built with chunker.max_words=12, "
+                               "the model has chunker.max_words=50")
+
+
+def test_adding_with_another_faiss_factory_is_refused(built, tmp_path, capsys) -> None:
+    index = copy_index(built, tmp_path)
+    before = (index / "manifest.json").read_text(encoding="utf-8")
+    capsys.readouterr()
+    assert cli("index", "--corpus", write_jsonl(tmp_path / "more.jsonl", make_docs(2, start=20)), "--index-dir", index,
+               "--model", manifest_json(index)["model"]["path"], "--faiss-factory", "HNSW32") == 1
+    assert error_line(capsys, "index") == (f"graphdoc index: error: index {index} has faiss_factory='Flat'; "
+                                           "cannot change it to 'HNSW32' (build a new index)")
+    assert (index / "manifest.json").read_text(encoding="utf-8") == before
+
+
+def test_passage_setting_of_an_existing_index_is_kept(built, model, docs, tmp_path) -> None:
+    index = copy_index(built, tmp_path)
+    with pytest.raises(GraphDocError, match="keeps passage vectors"):
+        _add(index, model, make_docs(2, start=20), tmp_path, store_passages=False)
+    plain = tmp_path / "plain"
+    build_index(model, str(built.parent / "corpus.jsonl"), plain, IndexSettings(shard_size=3, store_passages=False))
+    _add(plain, model, make_docs(2, start=20), tmp_path)  # the default (passages) gives way to the index's
+    assert manifest_json(plain)["counts"]["passages"] == 0
+    assert not (plain / "final" / "passage_vectors.npy").exists()
+    assert_vectors_match(plain, model, docs + make_docs(2, start=20))
+
+
+def test_bad_settings_are_refused_before_anything_is_written(model, tmp_path) -> None:
+    corpus = str(write_jsonl(tmp_path / "corpus.jsonl", make_docs(3)))
+    with pytest.raises(GraphDocError, match="bad FAISS index_factory string 'Bogus'"):
+        build_index(model, corpus, tmp_path / "index", IndexSettings(faiss_factory="Bogus"))
+    assert not (tmp_path / "index").exists()
+    with pytest.raises(GraphDocError, match="unknown metric 'l2'; valid: cosine, ip"):
+        build_index(model, corpus, tmp_path / "index", IndexSettings(metric="l2"))
+    with pytest.raises(GraphDocError, match="on_duplicate must be one of error, skip, replace; got 'keep'"):
+        IndexSettings(on_duplicate="keep")
+    with pytest.raises(GraphDocError, match="shard_size must be at least 1"):
+        IndexSettings(shard_size=0)
+    manifest = build_index(model, corpus, tmp_path / "index", IndexSettings(faiss_factory="HNSW32"))
+    assert manifest.counts["documents"] == 3

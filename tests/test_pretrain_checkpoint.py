@@ -1,0 +1,133 @@
+"""Checkpoints without pickle, and ``resume`` after a kill ending where an uninterrupted run ends."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from graphdoc.config import ChunkerConfig, GraphConfig, ModelConfig, PassageEncoderConfig
+from graphdoc.errors import GraphDocError
+from graphdoc.training import PretrainConfig, PretrainSetup, pretrain
+from graphdoc.training import checkpoint as ckpt
+from graphdoc.training.metrics import read_log
+from graphdoc.training.trainer import Trainer
+
+WORDS = "graph attention passage document retrieval vector dense sparse meeting topic section fox dog".split()
+
+
+def write_corpus(path: Path, n: int = 14, seed: int = 0) -> Path:
+    """``n`` documents of 1 to 6 short sentences, plus an empty one."""
+    rng = random.Random(seed)
+    records = [{"_id": "empty", "text": "  "}]
+    for i in range(n):
+        sentences = [" ".join(rng.choice(WORDS) for _ in range(5)) + "." for _ in range(rng.randint(1, 6))]
+        records.append({"_id": f"d{i}", "title": f"T{i}", "text": " ".join(sentences)})
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def tiny_setup(model: Path, **pretrain) -> PretrainSetup:
+    settings = dict(batch_size=4, epochs=2, lr=1e-3, grad_cache_chunk=6, checkpoint_every=2, log_every=1,
+                    shuffle_buffer=5, temperature=0.1)
+    settings.update(pretrain)
+    return PretrainSetup(ModelConfig(chunker=ChunkerConfig(max_words=5),
+                                     passage_encoder=PassageEncoderConfig(model_name_or_path=str(model)),
+                                     graph=GraphConfig(dropout=0.1, attention_dropout=0.1)),
+                         PretrainConfig(**settings))
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors.update({f"encoder.{k}": v for k, v in load_file(str(folder / "passage_encoder" / "model.safetensors")).items()})
+    return tensors
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_optimizer_state_round_trips_through_plain_files():
+    param = torch.nn.Parameter(torch.randn(3, 2))
+    opt = torch.optim.AdamW([param], lr=0.1)
+    param.grad = torch.ones(3, 2)
+    opt.step()
+    tensors, meta = ckpt.optimizer_files(opt)
+    assert set(tensors) == {"state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq"}
+    json.dumps(meta)  # plain JSON
+    other = torch.optim.AdamW([torch.nn.Parameter(param.detach().clone())], lr=0.5)
+    other.load_state_dict(ckpt.optimizer_state(tensors, json.loads(json.dumps(meta))))
+    assert other.param_groups[0]["lr"] == 0.1
+    torch.testing.assert_close(other.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+
+
+def test_global_random_states_round_trip_through_json():
+    saved = json.loads(json.dumps(ckpt.global_rng_json()))
+    expected = (np.random.random(), random.random())
+    ckpt.set_global_rng_json(saved)
+    assert (np.random.random(), random.random()) == expected
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["full", "frozen"])
+def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, tmp_path, monkeypatch, frozen):
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    setup = tiny_setup(tiny_bert, frozen_encoder=frozen)
+    whole = pretrain(corpus, tmp_path / "whole", setup, device="cpu")
+    assert whole.steps == whole.total_steps == 6 and whole.epoch == 1  # 3 steps per epoch, 2 epochs
+
+    original = Trainer._train_step
+
+    def killed_at_step_5(self, batch):
+        if self.step == 4:
+            raise KeyboardInterrupt
+        return original(self, batch)
+
+    monkeypatch.setattr(Trainer, "_train_step", killed_at_step_5)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(corpus, tmp_path / "run", setup, device="cpu")
+    monkeypatch.setattr(Trainer, "_train_step", original)
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "run")] == ["step-00000002", "step-00000004"]
+    resumed = pretrain(corpus, tmp_path / "run", setup, resume=True, device="cpu")
+
+    assert resumed.steps == 6
+    assert (resumed.documents_used, resumed.empty_skipped, resumed.one_passage_skipped) == \
+        (whole.documents_used, whole.empty_skipped, whole.one_passage_skipped)
+    expected, got = weights(whole.model_dir), weights(resumed.model_dir)
+    assert set(got) == set(expected)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], atol=1e-6, rtol=1e-5, msg=name)
+    assert expected["graph.layers.0.out.weight"].abs().sum() > 0  # trained: no longer the zero init
+    losses = [float(r["loss"]) for r in read_log(tmp_path / "run")]
+    assert losses == pytest.approx([float(r["loss"]) for r in read_log(tmp_path / "whole")], rel=1e-5)
+
+
+def test_checkpoint_folder_holds_no_pickle(tiny_bert, tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    pretrain(corpus, tmp_path / "run", tiny_setup(tiny_bert, max_steps=2, frozen_encoder=True), device="cpu")
+    folder = ckpt.list_checkpoints(tmp_path / "run")[-1]
+    suffixes = {p.suffix for p in folder.rglob("*") if p.is_file()}
+    assert suffixes <= {".json", ".safetensors", ".txt"}
+    state = json.loads((folder / ckpt.STATE_NAME).read_text())
+    assert (state["step"], state["epoch"]) == (2, 0) and 8 <= state["offset"] <= 14  # 2 batches of 4 used
+    assert load_file(str(folder / "rng.safetensors"))["torch_cpu.rank0"].dtype == torch.uint8
+
+
+def test_existing_run_needs_resume_and_the_same_settings(tiny_bert, tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    setup = tiny_setup(tiny_bert, max_steps=2, frozen_encoder=True)
+    pretrain(corpus, tmp_path / "run", setup, device="cpu")
+    with pytest.raises(GraphDocError, match="already holds a training run; pass --resume"):
+        pretrain(corpus, tmp_path / "run", setup, device="cpu")
+    with pytest.raises(GraphDocError, match=r"cannot resume with pretrain.lr=0.5: the run was started with 0.001"):
+        pretrain(corpus, tmp_path / "run", setup.with_overrides(lr=0.5), resume=True, device="cpu")
+    done = pretrain(corpus, tmp_path / "run", setup.with_overrides(log_every=5), resume=True, device="cpu")
+    assert done.steps == 2  # already finished: nothing more to do

@@ -1,0 +1,151 @@
+"""``graphdoc pretrain`` in-process on a tiny encoder: outputs, the shipped configs, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from graphdoc.cli import main
+from graphdoc.encoder import GraphDocEncoder
+from graphdoc.errors import GraphDocError
+from graphdoc.training import PretrainSetup, load_setup
+from graphdoc.training.metrics import COLUMNS, read_log
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = "graph attention passage document retrieval vector dense sparse meeting topic section fox dog".split()
+
+
+@pytest.fixture(autouse=True)
+def restore_global_state():
+    """``main`` configures logging and quiets transformers for the process; undo that after each test."""
+    from transformers.utils import logging as hf_logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    hf_logging.set_verbosity(verbosity)
+    (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    rng = random.Random(2)
+    records = [{"_id": "blank", "text": ""}, {"_id": "short", "text": "One passage only."}]
+    for i in range(10):
+        sentences = [" ".join(rng.choice(WORDS) for _ in range(5)) + "." for _ in range(rng.randint(2, 6))]
+        records.append({"_id": f"d{i}", "text": " ".join(sentences)})
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def write_config(path: Path, model: Path, **pretrain) -> Path:
+    settings = {"batch_size": 4, "epochs": 1, "lr": 1e-3, "log_every": 1, "checkpoint_every": 2}
+    settings.update(pretrain)
+    config = {"model": {"chunker": {"max_words": 5}, "passage_encoder": {"model_name_or_path": str(model)}},
+              "pretrain": settings}
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def pretrain_cli(*argv: str) -> int:
+    return main(["-q", "pretrain", *argv])
+
+
+def error_line(capsys) -> str:
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("graphdoc pretrain: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("objective", ["half", "ict"])
+def test_pretrain_writes_a_loadable_model_and_a_log(tiny_bert, corpus, tmp_path, objective):
+    config = write_config(tmp_path / "c.yaml", tiny_bert)
+    out = tmp_path / "run"
+    assert pretrain_cli("--corpus", str(corpus), "--output", str(out), "--config", str(config),
+                        "--objective", objective, "--frozen-encoder", "--device", "cpu") == 0
+    summary = json.loads((out / "pretrain.json").read_text())
+    # 12 records: the blank one dropped by the reader, the one-sentence one skipped, 10 used in 3 steps
+    assert (summary["documents_used"], summary["empty_skipped"], summary["one_passage_skipped"]) == (10, 1, 1)
+    assert summary["steps"] == 3 and summary["cache_misses"] > 0
+    log = read_log(out)
+    assert list(log[0]) == list(COLUMNS) and [int(r["step"]) for r in log] == [1, 2, 3]
+    assert json.loads((out / "pretrain_config.json").read_text())["pretrain"]["objective"] == objective
+    model = GraphDocEncoder.from_pretrained(out / "model", device="cpu")
+    assert model.encode(["graph attention passage.", "dense vector"]).shape == (2, 32)
+    assert model.graph.layers[0].out.weight.abs().sum() > 0  # trained away from the identity
+
+
+def test_several_corpora_and_max_steps(tiny_bert, corpus, tmp_path):
+    config = write_config(tmp_path / "c.yaml", tiny_bert)
+    out = tmp_path / "run"
+    assert pretrain_cli("--corpus", str(corpus), "--corpus", str(corpus), "--output", str(out), "--config",
+                        str(config), "--max-steps", "4", "--no-frozen-encoder", "--device", "cpu") == 0
+    summary = json.loads((out / "pretrain.json").read_text())
+    assert summary["steps"] == summary["total_steps"] == 4 and summary["cache_hits"] is None
+    assert not (out / "passage_cache").exists()
+
+
+def test_shipped_configs_load():
+    paper = load_setup(ROOT / "configs" / "pretrain-paper.yaml")
+    assert paper.model.passage_encoder.model_name_or_path == "roberta-base"
+    assert paper.model.passage_encoder.projection_dim == 512
+    assert (paper.model.graph.num_layers, paper.model.graph.heads) == (2, 2)
+    p = paper.pretrain
+    assert (p.lr, p.warmup_ratio, p.batch_size, p.epochs, p.max_passages) == (5e-5, 0.1, 1536, 10, 50)
+    assert not p.frozen_encoder
+    default = load_setup(ROOT / "configs" / "pretrain-default.yaml")
+    assert default.pretrain.frozen_encoder and default.model.passage_encoder.model_name_or_path == "all-MiniLM-L6-v2"
+    assert PretrainSetup.from_dict(json.loads(json.dumps(default.to_dict()))) == default
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"pretrain": {"objectve": "half"}}, "unknown config key pretrain.objectve; valid keys: pretrain.objective"),
+    ({"pretrain": {"similarity": "l2"}}, "pretrain.similarity must be one of dot, cosine; got 'l2'"),
+    ({"pretrain": {"lr": "fast"}}, "pretrain.lr must be a number; got 'fast'"),
+    ({"training": {}}, "unknown config key training; valid keys: model, pretrain"),
+])
+def test_bad_config_is_one_line(tmp_path, corpus, capsys, config, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    assert pretrain_cli("--corpus", str(corpus), "--output", str(tmp_path / "o"), "--config", str(path)) == 1
+    assert message in error_line(capsys)
+
+
+def test_user_errors_are_one_line(tiny_bert, corpus, tmp_path, capsys):
+    config = write_config(tmp_path / "c.yaml", tiny_bert)
+    base = ["--output", str(tmp_path / "run"), "--config", str(config), "--device", "cpu"]
+    assert pretrain_cli("--corpus", str(tmp_path / "missing.jsonl"), *base) == 1
+    assert "missing.jsonl" in error_line(capsys)
+    assert pretrain_cli("--corpus", "openwebtext", *base) == 1
+    assert "'openwebtext' streams with no known length: set pretrain.max_steps (--max-steps)" in error_line(capsys)
+    assert pretrain_cli("--corpus", str(corpus), *base, "--batch-size", "0") == 1
+    assert "pretrain.batch_size must be positive; got 0" in error_line(capsys)
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps({"_id": "a", "text": "Just one."}) + "\n", encoding="utf-8")
+    assert pretrain_cli("--corpus", str(one), *base) == 1
+    assert "no document with two or more passages" in error_line(capsys)
+    assert pretrain_cli("--corpus", str(corpus), *base, "--max-steps", "2") == 0
+    capsys.readouterr()
+    assert pretrain_cli("--corpus", str(corpus), *base, "--max-steps", "2") == 1
+    assert "already holds a training run; pass --resume" in error_line(capsys)
+
+
+def test_api_rejects_no_corpus(tmp_path):
+    from graphdoc.training import pretrain
+
+    with pytest.raises(GraphDocError, match="no corpus"):
+        pretrain([], tmp_path / "o")
