@@ -239,20 +239,46 @@ def write_yaml(path: Path, data: dict) -> Path:
 
 
 # ------------------------------------------------------------------ the benchmark
-def prepare_data(args, work: Path) -> dict:
+def prepare_data(args, work: Path, model) -> dict:
+    from graphdoc.corpus import read_corpus
+    from graphdoc.documents import Document
+
     news_test = stratified(read_jsonl_gz(args.data_dir / "20news" / "test.jsonl.gz"), args.news_test, args.seed)
     news_train = stratified(read_jsonl_gz(args.data_dir / "20news" / "train.jsonl.gz"), args.news_train, args.seed)
     queries, qrels, qm_corpus, qm_train = qmsum(args.data_dir, args.qmsum_distractors, args.seed)
-    from graphdoc.corpus import read_corpus
+    training = {"news_train": [Document.from_dict(r) for r in news_train],
+                "wiki": list(read_corpus(args.data_dir / WIKI)),
+                "qmsum_train": [Document.from_dict(r) for r in qm_train]}
+    sources, differ = [], 0
+    for name, docs in training.items():
+        records, mismatches = cut_for_training(model, docs, args.train_passages)
+        sources.append(str(write_jsonl(records, work / f"{name}.jsonl")))
+        differ += mismatches
+    log(f"samples: 20news test {len(news_test)}, train {len(news_train)}; wiki {len(training['wiki'])}; QMSum "
+        f"train {len(qm_train)}, retrieval corpus {len(qm_corpus)} meetings, {len(queries)} val queries; "
+        f"{differ} training documents prepare differently once cut")
+    return {"news_test": news_test, "news_train": news_train, "wiki": len(training["wiki"]), "qm_train": qm_train,
+            "qm_corpus": qm_corpus, "queries": queries, "qrels": qrels, "sources": sources, "cut_differ": differ}
 
-    wiki = args.data_dir / WIKI
-    sources = [str(write_jsonl(news_train, work / "news_train.jsonl")), str(wiki),
-               str(write_jsonl(qm_train, work / "qmsum_train.jsonl"))]
-    n_wiki = sum(1 for _ in read_corpus(wiki))
-    log(f"samples: 20news test {len(news_test)}, train {len(news_train)}; wiki {n_wiki}; QMSum train "
-        f"{len(qm_train)}, retrieval corpus {len(qm_corpus)} meetings, {len(queries)} val queries")
-    return {"news_test": news_test, "news_train": news_train, "wiki": n_wiki, "qm_train": qm_train,
-            "qm_corpus": qm_corpus, "queries": queries, "qrels": qrels, "sources": sources}
+
+def cut_for_training(model, docs, keep: int) -> tuple[list[dict], int]:
+    """Each document cut one passage past its first ``keep`` (all the trainer reads of it), as a record.
+
+    Spares the training runs re-chunking whole 10,000-word transcripts every epoch. Also returns how many
+    cut documents do not prepare to the same first ``keep`` passages (expected: 0).
+    """
+    from graphdoc.documents import Document
+
+    records, differ = [], 0
+    for doc in docs:
+        full = model.prepare(doc, keep + 1)
+        end = full.passages[-1].end
+        sections = [{"title": s.title, "text": doc.text[s.start:min(s.end, end)]}
+                    for s in doc.section_spans() if s.start < end or s.start == 0]
+        record = {"_id": doc.id, "title": doc.title, "sections": sections}
+        differ += model.prepare(Document.from_dict(record), keep).token_ids != full.token_ids[:keep]
+        records.append(record)
+    return records, differ
 
 
 def encode_all(args, model, cache, d: dict) -> dict:
@@ -303,8 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     work = args.work_dir
     work.mkdir(parents=True, exist_ok=True)
-    d = prepare_data(args, work)
     base = GraphDocEncoder.from_pretrained(device="cpu")
+    d = prepare_data(args, work, base)
     cache = PassageVectorCache(work / "cache", base.passage_encoder)
     v = encode_all(args, base, cache, d)
     runs = {objective: train(args, work, objective, d["sources"]) for objective in ("half", "ict")}
@@ -325,13 +351,49 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ------------------------------------------------------------------ report
+USAGE = """# Contrastive pretraining
+
+`graphdoc pretrain` trains a graphdoc model without labels (paper, section 2.2): each document's first
+`max_passages` passages are split into two sub-documents, each embedded as its own graph; the two are
+positives and every other sub-document of the batch is a negative.
+
+- `half`: a random split into two halves; the symmetric loss of the paper's eqs. 5-6 (each half against
+  its partner, all other sub-documents of the batch as negatives, both directions).
+- `ict`: one passage (the first half the time, else a random one; a single-node graph) against the rest;
+  the softmax runs over the long sub-documents.
+- similarity `dot` or `cosine`, divided by `temperature`; AdamW, linear warm-up then linear decay.
+
+```
+graphdoc pretrain --corpus PATH_OR_NAME [--corpus ...] --output DIR [--config configs/pretrain-default.yaml]
+                  [--objective half|ict] [--frozen-encoder] [--max-steps N] [--resume]
+torchrun --nproc_per_node N -m graphdoc pretrain ...      # data-parallel, negatives from every process
+```
+
+Two modes. **Frozen encoder** (`configs/pretrain-default.yaml`): passage vectors are computed once and
+kept in a disk cache (`DIR/passage_cache` or `--cache-dir`; `.npy` shards + JSON keys, keyed by the
+encoder's weights fingerprint and pooling and by each passage's token ids), and only the graph layers
+train. **Full** (`configs/pretrain-paper.yaml`, the paper's Graph-RoBERTa settings): the encoder trains
+too, with gradient checkpointing and a gradient cache (sub-documents embedded `grad_cache_chunk` passages
+at a time), so a 1,536-document batch needs the memory of one chunk.
+
+`DIR` ends up holding `model/` (`GraphDocEncoder.from_pretrained(DIR/model)`), `log.csv` (step, loss,
+gradient norm, learning rate, documents/s, memory; TensorBoard too with `tensorboard: true`),
+`pretrain.json` (documents used, empty and one-passage documents skipped, throughput),
+`pretrain_config.json`, and `checkpoints/step-N/` every `checkpoint_every` steps (model, optimiser,
+scheduler, random states and data position, as safetensors and JSON; no pickle). `--resume` after a kill
+ends where the uninterrupted run would have. The corpus streams; `openwebtext` (Hugging Face, streamed)
+needs `--max-steps`, since its length is unknown.
+
+"""
+
+
 def render(args, d, v, runs, cluster, retrieval, untrained_gap: float, seconds: float) -> str:
     import transformers
 
     import graphdoc
 
     n_train = {"news_train": len(d["news_train"]), "wiki": d["wiki"], "qm_train": len(d["qm_train"])}
-    lines = ["# Contrastive pretraining: does it help?", "",
+    lines = USAGE.splitlines() + ["## Does it help? (benchmarks/pretrain.py)", "",
              f"Measured by `python benchmarks/pretrain.py {' '.join(sys.argv[1:])}` in {seconds / 60:.0f} min on "
              f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores, torch threads {args.threads}, "
              f"shared with other jobs); graphdoc {graphdoc.__version__}, torch {torch.__version__}, "

@@ -13,6 +13,7 @@ the document. Edges are directed pairs listed both ways; self-loops are left to 
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import torch
@@ -51,6 +52,11 @@ GRAPH_BUILDERS = {"full": full_edges, "section": section_edges}
 
 def edge_index(section_ids: Sequence[int], graph_type: str = "full") -> torch.Tensor:
     """The ``[2, E]`` edge index of a document graph (sorted, no duplicates, no self-loops)."""
+    return _edge_index(tuple(section_ids), graph_type).clone()
+
+
+@functools.lru_cache(maxsize=4096)  # training rebuilds the same documents' graphs every step
+def _edge_index(section_ids: tuple[int, ...], graph_type: str) -> torch.Tensor:
     try:
         builder = GRAPH_BUILDERS[graph_type]
     except KeyError:

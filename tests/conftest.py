@@ -97,3 +97,27 @@ def data_dir() -> Path:
     if not DATA_DIR.is_dir():
         pytest.skip(f"shared evaluation data not found at {DATA_DIR}")
     return DATA_DIR
+
+
+@pytest.fixture
+def restore_cli_state():
+    """``graphdoc.cli.main`` configures logging and quiets transformers for the process; undo that."""
+    from _retrieval_helpers import cli_state_restored
+
+    with cli_state_restored():
+        yield
+
+
+@pytest.fixture(scope="session")
+def model_dir(tiny_bert: Path, tmp_path_factory) -> Path:
+    """A saved graphdoc model on tiny_bert with mean pooling and short passages (``_retrieval_helpers``)."""
+    from _retrieval_helpers import save_model
+
+    return save_model(tiny_bert, tmp_path_factory.mktemp("graphdoc-model"))
+
+
+@pytest.fixture(scope="session")
+def model(model_dir: Path):
+    from graphdoc.encoder import GraphDocEncoder
+
+    return GraphDocEncoder.from_pretrained(str(model_dir), device="cpu")

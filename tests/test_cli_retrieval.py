@@ -10,15 +10,12 @@ from pathlib import Path
 import pytest
 from _retrieval_helpers import (
     cli,
-    cli_state_restored,
     error_line,
     make_docs,
     manifest_json,
-    save_model,
     write_jsonl,
 )
 
-from graphdoc.encoder import GraphDocEncoder
 from graphdoc.retrieval.evaluation import format_table
 from graphdoc.retrieval.fusion import FusionConfig
 from graphdoc.retrieval.searcher import Searcher
@@ -27,22 +24,7 @@ from graphdoc.retrieval.trec import read_run
 QUERIES = [{"_id": "q1", "text": "zebra"}, {"_id": "q2", "text": "walrus"}, {"_id": "q3", "text": "okapi"}]
 QRELS = "q1 0 d007 1\nq2 0 d012 1\nq3 0 d003 1\n"
 
-
-@pytest.fixture(autouse=True)
-def restore_global_state():
-    with cli_state_restored():
-        yield
-
-
-@pytest.fixture(scope="module")
-def model_dir(tiny_bert: Path, tmp_path_factory) -> Path:
-    """A saved graphdoc model (see ``_retrieval_helpers``), usable as ``--model``."""
-    return save_model(tiny_bert, tmp_path_factory.mktemp("graphdoc-model"))
-
-
-@pytest.fixture(scope="module")
-def model(model_dir: Path) -> GraphDocEncoder:
-    return GraphDocEncoder.from_pretrained(str(model_dir), device="cpu")
+pytestmark = pytest.mark.usefixtures("restore_cli_state")
 
 
 @pytest.fixture(scope="module")

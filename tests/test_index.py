@@ -18,7 +18,6 @@ from _retrieval_helpers import (
     MODEL_CONFIG,
     chunker_config,
     cli,
-    cli_state_restored,
     doc_ids,
     error_line,
     make_docs,
@@ -40,22 +39,7 @@ from graphdoc.retrieval.searcher import Searcher
 FINAL_FILES = {"doc_ids.txt", "dense.faiss", "doc_vectors.npy", "passage_vectors.npy", "passage_ptr.npy",
                "passages.faiss", "bm25", "docstore.jsonl", "docstore.jsonl.offsets.npy"}
 
-
-@pytest.fixture(autouse=True)
-def restore_global_state():
-    with cli_state_restored():
-        yield
-
-
-@pytest.fixture(scope="module")
-def model_dir(tiny_bert: Path, tmp_path_factory) -> Path:
-    """A saved graphdoc model (see ``_retrieval_helpers``), usable as ``--model``."""
-    return save_model(tiny_bert, tmp_path_factory.mktemp("graphdoc-model"))
-
-
-@pytest.fixture(scope="module")
-def model(model_dir: Path) -> GraphDocEncoder:
-    return GraphDocEncoder.from_pretrained(str(model_dir), device="cpu")
+pytestmark = pytest.mark.usefixtures("restore_cli_state")
 
 
 def final_vectors(index_dir: Path) -> dict[str, np.ndarray]:

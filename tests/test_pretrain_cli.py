@@ -149,3 +149,15 @@ def test_api_rejects_no_corpus(tmp_path):
 
     with pytest.raises(GraphDocError, match="no corpus"):
         pretrain([], tmp_path / "o")
+
+
+def test_tensorboard_without_its_package_is_one_line(tiny_bert, corpus, tmp_path, capsys):
+    try:
+        import tensorboard  # noqa: F401
+        pytest.skip("tensorboard is installed")
+    except ImportError:
+        pass
+    config = write_config(tmp_path / "c.yaml", tiny_bert, tensorboard=True)
+    assert pretrain_cli("--corpus", str(corpus), "--output", str(tmp_path / "run"), "--config", str(config),
+                        "--max-steps", "1", "--device", "cpu") == 1
+    assert "pretrain.tensorboard needs the tensorboard package: pip install tensorboard" in error_line(capsys)

@@ -28,6 +28,8 @@ COMMANDS: dict[str, str] = {
     "compare": "graphdoc.cli.compare",
     "plot": "graphdoc.cli.plot",
     "pretrain": "graphdoc.cli.pretrain",
+    "finetune": "graphdoc.cli.finetune",
+    "predict": "graphdoc.cli.predict",
 }
 
 

@@ -65,7 +65,9 @@ class RankingConfig(TrainingConfig):
             the epochs) and then of the model's own ranking with the half-way checkpoint.
         eval_mode, eval_measure, fusion_alpha, fusion_normalization: the dev score that picks the best
             checkpoint, and the hybrid fusion used for it and for hybrid runs.
-        folds, fold_seed: k-fold cross-validation over queries (``graphdoc finetune --folds``).
+        fold_seed, fold_dev_fraction: k-fold cross-validation over queries (``graphdoc finetune --folds``):
+            the fold order's seed, and the share of each fold's training queries held out of training to
+            pick the best epoch and the fusion alpha (a model scores its own training queries too well).
     """
 
     similarity: str = "cosine"
@@ -78,6 +80,7 @@ class RankingConfig(TrainingConfig):
     fusion_alpha: float = 0.6
     fusion_normalization: str = "zscore"
     fold_seed: int = 0
+    fold_dev_fraction: float = 0.1
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -85,7 +88,7 @@ class RankingConfig(TrainingConfig):
         _check_choice("eval_mode", self.eval_mode, EVAL_MODES)
         if self.temperature <= 0 or self.hard_negatives < 0 or self.negative_depth < 1:
             raise GraphDocError("temperature and negative_depth must be positive, hard_negatives >= 0")
-        for name in ("passage_weight", "fusion_alpha"):
+        for name in ("passage_weight", "fusion_alpha", "fold_dev_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise GraphDocError(f"{name} must be in [0, 1]; got {getattr(self, name)!r}")
 

@@ -47,12 +47,13 @@ class GraphInputs:
         return list(self.prepared)
 
     def add_documents(self, documents: Iterable[Document], max_passages: int | None = None) -> None:
-        self._add([self.model.prepare(doc, max_passages) for doc in documents])
+        self.add_prepared([self.model.prepare(doc, max_passages) for doc in documents])
 
     def add_queries(self, queries: Iterable[tuple[str, str]]) -> None:
-        self._add([self.model.prepare_query(text, qid) for qid, text in queries])
+        self.add_prepared([self.model.prepare_query(text, qid) for qid, text in queries])
 
-    def _add(self, prepared: list[PreparedDocument]) -> None:
+    def add_prepared(self, prepared: list[PreparedDocument]) -> None:
+        """Hold documents already prepared (their passage vectors looked up now in frozen mode)."""
         for start in range(0, len(prepared), 64):
             chunk = prepared[start:start + 64]
             for doc in chunk:

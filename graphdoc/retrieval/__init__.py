@@ -21,7 +21,26 @@ from graphdoc.retrieval.runs import hits_to_run, ranked, top_k, truncate_run
 from graphdoc.retrieval.trec import read_run, write_run
 from graphdoc.retrieval.tuning import TuningResult, tune_alpha
 
+# the index and searcher import FAISS and the model: loaded on first use
+_LAZY = {"Searcher": "graphdoc.retrieval.searcher", "Hit": "graphdoc.retrieval.searcher",
+         "build_index": "graphdoc.retrieval.builder", "IndexSettings": "graphdoc.retrieval.builder",
+         "merge_indexes": "graphdoc.retrieval.merge"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'graphdoc.retrieval' has no attribute {name!r}")
+
+
 __all__ = [
+    "Hit",
+    "IndexSettings",
+    "Searcher",
+    "build_index",
+    "merge_indexes",
     "DEFAULT_MEASURES",
     "BM25Config",
     "BM25Index",

@@ -16,15 +16,19 @@ from graphdoc.errors import GraphDocError
 from graphdoc.retrieval.dense import DenseIndex, prepare_vectors
 
 
+PASSAGE_DEPTH_FACTOR = 4
+
+
 @dataclass
 class DenseSettings:
     """``passage_weight``: weight of the best passage node against the document node (see module doc).
 
-    The default 0.9 was the better of 0.8/0.9/1.0 x alpha 0.5/0.6/0.7 for hybrid search over both
-    SciFact and QMSum with the untrained default model (docs/retrieval_benchmark.md).
+    The default 1.0 scores by the best graph-contextualised passage node: with the untrained default
+    model it was the best of 0.8/0.9/1.0 x alpha 0.5/0.6/0.7 for hybrid search over both SciFact and
+    QMSum (docs/retrieval_benchmark.md). A trained model's index can store its own weight.
     """
 
-    passage_weight: float = 0.9
+    passage_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.passage_weight <= 1.0:
@@ -52,7 +56,8 @@ class DenseSearcher:
         _, rows = self.doc_index.search(queries, depth)
         found = [r[r >= 0] for r in rows]
         if self.has_passages and self.settings.passage_weight > 0:
-            _, p_rows = self.passage_index.search(queries, depth)
+            # several passages of one document can crowd the top: look deeper to reach ``depth`` documents
+            _, p_rows = self.passage_index.search(queries, depth * PASSAGE_DEPTH_FACTOR)
             for i, pr in enumerate(p_rows):
                 docs = np.searchsorted(self.passage_ptr, pr[pr >= 0], side="right") - 1
                 found[i] = np.unique(np.concatenate([found[i], docs]))

@@ -1,0 +1,350 @@
+"""Supervised fine-tuning of the default model (frozen encoder, cached passage vectors): SciFact, QMSum, 20news.
+
+MiniLM encodes ~20 passages/s on the 2-core CPU here, so every run trains the graph layers (and a head)
+over cached passage vectors. The cache is seeded from existing *untrained* default-model indexes: their
+graph layers are the identity, so their passage node vectors are the encoder's own vectors (checked on a
+few documents against the encoder). Queries are encoded (short). 20 Newsgroups reuses the pretraining
+benchmark's cache shards where the keys match.
+
+* SciFact: fine-tune on the train queries (a seeded 10% held out as dev to keep the best epoch), evaluate
+  on test: dense and hybrid nDCG@10 / R@100 against BM25 and the untuned model.
+* QMSum: train queries (10% held out as dev), evaluate on val; section graph (the index's) and full graph.
+* 20 Newsgroups: stratified subsamples, first passages of each document; a linear head on the document
+  node (graph layers trained) against the flat encoder (FirstP) and the untrained mean of passages with
+  the same head; full subsample and few-shot 5 / 10 per class over 10 seeds.
+
+    python benchmarks/finetune.py --parts scifact,qmsum,news     # writes docs/finetune.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import gzip
+import json
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+MEASURES = ["nDCG@10", "R@100"]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--parts", default="scifact,qmsum,news", help="in this order")
+    p.add_argument("--work-dir", type=Path, default=Path("/tmp/graphdoc-finetune-bench"))
+    p.add_argument("--scifact-index", type=Path, default=Path("/tmp/sfidx"))
+    p.add_argument("--qmsum-index", type=Path, default=Path("/tmp/qmidx"))
+    p.add_argument("--pretrain-cache", type=Path, default=Path("/tmp/graphdoc-pretrain-bench/cache"))
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--hard-negatives", type=int, default=4)
+    p.add_argument("--qmsum-full-graph", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--news-train", type=int, default=1000)
+    p.add_argument("--news-test", type=int, default=800)
+    p.add_argument("--news-passages", type=int, default=4)
+    p.add_argument("--news-epochs", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--output", type=Path, default=ROOT / "docs" / "finetune.md")
+    return p.parse_args(argv)
+
+
+def log(message: str) -> None:
+    print(time.strftime("%H:%M:%S"), message, flush=True)
+
+
+def peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ------------------------------------------------------------------ cache seeding from an index
+def seed_from_index(index: Path, model, cache, docs_by_id: dict, check: int = 3):
+    """Prepared documents in index order, their vectors written to the cache as one shard."""
+    from graphdoc.fileio import atomic_write
+    from graphdoc.training.cache import passage_key
+
+    final = index / "final"
+    ids = (final / "doc_ids.txt").read_text(encoding="utf-8").splitlines()
+    ptr = np.load(final / "passage_ptr.npy")
+    vectors = np.load(final / "passage_vectors.npy", mmap_mode="r")
+    cap = json.loads((index / "manifest.json").read_text())["model"]["chunker"]["max_passages"]
+    prepared, keys, rows = [], [], []
+    for i, doc_id in enumerate(ids):
+        p = model.prepare(docs_by_id[doc_id], cap)
+        if len(p.token_ids) != ptr[i + 1] - ptr[i]:
+            raise SystemExit(f"{doc_id}: {len(p.token_ids)} passages here, {ptr[i + 1] - ptr[i]} in the index")
+        prepared.append(p)
+        keys += [passage_key(t) for t in p.token_ids]
+        rows += list(range(ptr[i], ptr[i + 1]))
+    for i in np.linspace(0, len(ids) - 1, check).astype(int):  # the index holds the encoder's vectors
+        with torch.inference_mode():
+            mine = cache.encoder.encode_ids(prepared[i].token_ids).float().numpy()
+        diff = float(np.abs(mine - vectors[ptr[i]:ptr[i + 1]]).max())
+        log(f"  check {ids[i]}: {len(mine)} passages, max |diff| {diff:.2e}")
+        if diff > 1e-4:
+            raise SystemExit("index vectors differ from the encoder's")
+    name = f"vectors-seed-{index.name}"
+    if not (cache.folder / f"{name}.json").is_file():
+        with atomic_write(cache.folder / f"{name}.npy", "wb") as h:
+            np.save(h, np.ascontiguousarray(vectors[rows], dtype=np.float32), allow_pickle=False)
+        with atomic_write(cache.folder / f"{name}.json", "w", encoding="utf-8") as h:
+            json.dump({"keys": keys}, h)
+    cache.refresh()
+    return ids, prepared
+
+
+def read_corpus_dict(path: Path) -> dict:
+    from graphdoc.corpus import read_corpus
+
+    return {d.id: d for d in read_corpus(path)}
+
+
+def ranking_setup(args, index: Path, corpus: Path, queries: dict, name: str):
+    from graphdoc.backbones import load_index_model
+    from graphdoc.finetune.data import RankingData
+    from graphdoc.finetune.inputs import GraphInputs, open_cache
+    from graphdoc.retrieval.bm25 import BM25Index
+
+    manifest = json.loads((index / "manifest.json").read_text())
+    model = load_index_model(manifest["model"], device="cpu")
+    cache = open_cache(model, True, args.work_dir / "cache", args.work_dir)
+    t0, misses = time.perf_counter(), cache.misses
+    ids, prepared = seed_from_index(index, model, cache, read_corpus_dict(corpus))
+    docs = GraphInputs(model, cache)
+    docs.add_prepared(prepared)
+    q = GraphInputs(model, cache)
+    q.add_queries(queries.items())
+    log(f"{name}: {len(ids)} documents, {sum(len(p.token_ids) for p in prepared)} passages, {len(queries)} "
+        f"queries; {cache.misses - misses} passages encoded in {time.perf_counter() - t0:.0f} s")
+    bm25 = BM25Index.load(index / "final" / "bm25")
+    return model, RankingData(docs, ids, q, dict(queries), bm25), manifest
+
+
+def split_dev(qrels: dict, fraction: float = 0.1, seed: int = 0) -> tuple[dict, dict]:
+    qids = sorted(qrels)
+    dev = set(np.random.default_rng(seed).permutation(qids)[:max(1, int(len(qids) * fraction))].tolist())
+    return {q: qrels[q] for q in qids if q not in dev}, {q: qrels[q] for q in qids if q in dev}
+
+
+def scores(trainer, qrels: dict, alpha_qrels: dict | None = None) -> dict:
+    """dense / hybrid (alpha 0.6 zscore) / hybrid with alpha tuned on ``alpha_qrels`` of the current weights."""
+    from graphdoc.finetune.crossval import choose_alpha
+    from graphdoc.retrieval.evaluation import evaluate
+    from graphdoc.retrieval.fusion import FusionConfig
+
+    out = trainer.rank(sorted(qrels))
+    rows = {"dense": evaluate(out["dense"], qrels, MEASURES), "hybrid a=0.6": evaluate(out["hybrid"], qrels, MEASURES)}
+    if alpha_qrels:
+        parts = trainer.rank(sorted(alpha_qrels))["components"]
+        alpha, _ = choose_alpha(parts, alpha_qrels, "zscore", "nDCG@10")
+        run = out["components"].hybrid(FusionConfig(alpha=alpha, normalization="zscore"))
+        rows[f"hybrid a={alpha} (tuned on dev)"] = evaluate(run, qrels, MEASURES)
+    return rows
+
+
+def ranking_task(args, name: str, index: Path, folder: Path, train_split: str, eval_split: str,
+                 variants: list[tuple[str, str | None]]) -> dict:
+    from graphdoc.corpus import read_qrels, read_queries
+    from graphdoc.finetune.config import RankingConfig
+    from graphdoc.finetune.ranking_trainer import RankingTrainer
+    from graphdoc.retrieval.evaluation import evaluate
+
+    queries = dict(read_queries(folder / "queries.jsonl"))
+    train_all, test = read_qrels(folder, train_split), read_qrels(folder, eval_split)
+    queries = {q: t for q, t in queries.items() if q in train_all or q in test}
+    model, data, manifest = ranking_setup(args, index, folder / "corpus.jsonl.gz", queries, name)
+    train, dev = split_dev(train_all)
+    cfg = RankingConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+                        hard_negatives=args.hard_negatives, eval_mode="hybrid", temperature=0.05,
+                        max_passages=manifest["model"]["chunker"]["max_passages"], seed=0)
+    result = {"sizes": {"documents": len(data.doc_ids), "train_queries": len(train), "dev_queries": len(dev),
+                        "eval_queries": len(test)}, "rows": {}, "runs": {}}
+    untuned = RankingTrainer(model, cfg, data, train, args.work_dir / f"{name}-untuned")
+    ranker = data.ranker(cfg.passage_weight, cfg.similarity)
+    result["rows"]["BM25"] = evaluate(ranker.bm25_run(sorted(test), [queries[q] for q in sorted(test)]), test, MEASURES)
+    for row, value in scores(untuned, test).items():
+        result["rows"][f"untuned {row}"] = value
+    log(f"{name} untuned: {json.dumps(result['rows'])}")
+    for label, graph_type in variants:
+        start = model if graph_type is None else _with_graph(model, graph_type)
+        out = args.work_dir / f"{name}-{label.replace(' ', '_')}"
+        shutil.rmtree(out, ignore_errors=True)
+        t0 = time.perf_counter()
+        trainer = RankingTrainer(copy.deepcopy(start), cfg, data, train, out, dev)
+        summary = trainer.train()
+        log(f"{name} {label}: trained in {time.perf_counter() - t0:.0f} s, best epoch {summary['best_epoch']}, "
+            f"dev {[round(h['dev'], 4) for h in summary['history']]}")
+        best = type(start).from_pretrained(out / "model")
+        best.passage_encoder.requires_grad_(False)
+        trainer.model = best
+        data.set_model(best)
+        for row, value in scores(trainer, test, dev).items():
+            result["rows"][f"fine-tuned {label} {row}"] = value
+        result["runs"][label] = {k: summary[k] for k in ("wall_s", "peak_rss_mib", "best_epoch", "steps", "pairs")}
+        result["runs"][label]["history"] = summary["history"]
+        log(f"{name} {label}: {json.dumps({k: v for k, v in result['rows'].items() if label in k})}")
+    result["config"] = dataclasses.asdict(cfg)
+    return result
+
+
+def _with_graph(model, graph_type: str):
+    from graphdoc.encoder import GraphDocEncoder
+
+    config = dataclasses.replace(model.config, graph=dataclasses.replace(model.config.graph, graph_type=graph_type))
+    return GraphDocEncoder(model.passage_encoder, config)
+
+
+# ------------------------------------------------------------------ 20 Newsgroups
+def stratified(records: list[dict], n: int, seed: int) -> list[dict]:
+    """The pretraining benchmark's sampler (so its cached passages match)."""
+    by_label: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        by_label.setdefault(r["label"], []).append(i)
+    rng = np.random.default_rng(seed)
+    orders = {label: rng.permutation(idx).tolist() for label, idx in sorted(by_label.items())}
+    chosen, rank = [], 0
+    while len(chosen) < min(n, len(records)):
+        chosen += [order[rank] for order in orders.values() if rank < len(order)][:n - len(chosen)]
+        rank += 1
+    return [records[i] for i in sorted(chosen)]
+
+
+def news_task(args) -> dict:
+    from graphdoc.documents import Document
+    from graphdoc.encoder import GraphDocEncoder
+    from graphdoc.finetune.classification import (ClassificationTrainer, FixedFeatures, LabelledInputs,
+                                                  evaluate_classifier, prepare_inputs)
+    from graphdoc.finetune.classifier import DocumentClassifier
+    from graphdoc.finetune.config import ClassificationConfig
+    from graphdoc.finetune.fewshot import few_shot
+    from graphdoc.finetune.inputs import open_cache
+
+    def read(split, n):
+        with gzip.open(DATA / "20news" / f"{split}.jsonl.gz", "rt", encoding="utf-8") as h:
+            recs = stratified([json.loads(line) for line in h], n, 0)
+        return [dataclasses.replace(Document.from_dict(r), id=f"{split}/{r['_id']}") for r in recs]
+
+    train_docs, test_docs = read("train", args.news_train), read("test", args.news_test)
+    model = GraphDocEncoder.from_pretrained(None, device="cpu")
+    cache = open_cache(model, True, args.work_dir / "cache", args.work_dir)
+    for shard in sorted(args.pretrain_cache.glob(f"{cache.folder.name}/vectors-*")):
+        if not (cache.folder / shard.name).exists():
+            shutil.copy(shard, cache.folder / shard.name)
+    cache.refresh()
+    t0, misses = time.perf_counter(), cache.misses
+    docs = train_docs + test_docs
+    data = prepare_inputs(model, docs, cache, args.news_passages)
+    firstp_ids = model.passage_encoder.tokenize([f"{d.title} {d.text}".strip() for d in docs], truncate=True)
+    firstp = torch.cat([cache.encode(firstp_ids[i:i + 256]).cpu() for i in range(0, len(docs), 256)])
+    cache.flush()
+    log(f"20news: {len(train_docs)} train, {len(test_docs)} test; {cache.misses - misses} passages encoded "
+        f"in {time.perf_counter() - t0:.0f} s ({cache.hits} cache hits)")
+    meanp = model.__class__.from_pretrained(None, device="cpu")
+    meanp.requires_grad_(False)
+    variants = {"graph (GAT layers + head trained)": data,
+                "flat FirstP + head": LabelledInputs(FixedFeatures(meanp, {d.id: v for d, v in zip(docs, firstp)}),
+                                                     data.labels),
+                "flat MeanP (untrained graph) + head": LabelledInputs(
+                    FixedFeatures(meanp, dict(zip(data.inputs.ids(), data.inputs.embed_all(
+                        data.inputs.ids()).document_embeddings))), data.labels)}
+    train_keys = [d.id for d in train_docs]
+    fit_keys, dev_keys = train_keys[: int(0.9 * len(train_keys))], train_keys[int(0.9 * len(train_keys)):]
+    test_keys = [d.id for d in test_docs]
+    labels = sorted({data.labels[k] for k in train_keys})
+    cfg = ClassificationConfig(epochs=args.news_epochs, lr=1e-3, head_lr=1e-2, batch_size=32, dropout=0.1,
+                               max_passages=args.news_passages, seed=0)
+    result = {"sizes": {"train": len(fit_keys), "dev": len(dev_keys), "test": len(test_keys),
+                        "passages": args.news_passages, "classes": len(labels)}, "rows": {}}
+    for name, inputs in variants.items():
+        encoder = inputs.inputs.model
+        clf = DocumentClassifier(encoder, labels, cfg.dropout)
+        out = args.work_dir / f"news-{len(result['rows'])}"
+        shutil.rmtree(out, ignore_errors=True)
+        t0 = time.perf_counter()
+        summary = ClassificationTrainer(copy.deepcopy(clf), cfg, inputs, fit_keys, out / "full", dev_keys).train()
+        best = DocumentClassifier.from_pretrained(out / "full" / "model")
+        inputs.set_model(best.encoder)
+        row = {"full": evaluate_classifier(best, inputs, test_keys), "full_wall_s": round(time.perf_counter() - t0, 1)}
+        inputs.set_model(encoder)
+        for shots in (5, 10):
+            t0 = time.perf_counter()
+            fs = few_shot(clf, cfg, inputs, train_keys, test_keys, out / f"{shots}-shot", shots, args.repeats)
+            row[f"{shots}-shot"] = {"accuracy": fs["accuracy"], "macro_f1": fs["macro_f1"],
+                                    "wall_s": round(time.perf_counter() - t0, 1)}
+        result["rows"][name] = row
+        log(f"20news {name}: {json.dumps(row)}")
+    result["config"] = dataclasses.asdict(cfg)
+    return result
+
+
+# ------------------------------------------------------------------ report
+def ranking_table(res: dict) -> list[str]:
+    lines = ["| system | nDCG@10 | R@100 |", "|---|---:|---:|"]
+    lines += [f"| {k} | {v['nDCG@10']:.4f} | {v['R@100']:.4f} |" for k, v in res["rows"].items()]
+    lines += ["", "| run | wall s | peak RSS MiB (process) | best epoch | steps | pairs |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {k} | {v['wall_s']} | {v['peak_rss_mib']} | {v['best_epoch']} | {v['steps']} | {v['pairs']} |"
+              for k, v in res["runs"].items()]
+    return lines
+
+
+def news_table(res: dict) -> list[str]:
+    lines = ["| model | full acc | full macro-F1 | 5-shot acc | 5-shot F1 | 10-shot acc | 10-shot F1 |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, r in res["rows"].items():
+        fs = [f"{100 * r[s][m]['mean']:.2f} ± {100 * r[s][m]['std']:.2f}" for s in ("5-shot", "10-shot")
+              for m in ("accuracy", "macro_f1")]
+        lines.append(f"| {name} | {100 * r['full']['accuracy']:.2f} | {100 * r['full']['macro_f1']:.2f} | "
+                     + " | ".join(fs) + " |")
+    return lines
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    results_path = args.work_dir / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    parts = args.parts.split(",")
+    t_all = time.perf_counter()
+    for part in parts:
+        if part == "scifact":
+            results["scifact"] = ranking_task(args, "scifact", args.scifact_index, DATA / "scifact", "train", "test",
+                                              [("full graph", None)])
+        elif part == "qmsum":
+            variants = [("section graph", None)] + ([("full graph", "full")] if args.qmsum_full_graph else [])
+            results["qmsum"] = ranking_task(args, "qmsum", args.qmsum_index, DATA / "qmsum", "train", "val",
+                                            variants)
+        elif part == "news":
+            results["news"] = news_task(args)
+        results_path.write_text(json.dumps(results, indent=1))
+        write_report(args, results)
+    log(f"done in {time.perf_counter() - t_all:.0f} s, peak RSS {peak_rss_mib():.0f} MiB")
+    write_report(args, results)
+    return 0
+
+
+def write_report(args, results: dict) -> None:
+    out = [f"Measured by `python benchmarks/finetune.py` on {platform.processor() or platform.machine()}, "
+           f"{args.threads} threads, CPU only; frozen encoder (all-MiniLM-L6-v2), cached passage vectors.", ""]
+    for name in ("scifact", "qmsum"):
+        if name in results:
+            out += [f"## {name}", "", f"sizes: {json.dumps(results[name]['sizes'])}", ""] + ranking_table(results[name]) + [""]
+    if "news" in results:
+        out += ["## 20news", "", f"sizes: {json.dumps(results['news']['sizes'])}", ""] + news_table(results["news"])
+    (args.work_dir / "report.md").write_text("\n".join(out) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

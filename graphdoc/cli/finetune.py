@@ -1,0 +1,80 @@
+"""``graphdoc finetune``: supervised fine-tuning for ranking or classification; the model ends in OUTPUT/model.
+
+Ranking: ``--corpus C --queries Q --qrels R [--dev-qrels R2]`` (or ``--folds K`` for k-fold
+cross-validation over the judged queries). Classification: ``--train T --dev D [--test E]``
+(JSON lines with a ``label``), ``--few-shot K`` for K examples per class over ``--repeats`` seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from graphdoc.cli.common import logger
+from graphdoc.errors import GraphDocError
+
+NEEDS = {"ranking": ("corpus", "queries", "qrels"), "classification": ("train", "dev")}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("finetune", help="fine-tune a model for ranking or classification", description=__doc__)
+    parser.add_argument("--task", required=True, choices=tuple(NEEDS))
+    parser.add_argument("--output", required=True, type=Path, metavar="DIR", help="run folder; the model in DIR/model")
+    parser.add_argument("--config", default=None, metavar="YAML", help="configs/finetune-*.yaml")
+    parser.add_argument("--model", default=None, metavar="NAME_OR_DIR", help="the model to start from")
+    rank = parser.add_argument_group("ranking")
+    rank.add_argument("--corpus", metavar="PATH", help="documents to rank (JSON lines, BEIR folder, ...)")
+    rank.add_argument("--queries", metavar="PATH", help="queries (queries.jsonl, BEIR folder, TSV, TREC topics)")
+    rank.add_argument("--qrels", metavar="PATH", help="training judgements")
+    rank.add_argument("--dev-qrels", metavar="PATH", help="dev judgements: evaluated every epoch, best kept")
+    rank.add_argument("--folds", type=int, default=None, metavar="K", help="k-fold cross-validation over queries")
+    cls = parser.add_argument_group("classification")
+    cls.add_argument("--train", metavar="JSONL", help="labelled training documents")
+    cls.add_argument("--dev", metavar="JSONL", help="labelled dev documents")
+    cls.add_argument("--test", metavar="JSONL", help="labelled test documents (scored with the best model)")
+    cls.add_argument("--few-shot", type=int, default=None, metavar="K", help="K examples per class")
+    cls.add_argument("--repeats", type=int, default=None, metavar="N", help="few-shot seeds (default 10)")
+    train = parser.add_argument_group("training (override the config)")
+    train.add_argument("--frozen-encoder", action=argparse.BooleanOptionalAction, default=None,
+                       help="train the graph layers (and head) over cached passage vectors")
+    train.add_argument("--epochs", type=int, default=None, metavar="N")
+    train.add_argument("--batch-size", type=int, default=None, metavar="N")
+    train.add_argument("--lr", type=float, default=None)
+    train.add_argument("--cache-dir", default=None, metavar="DIR", help="passage vector cache (frozen mode)")
+    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphdoc.finetune import finetune_classification, finetune_ranking, load_finetune_setup
+
+    missing = [f"--{name.replace('_', '-')}" for name in NEEDS[args.task] if getattr(args, name) is None]
+    if missing:
+        raise GraphDocError(f"--task {args.task} needs {', '.join(missing)}")
+    if args.output.exists() and not args.output.is_dir():
+        raise GraphDocError(f"--output {args.output} exists and is not a folder")
+    common = dict(frozen_encoder=args.frozen_encoder, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                  cache_dir=args.cache_dir)
+    setup = load_finetune_setup(args.config)
+    if args.task == "ranking":
+        config = setup.with_overrides("ranking", **common).ranking
+        result = finetune_ranking(args.corpus, args.queries, args.qrels, args.output, dev_qrels=args.dev_qrels,
+                                  config=config, model=args.model, model_config=setup.model, folds=args.folds,
+                                  resume=args.resume, device=args.device)
+    else:
+        config = setup.with_overrides("classification", shots=args.few_shot, repeats=args.repeats,
+                                      **common).classification
+        result = finetune_classification(args.train, args.dev, args.output, test=args.test, config=config,
+                                         model=args.model, model_config=setup.model, resume=args.resume,
+                                         device=args.device)
+    _report(result)
+    return 0
+
+
+def _report(result: dict) -> None:
+    brief = {k: v for k, v in result.items() if k in ("best", "best_epoch", "wall_s", "peak_rss_mib", "accuracy",
+                                                       "macro_f1", "dev_scores", "test_scores", "dense_run",
+                                                       "hybrid_run", "model_dir")}
+    logger.info("%s", json.dumps(brief))

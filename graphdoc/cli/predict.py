@@ -1,0 +1,28 @@
+"""``graphdoc predict``: labels and class probabilities of documents with a fine-tuned classifier (JSON lines)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from graphdoc.cli.common import logger
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("predict", help="classify documents with a fine-tuned classifier", description=__doc__)
+    parser.add_argument("--model", required=True, metavar="DIR", help="a classifier saved by graphdoc finetune")
+    parser.add_argument("--input", required=True, metavar="PATH", help="documents (JSON lines, text folder, ...)")
+    parser.add_argument("--output", required=True, type=Path, metavar="JSONL",
+                        help='one {"id", "label", "probabilities"} line per document')
+    parser.add_argument("--batch-size", type=int, default=32, metavar="N")
+    parser.add_argument("--max-passages", type=int, default=None, metavar="N", help="passages kept per document")
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphdoc.finetune import predict
+
+    count = predict(args.model, args.input, args.output, args.batch_size, args.max_passages, args.device)
+    logger.info("%d documents classified into %s", count, args.output)
+    return 0

@@ -1,0 +1,120 @@
+"""Supervised fine-tuning of graphdoc models: ranking (contrastive, hard negatives) and classification.
+
+Example::
+
+    from graphdoc.finetune import finetune_ranking, finetune_classification
+
+    summary = finetune_ranking("corpus.jsonl.gz", "queries.jsonl", "qrels/train.tsv", "runs/ft",
+                               dev_qrels="qrels/dev.tsv")
+    model = GraphDocEncoder.from_pretrained("runs/ft/model")
+
+    summary = finetune_classification("train.jsonl.gz", "dev.jsonl.gz", "runs/cls")
+    classifier = DocumentClassifier.from_pretrained("runs/cls/model")
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from graphdoc.errors import GraphDocError
+from graphdoc.finetune.classifier import DocumentClassifier
+from graphdoc.finetune.config import (ClassificationConfig, FinetuneSetup, RankingConfig, TrainingConfig,
+                                      load_finetune_setup)
+from graphdoc.finetune.predict import predict, read_predictions
+
+__all__ = ["ClassificationConfig", "DocumentClassifier", "FinetuneSetup", "RankingConfig", "TrainingConfig",
+           "finetune_classification", "finetune_ranking", "load_finetune_setup", "load_start_model", "predict",
+           "read_predictions"]
+
+logger = logging.getLogger(__name__)
+
+
+def load_start_model(model: Any = None, model_config=None, device: str | None = None):
+    """The model to fine-tune: a model object, a saved graphdoc model, or a Hugging Face encoder built with
+    ``model_config`` (a :class:`~graphdoc.config.ModelConfig`; ``model`` ``None``: the built-in default)."""
+    from graphdoc.backbones import load_model
+    from graphdoc.serialization import saved_backbone
+
+    if model is not None and not isinstance(model, (str, Path)):
+        return model
+    saved = saved_backbone(str(model)) if model is not None else None
+    name = None if model is None else str(model)
+    if name is None and model_config is not None:
+        name = model_config.passage_encoder.model_name_or_path
+    return load_model(name, config=None if saved else model_config, device=device)
+
+
+def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=None,
+                     config: RankingConfig | None = None, model: Any = None, model_config=None,
+                     folds: int | None = None,
+                     resume: bool = False, bm25=None, split: str | None = None, device: str | None = None) -> dict:
+    """Fine-tune for retrieval on judged queries; with ``folds``, k-fold cross-validation over them.
+
+    Args:
+        corpus, queries, qrels: paths (or documents, ``{id: text}``, ``{qid: {doc: rel}}`` in memory).
+        output: the run folder; the model ends in ``output/model`` (``output/fold-N/model`` per fold).
+        dev_qrels: queries scored after every epoch; the best epoch's model is kept.
+        model, model_config: the model to start from (see :func:`load_start_model`).
+        bm25: a :class:`BM25Index` over the corpus in its order (default: built here).
+    Returns the summary also written as ``output/finetune.json`` (``crossval.json`` with ``folds``).
+    """
+    from graphdoc.finetune.crossval import cross_validate
+    from graphdoc.finetune.data import load_ranking_data, read_qrels_arg
+    from graphdoc.finetune.inputs import open_cache
+    from graphdoc.finetune.ranking_trainer import RankingTrainer
+
+    config = config or RankingConfig()
+    output = Path(output)
+    model = load_start_model(model, model_config, device)
+    if config.frozen_encoder and not hasattr(model, "forward_passage_vectors"):
+        raise GraphDocError("a flat model has nothing to train over a frozen encoder: fine-tune it with "
+                            "frozen_encoder false (--no-frozen-encoder) or use a graph model")
+    cache = open_cache(model, config.frozen_encoder, config.cache_dir, output)
+    data = load_ranking_data(model, corpus, queries, cache, config.max_passages, split, bm25)
+    train = read_qrels_arg(qrels)
+    if folds:
+        return cross_validate(model, config, data, train, output, folds, resume)
+    dev = read_qrels_arg(dev_qrels) if dev_qrels is not None else None
+    return RankingTrainer(model, config, data, train, output, dev).train(resume)
+
+
+def finetune_classification(train, dev, output: str | Path, *, test=None, config: ClassificationConfig | None = None,
+                            model: Any = None, model_config=None, resume: bool = False,
+                            device: str | None = None) -> dict:
+    """Fine-tune a linear head (and the graph layers; the encoder too unless frozen) on labelled documents.
+
+    ``train``/``dev``/``test``: JSON lines with a ``label`` field. With ``config.shots`` set, few-shot mode:
+    ``shots`` examples per class, ``repeats`` seeds, scored on ``test`` (default ``dev``).
+    Returns the summary (``output/finetune.json``, or ``output/fewshot.json``), with dev/test scores.
+    """
+    from graphdoc.finetune.classification import (ClassificationTrainer, evaluate_classifier, labels_of,
+                                                  prepare_inputs, read_labelled)
+    from graphdoc.finetune.fewshot import few_shot
+    from graphdoc.finetune.inputs import open_cache
+    from graphdoc.finetune.loop import write_summary
+
+    config = config or ClassificationConfig()
+    output = Path(output)
+    splits = {"train": read_labelled(train, "train"), "dev": read_labelled(dev, "dev")}
+    if test is not None:
+        splits["test"] = read_labelled(test, "test")
+    encoder = load_start_model(model, model_config, device)
+    cache = open_cache(encoder, config.frozen_encoder, config.cache_dir, output)
+    data = prepare_inputs(encoder, [d for docs in splits.values() for d in docs], cache, config.max_passages)
+    keys = {name: [d.id for d in docs] for name, docs in splits.items()}
+    classifier = DocumentClassifier(encoder, sorted(set(labels_of(splits["train"]))), config.dropout)
+    if config.shots is not None:
+        return few_shot(classifier, config, data, keys["train"], keys.get("test", keys["dev"]), output,
+                        config.shots, config.repeats)
+    trainer = ClassificationTrainer(classifier, config, data, keys["train"], output, keys["dev"])
+    summary = trainer.train(resume)
+    best = DocumentClassifier.from_pretrained(output / "model", device=device)
+    if cache is not None:
+        best.encoder.passage_encoder.requires_grad_(False)
+    data.set_model(best.encoder)
+    summary["dev_scores"] = evaluate_classifier(best, data, keys["dev"])
+    if "test" in keys:
+        summary["test_scores"] = evaluate_classifier(best, data, keys["test"])
+    return write_summary(output, summary)

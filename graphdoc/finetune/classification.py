@@ -1,0 +1,170 @@
+"""Document classification: labelled documents -> document vectors -> linear head -> cross-entropy.
+
+With ``frozen_encoder`` the passage vectors come from the on-disk cache and only the graph layers and the
+head learn (a flat backbone, which has nothing but its encoder, trains the head over fixed vectors); else
+everything trains end to end. After every epoch the dev set's accuracy picks the best model, saved in
+``OUTPUT/model`` as a :class:`~graphdoc.finetune.classifier.DocumentClassifier`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from graphdoc.corpus import read_corpus
+from graphdoc.documents import Document
+from graphdoc.errors import GraphDocError
+from graphdoc.finetune.classifier import DocumentClassifier
+from graphdoc.finetune.config import ClassificationConfig
+from graphdoc.finetune.inputs import GraphInputs
+from graphdoc.finetune.loop import EpochLoop, seed_everything
+from graphdoc.outputs import GraphOutput
+
+logger = logging.getLogger(__name__)
+
+
+def read_labelled(source: str | Path, split: str) -> list[Document]:
+    """Documents with a ``label`` field (JSON lines); ids become ``split/id`` so splits never collide."""
+    docs = []
+    for doc in read_corpus(source):
+        if doc.metadata.get("label") in (None, ""):
+            raise GraphDocError(f"{source}: document {doc.id!r} has no 'label'")
+        docs.append(dataclasses.replace(doc, id=f"{split}/{doc.id}"))
+    if not docs:
+        raise GraphDocError(f"{source} holds no labelled document")
+    return docs
+
+
+def labels_of(docs: Sequence[Document]) -> list[str]:
+    return [str(d.metadata["label"]) for d in docs]
+
+
+def accuracy(gold: Sequence[str], predicted: Sequence[str]) -> float:
+    return float(np.mean([g == p for g, p in zip(gold, predicted)])) if gold else 0.0
+
+
+def macro_f1(gold: Sequence[str], predicted: Sequence[str]) -> float:
+    """The unweighted mean of the per-class F1 over the classes of ``gold`` and ``predicted``."""
+    scores = []
+    for label in sorted(set(gold) | set(predicted)):
+        tp = sum(g == p == label for g, p in zip(gold, predicted))
+        fp = sum(p == label != g for g, p in zip(gold, predicted))
+        fn = sum(g == label != p for g, p in zip(gold, predicted))
+        scores.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
+    return float(np.mean(scores)) if scores else 0.0
+
+
+class FixedFeatures:
+    """Document vectors ``[d]`` by id, computed once (a frozen model with nothing left to train)."""
+
+    def __init__(self, model, vectors: dict[str, torch.Tensor]) -> None:
+        self.model, self.vectors = model, vectors
+
+    @classmethod
+    def compute(cls, model, documents: Sequence[Document], cache, max_passages: int | None) -> "FixedFeatures":
+        """Through the cache when the model embeds passage vectors (graph backbone), else ``model.encode``."""
+        if cache is not None and hasattr(model, "forward_passage_vectors"):
+            graphs = GraphInputs(model, cache)
+            graphs.add_documents(documents, max_passages)
+            vectors = graphs.embed_all([d.id for d in documents]).document_embeddings  # [n, d]
+        else:
+            vectors = model.encode(list(documents), show_progress_bar=False, convert_to_tensor=True,
+                                   convert_to_numpy=False).cpu()  # [n, d]
+        return cls(model, {d.id: v for d, v in zip(documents, vectors)})
+
+    def embed(self, keys: Sequence[str]) -> GraphOutput:
+        vectors = torch.stack([self.vectors[k] for k in keys]).to(self.model.device)  # [B, d]
+        return GraphOutput([], vectors, vectors, torch.arange(len(keys) + 1))
+
+
+@dataclass
+class LabelledInputs:
+    """Every labelled document, held ready (``inputs``), and the label of each id."""
+
+    inputs: GraphInputs | FixedFeatures
+    labels: dict[str, str]
+
+    def set_model(self, model) -> None:
+        self.inputs.model = model
+
+
+def prepare_inputs(encoder, documents: Sequence[Document], cache, max_passages: int) -> LabelledInputs:
+    """Graphs of ``documents`` (cached passage vectors when ``cache``), or fixed vectors for a frozen flat model."""
+    trainable = any(p.requires_grad for n, p in encoder.named_parameters() if not n.startswith("passage_encoder."))
+    if cache is not None and not trainable:
+        inputs = FixedFeatures.compute(encoder, documents, cache, max_passages)
+    else:
+        inputs = GraphInputs(encoder, cache)
+        inputs.add_documents(documents, max_passages)
+    return LabelledInputs(inputs, {d.id: str(d.metadata["label"]) for d in documents})
+
+
+@torch.inference_mode()
+def evaluate_classifier(classifier: DocumentClassifier, data: LabelledInputs, keys: Sequence[str],
+                        batch_size: int = 64) -> dict[str, float]:
+    """Accuracy and macro-F1 of ``classifier`` on the documents ``keys``."""
+    was_training = classifier.training
+    classifier.eval()
+    predicted = []
+    try:
+        for start in range(0, len(keys), batch_size):
+            vectors = data.inputs.embed(keys[start:start + batch_size]).document_embeddings
+            predicted += [classifier.labels[i] for i in classifier.logits(vectors).argmax(-1).tolist()]
+    finally:
+        classifier.train(was_training)
+    gold = [data.labels[k] for k in keys]
+    return {"accuracy": accuracy(gold, predicted), "macro_f1": macro_f1(gold, predicted)}
+
+
+class ClassificationTrainer:
+    """Fine-tunes ``classifier`` on ``train_keys`` of ``data``; picks the best epoch on ``dev_keys``."""
+
+    def __init__(self, classifier: DocumentClassifier, config: ClassificationConfig, data: LabelledInputs,
+                 train_keys: Sequence[str], output: Path, dev_keys: Sequence[str] | None = None) -> None:
+        self.classifier, self.cfg, self.data, self.output = classifier, config, data, Path(output)
+        self.train_keys, self.dev_keys = list(train_keys), list(dev_keys or [])
+        unknown = sorted({data.labels[k] for k in self.train_keys} - set(classifier.labels))
+        if unknown:
+            raise GraphDocError(f"training label {unknown[0]!r} is not one of the classifier's labels")
+        data.set_model(classifier.encoder)
+        self.index = {label: i for i, label in enumerate(classifier.labels)}
+        self.steps_per_epoch = -(-len(self.train_keys) // config.batch_size)
+        seed_everything(config.seed)
+        head = [p for p in classifier.head.parameters()]
+        body = [p for p in classifier.encoder.parameters() if p.requires_grad]
+        groups = [{"params": head, "lr": config.head_lr, "weight_decay": 0.0}]
+        if body:
+            groups.append({"params": body, "lr": config.lr, "weight_decay": config.weight_decay})
+        self.loop = EpochLoop(classifier, config, self.output, config.epochs * self.steps_per_epoch, groups)
+
+    def train(self, resume: bool = False) -> dict:
+        self.loop.start_or_resume(resume)
+        frozen = isinstance(self.data.inputs, FixedFeatures) or getattr(self.data.inputs, "cache", None) is not None
+        while self.loop.state["epoch"] < self.cfg.epochs:
+            epoch = self.loop.state["epoch"]
+            self.classifier.train()
+            if frozen:
+                self.classifier.encoder.passage_encoder.eval()
+            order = np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.train_keys))
+            losses = [self.loop.step(self._loss([self.train_keys[i] for i in order[b * self.cfg.batch_size:
+                                                                                    (b + 1) * self.cfg.batch_size]]))
+                      for b in range(self.steps_per_epoch)]
+            dev = evaluate_classifier(self.classifier, self.data, self.dev_keys) if self.dev_keys else {}
+            logger.info("epoch %d/%d: loss %.4f, dev %s", epoch + 1, self.cfg.epochs, np.mean(losses), dev or "-")
+            improved = self.loop.end_epoch({"loss": float(np.mean(losses)), **dev}, dev.get("accuracy"))
+            if improved or not dev:
+                self.classifier.save_pretrained(self.output / "model")
+        return self.loop.summary({"train": len(self.train_keys), "dev": len(self.dev_keys),
+                                  "model_dir": str(self.output / "model")})
+
+    def _loss(self, keys: list[str]) -> torch.Tensor:
+        vectors = self.data.inputs.embed(keys).document_embeddings  # [B, d]
+        targets = torch.tensor([self.index[self.data.labels[k]] for k in keys], device=vectors.device)
+        return F.cross_entropy(self.classifier.logits(vectors), targets)

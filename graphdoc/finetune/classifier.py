@@ -1,0 +1,87 @@
+"""DocumentClassifier: a graphdoc encoder (graph or flat backbone) and a linear head on its document vector.
+
+Saved as a folder::
+
+    DIR/encoder/             the encoder, as its save_pretrained writes it
+    DIR/head.safetensors     the head's weights
+    DIR/head_config.json     {"in_channels", "num_classes", "dropout"}
+    DIR/labels.json          the label of each output, in order
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from graphdoc.documents import as_document
+from graphdoc.errors import GraphDocError
+from graphdoc.fileio import atomic_directory
+from graphdoc.models.classification_head import ClassificationHead
+
+ENCODER_DIR, HEAD_WEIGHTS, HEAD_CONFIG, LABELS = "encoder", "head.safetensors", "head_config.json", "labels.json"
+
+
+class DocumentClassifier(nn.Module):
+    """``head(encoder(document))``: class logits ``[B, num_classes]`` for ``B`` documents."""
+
+    def __init__(self, encoder: nn.Module, labels: Sequence[str], dropout: float = 0.0) -> None:
+        super().__init__()
+        if len(labels) < 2 or len(set(labels)) != len(labels):
+            raise GraphDocError(f"a classifier needs two or more distinct labels; got {list(labels)}")
+        self.encoder = encoder
+        self.labels = [str(label) for label in labels]
+        self.head = ClassificationHead(encoder.dimension, len(labels), dropout).to(encoder.device)
+
+    @property
+    def device(self) -> torch.device:
+        return self.encoder.device
+
+    def logits(self, document_vectors: torch.Tensor) -> torch.Tensor:
+        """Shapes: ``[B, d]`` -> ``[B, num_classes]``."""
+        return self.head(document_vectors)
+
+    @torch.inference_mode()
+    def predict_proba(self, documents: Sequence, batch_size: int = 32, max_passages: int | None = None) -> torch.Tensor:
+        """Class probabilities ``[n, num_classes]`` of documents (strings, dicts or Documents)."""
+        was_training = self.training
+        self.eval()
+        try:
+            out = []
+            for start in range(0, len(documents), batch_size):
+                chunk = [as_document(d, start + i) for i, d in enumerate(documents[start:start + batch_size])]
+                vectors = self.encoder([self.encoder.prepare(d, max_passages) for d in chunk]).document_embeddings
+                out.append(torch.softmax(self.logits(vectors).float(), dim=-1).cpu())
+        finally:
+            self.train(was_training)
+        return torch.cat(out) if out else torch.zeros((0, len(self.labels)))
+
+    def save_pretrained(self, path: str | Path) -> None:
+        with atomic_directory(path) as tmp:
+            self.encoder.save_pretrained(tmp / ENCODER_DIR)
+            save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
+                      str(tmp / HEAD_WEIGHTS))
+            head = {"in_channels": self.head.in_channels, "num_classes": self.head.num_classes,
+                    "dropout": self.head.dropout}
+            (tmp / HEAD_CONFIG).write_text(json.dumps(head, indent=2) + "\n", encoding="utf-8")
+            (tmp / LABELS).write_text(json.dumps(self.labels, indent=1) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device: str | torch.device | None = None) -> "DocumentClassifier":
+        from graphdoc.backbones import load_model
+
+        path = Path(path)
+        if not (path / HEAD_WEIGHTS).is_file() or not (path / LABELS).is_file():
+            raise GraphDocError(f"{path} is not a saved classifier (no {HEAD_WEIGHTS} or {LABELS})")
+        head = json.loads((path / HEAD_CONFIG).read_text(encoding="utf-8"))
+        model = cls(load_model(str(path / ENCODER_DIR), device=device),
+                    json.loads((path / LABELS).read_text(encoding="utf-8")), head["dropout"])
+        model.head.load_state_dict(load_file(str(path / HEAD_WEIGHTS)))
+        return model.to(model.encoder.device)
+
+    def extra_repr(self) -> str:
+        return f"labels={len(self.labels)}"

@@ -1,0 +1,59 @@
+"""What a ranking run reads: the corpus and its queries held as graphs, BM25 over the corpus, qrels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from graphdoc.corpus import read_corpus, read_qrels, read_queries
+from graphdoc.documents import Document
+from graphdoc.errors import GraphDocError
+from graphdoc.finetune.inputs import GraphInputs
+from graphdoc.finetune.retriever import CorpusRanker
+from graphdoc.retrieval.bm25 import BM25Index
+from graphdoc.training.cache import PassageVectorCache
+
+
+@dataclass
+class RankingData:
+    """The corpus (``documents``, in ``doc_ids`` order = BM25 rows), the query texts and their graphs."""
+
+    documents: GraphInputs
+    doc_ids: list[str]
+    queries: GraphInputs
+    query_texts: dict[str, str]
+    bm25: BM25Index
+
+    def set_model(self, model) -> None:
+        """Embed with ``model`` from now on (the cached passage vectors stay valid: the encoder is frozen)."""
+        self.documents.model = self.queries.model = model
+
+    def ranker(self, passage_weight: float, similarity: str) -> CorpusRanker:
+        return CorpusRanker(self.documents, self.doc_ids, self.bm25, passage_weight, similarity)
+
+
+def load_ranking_data(model, corpus: str | Path | Iterable[Document], queries: str | Path | Mapping[str, str],
+                      cache: PassageVectorCache | None, max_passages: int | None,
+                      split: str | None = None, bm25: BM25Index | None = None) -> RankingData:
+    """Read and prepare the corpus and queries (a path, or documents / ``{id: text}`` already in memory).
+
+    ``bm25``, when given, must index the corpus in its order (e.g. an index folder's ``final/bm25``).
+    """
+    docs = list(read_corpus(corpus) if isinstance(corpus, (str, Path)) else corpus)
+    if not docs:
+        raise GraphDocError(f"the corpus {corpus} holds no document")
+    texts = dict(read_queries(queries, split)) if isinstance(queries, (str, Path)) else dict(queries)
+    documents, query_inputs = GraphInputs(model, cache), GraphInputs(model, cache)
+    documents.add_documents(docs, max_passages)
+    query_inputs.add_queries(texts.items())
+    if bm25 is None:
+        bm25 = CorpusRanker.build_bm25([f"{d.title} {d.text}".strip() for d in docs])
+    elif bm25.num_docs != len(docs):
+        raise GraphDocError(f"the BM25 index holds {bm25.num_docs} documents; the corpus {len(docs)}")
+    return RankingData(documents, [d.id for d in docs], query_inputs, texts, bm25)
+
+
+def read_qrels_arg(qrels: str | Path | Mapping[str, Mapping[str, int]], split: str | None = None) -> dict:
+    """Qrels from a path (BEIR ``.tsv`` or TREC) or as given."""
+    return read_qrels(qrels, split) if isinstance(qrels, (str, Path)) else {q: dict(d) for q, d in qrels.items()}

@@ -1,0 +1,108 @@
+"""What both fine-tuning tasks share: seeding, the optimiser, epoch checkpoints, the run summary.
+
+Checkpoints are :mod:`graphdoc.training.checkpoint` folders (safetensors and JSON, no pickle) written at
+the end of every epoch; ``resume`` restarts after the latest one with the same weights, optimiser,
+schedule and random states, so a resumed run ends where an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphdoc.errors import GraphDocError
+from graphdoc.fileio import atomic_write
+from graphdoc.training import checkpoint as ckpt
+from graphdoc.training.metrics import peak_memory_mib
+from graphdoc.training.optim import build_optimizer, build_scheduler
+
+SUMMARY_NAME = "finetune.json"
+#: settings that may change on resume: they do not change what is learned
+OPERATIONAL = ("cache_dir",)
+
+
+def seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+class EpochLoop:
+    """Optimiser, schedule and epoch checkpoints of one run into ``output``."""
+
+    def __init__(self, model: torch.nn.Module, config, output: Path, total_steps: int, param_groups=None) -> None:
+        self.model, self.config, self.output = model, config, output
+        self.optimizer = (torch.optim.AdamW(param_groups) if param_groups is not None
+                          else build_optimizer(model, config))
+        self.scheduler = build_scheduler(self.optimizer, config, total_steps)
+        self.start = time.perf_counter()
+        self.state: dict[str, Any] = {"epoch": 0, "step": 0, "best": None, "history": []}
+
+    def start_or_resume(self, resume: bool) -> None:
+        """Continue after the latest checkpoint (``resume``), or refuse to overwrite an existing run."""
+        found = ckpt.list_checkpoints(self.output)
+        if found and not resume:
+            raise GraphDocError(f"{self.output} already holds a fine-tuning run; pass --resume to continue it "
+                                "or choose another --output")
+        self.output.mkdir(parents=True, exist_ok=True)
+        if not (resume and found):
+            return
+        loaded = type(self.model).from_pretrained(found[-1] / ckpt.MODEL_DIR, device=self.model.device)
+        self.model.load_state_dict(loaded.state_dict())
+        rng, state = ckpt.load_checkpoint(found[-1], self.optimizer, self.scheduler)
+        torch.set_rng_state(rng["torch_cpu.rank0"])
+        saved, now = state["config"], dataclasses.asdict(self.config)
+        for key in now:
+            if key not in OPERATIONAL and saved.get(key) != now[key]:
+                raise GraphDocError(f"cannot resume with {key}={now[key]!r}: the run was started with "
+                                    f"{saved.get(key)!r}")
+        self.state = state
+
+    def step(self, loss: torch.Tensor) -> float:
+        """Backward, clip, optimiser and schedule step; returns the loss."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm or float("inf"))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.state["step"] += 1
+        return float(loss.detach())
+
+    def end_epoch(self, row: dict[str, Any], score: float | None) -> bool:
+        """Record the epoch, checkpoint it (only the latest is kept); True when ``score`` is the best yet."""
+        improved = score is not None and (self.state["best"] is None or score > self.state["best"])
+        if improved:
+            self.state["best"] = score
+            self.state["best_epoch"] = self.state["epoch"] + 1
+        self.state["history"].append(dict(row, epoch=self.state["epoch"] + 1, step=self.state["step"],
+                                          elapsed_s=round(time.perf_counter() - self.start, 2)))
+        self.state["epoch"] += 1
+        self.state["config"] = dataclasses.asdict(self.config)
+        ckpt.save_checkpoint(ckpt.checkpoint_dir(self.output, self.state["step"]), self.model, self.optimizer,
+                             self.scheduler, {"torch_cpu.rank0": torch.get_rng_state()}, self.state)
+        ckpt.prune_checkpoints(self.output, 1)
+        return improved
+
+    def summary(self, extra: dict[str, Any]) -> dict[str, Any]:
+        """Write ``OUTPUT/finetune.json``: history, best score, wall time and peak memory of this process."""
+        rss, cuda = peak_memory_mib(next(self.model.parameters()).device)
+        out = {"epochs": self.state["epoch"], "steps": self.state["step"], "best": self.state["best"],
+               "best_epoch": self.state.get("best_epoch"), "history": self.state["history"],
+               "wall_s": round(time.perf_counter() - self.start, 2), "peak_rss_mib": round(rss, 1),
+               "peak_cuda_mib": cuda, **extra}
+        return write_summary(self.output, out)
+
+
+def write_summary(output: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """``OUTPUT/finetune.json``; returns ``summary``."""
+    with atomic_write(output / SUMMARY_NAME, "w", encoding="utf-8") as handle:
+        json.dump(summary, handle, indent=2)
+    return summary

@@ -1,0 +1,133 @@
+"""The ranking fine-tuning loop: pairs -> batches with hard negatives -> contrastive loss -> AdamW.
+
+Output folder layout::
+
+    OUTPUT/finetune_config.json     the settings of the run
+    OUTPUT/negatives/bm25.json      BM25's top ``negative_depth`` per training query
+    OUTPUT/negatives/model.json     the model's own top ``negative_depth``, ranked with the half-way weights
+    OUTPUT/halfway/                 the half-way checkpoint's model
+    OUTPUT/checkpoints/step-N/      the latest epoch checkpoint (resume)
+    OUTPUT/model/                   the best model on the dev queries (the last one without dev queries)
+    OUTPUT/finetune.json            history (loss, dev scores per epoch), best epoch, wall time, peak memory
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import torch
+
+from graphdoc.fileio import atomic_write
+from graphdoc.finetune import ranking as rk
+from graphdoc.finetune.config import RankingConfig
+from graphdoc.finetune.data import RankingData
+from graphdoc.finetune.loop import EpochLoop, seed_everything
+from graphdoc.retrieval.evaluation import evaluate
+from graphdoc.retrieval.fusion import FusionConfig
+
+logger = logging.getLogger(__name__)
+
+Qrels = Mapping[str, Mapping[str, int]]
+
+
+class RankingTrainer:
+    """One ranking fine-tuning run of ``model`` on ``qrels`` (training queries) into ``output``."""
+
+    def __init__(self, model, config: RankingConfig, data: RankingData, qrels: Qrels, output: Path,
+                 dev_qrels: Qrels | None = None) -> None:
+        self.model, self.cfg, self.data, self.output = model, config, data, Path(output)
+        data.set_model(model)
+        known = set(data.doc_ids)
+        self.pairs = [p for p in rk.training_pairs(qrels, known) if p.query_id in data.queries]
+        self.positives = {q: {d for d, r in docs.items() if r > 0} for q, docs in qrels.items()}
+        self.dev_qrels = {q: d for q, d in (dev_qrels or {}).items() if q in data.queries} or None
+        self.steps_per_epoch = math.ceil(len(self.pairs) / config.batch_size)
+        seed_everything(config.seed)
+        self.loop = EpochLoop(model, config, self.output, config.epochs * self.steps_per_epoch)
+        self.negatives: dict[str, dict[str, list[str]]] = {}
+
+    def fusion(self) -> FusionConfig:
+        return FusionConfig(alpha=self.cfg.fusion_alpha, normalization=self.cfg.fusion_normalization)
+
+    # ------------------------------------------------------------------ negatives
+    def _ranking_lists(self, source: str) -> dict[str, list[str]]:
+        """Top ``negative_depth`` per training query from ``source`` (computed once, kept in the output)."""
+        path = self.output / "negatives" / f"{source}.json"
+        if path.is_file():
+            return json.loads(path.read_text(encoding="utf-8"))
+        qids = sorted({p.query_id for p in self.pairs})
+        texts = [self.data.query_texts[q] for q in qids]
+        ranker = self.data.ranker(self.cfg.passage_weight, self.cfg.similarity)
+        if source == rk.BM25:
+            run = ranker.bm25_run(qids, texts, self.cfg.negative_depth)
+        else:
+            self.model.save_pretrained(self.output / "halfway")
+            vectors = self.data.queries.embed_all(qids).document_embeddings
+            run = ranker.components(qids, texts, vectors, self.cfg.negative_depth).dense
+        lists = {q: list(run.get(q, {})) for q in qids}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path, "w", encoding="utf-8") as handle:
+            json.dump(lists, handle)
+        return lists
+
+    # ------------------------------------------------------------------ loop
+    def train(self, resume: bool = False) -> dict:
+        """Run the remaining epochs; keep the best dev model in ``OUTPUT/model``; return the summary."""
+        self.loop.start_or_resume(resume)
+        with atomic_write(self.output / "finetune_config.json", "w", encoding="utf-8") as handle:
+            json.dump({"ranking": dataclasses.asdict(self.cfg)}, handle, indent=2)
+        while self.loop.state["epoch"] < self.cfg.epochs:
+            epoch = self.loop.state["epoch"]
+            source = rk.negative_source(epoch, self.cfg.epochs)
+            if self.cfg.hard_negatives and source not in self.negatives:
+                self.negatives[source] = self._ranking_lists(source)
+            loss = self._epoch(epoch, source)
+            score = self.evaluate_dev() if self.dev_qrels else None
+            logger.info("epoch %d/%d: loss %.4f, negatives %s, dev %s", epoch + 1, self.cfg.epochs, loss, source,
+                        "-" if score is None else f"{score:.4f}")
+            if self.loop.end_epoch({"loss": loss, "negatives": source, "dev": score}, score) or score is None:
+                self.model.save_pretrained(self.output / "model")
+        return self.loop.summary({"pairs": len(self.pairs), "model_dir": str(self.output / "model")})
+
+    def _epoch(self, epoch: int, source: str) -> float:
+        self.model.train()
+        if self.data.documents.cache is not None:
+            self.model.passage_encoder.eval()
+        order = np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.pairs))
+        losses = []
+        for b in range(self.steps_per_epoch):
+            batch = [self.pairs[i] for i in order[b * self.cfg.batch_size:(b + 1) * self.cfg.batch_size]]
+            rng = np.random.default_rng([self.cfg.seed, epoch, b])
+            losses.append(self.loop.step(self._loss(batch, source, rng)))
+        return float(np.mean(losses))
+
+    def _loss(self, batch: list[rk.Pair], source: str, rng: np.random.Generator) -> torch.Tensor:
+        lists = self.negatives.get(source, {})
+        negatives = [rk.sample_negatives(lists.get(p.query_id, []), self.positives.get(p.query_id, set()),
+                                         self.cfg.hard_negatives, rng, self.cfg.negative_depth) for p in batch]
+        doc_ids, targets, exclude = rk.batch_documents(batch, negatives, self.positives)
+        queries = self.data.queries.embed([p.query_id for p in batch]).document_embeddings  # [B, d]
+        documents = self.data.documents.embed(doc_ids)  # M graphs
+        return rk.ranking_loss(queries, documents, targets, exclude, self.cfg.passage_weight,
+                               self.cfg.similarity, self.cfg.temperature)
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate_dev(self) -> float:
+        """``eval_measure`` of ``eval_mode`` (dense or hybrid) on the dev queries with the current weights."""
+        qids = sorted(self.dev_qrels)
+        return evaluate(self.rank(qids)[self.cfg.eval_mode], self.dev_qrels, [self.cfg.eval_measure])[
+            str(self.cfg.eval_measure)]
+
+    def rank(self, qids: list[str], k: int = 100) -> dict[str, dict]:
+        """``{"dense": run, "hybrid": run, "components": ComponentRuns}`` for ``qids`` (current weights)."""
+        ranker = self.data.ranker(self.cfg.passage_weight, self.cfg.similarity)
+        vectors = self.data.queries.embed_all(qids).document_embeddings
+        parts = ranker.components(qids, [self.data.query_texts[q] for q in qids], vectors, max(k, 100))
+        dense = {q: dict(list(r.items())[:k]) for q, r in parts.dense.items()}
+        return {"dense": dense, "hybrid": parts.hybrid(self.fusion(), k), "components": parts}

@@ -1,0 +1,162 @@
+"""Ranking fine-tuning: exact loss values, hard negatives, the negative schedule, dev selection, resume, k folds."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from _finetune_helpers import ranking_files
+from graphdoc.corpus import read_qrels
+from graphdoc.encoder import GraphDocEncoder
+from graphdoc.errors import GraphDocError
+from graphdoc.finetune import RankingConfig, finetune_ranking
+from graphdoc.finetune import ranking as rk
+from graphdoc.finetune.scoring import graph_scores, max_passage_scores
+from graphdoc.outputs import GraphOutput
+from graphdoc.retrieval.trec import read_run
+
+
+def _graphs(vectors: list[list[list[float]]]) -> GraphOutput:
+    """Graphs given as lists of node vectors, the document node first."""
+    nodes = torch.tensor([v for graph in vectors for v in graph], dtype=torch.float)
+    ptr = torch.tensor(np.cumsum([0] + [len(g) for g in vectors]))
+    return GraphOutput([], nodes[ptr[:-1]], nodes, ptr)
+
+
+def test_ranking_loss_exact_values_on_hand_made_vectors():
+    queries = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    docs = _graphs([[[1.0, 0.0]], [[0.0, 1.0]], [[1.0, 1.0]]])
+    none = torch.zeros((2, 3), dtype=torch.bool)
+    loss = rk.ranking_loss(queries, docs, torch.tensor([0, 1]), none, similarity="dot")
+    # each query scores its positive 1, the other positive 0, the third document 1
+    expected = -math.log(math.e / (math.e + 1 + math.e))
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    exclude = none.clone()
+    exclude[0, 2] = exclude[1, 2] = True  # the third document is another positive of both queries
+    loss = rk.ranking_loss(queries, docs, torch.tensor([0, 1]), exclude, similarity="dot", temperature=0.5)
+    assert loss.item() == pytest.approx(-math.log(math.e ** 2 / (math.e ** 2 + 1)), abs=1e-6)
+
+
+def test_passage_weight_mixes_document_node_and_best_passage():
+    docs = _graphs([[[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]], [[0.0, 2.0]]])
+    q = torch.tensor([[0.0, 1.0]])
+    assert max_passage_scores(q, docs.node_embeddings, docs.ptr).tolist() == [[1.0, float("-inf")]]
+    scores = graph_scores(q, docs, passage_weight=0.75, similarity="dot")
+    # graph 1: 0.25 * 0 + 0.75 * 1; graph 2 has no passage node: its document node alone
+    assert scores.tolist() == [[pytest.approx(0.75), pytest.approx(2.0)]]
+
+
+def test_hard_negatives_exclude_positives():
+    ranking = [f"d{i}" for i in range(10)]
+    positives = {"d0", "d3", "d7"}
+    seen = set()
+    for seed in range(50):
+        picks = rk.sample_negatives(ranking, positives, 3, np.random.default_rng(seed), depth=8)
+        assert len(picks) == 3 == len(set(picks))
+        assert not set(picks) & positives and set(picks) <= set(ranking[:8])
+        seen.update(picks)
+    assert seen == set(ranking[:8]) - positives
+    assert rk.sample_negatives(["d0"], {"d0"}, 2, np.random.default_rng(0)) == []
+
+
+def test_batch_documents_masks_other_positives_only():
+    pairs = [rk.Pair("q1", "a"), rk.Pair("q1", "b"), rk.Pair("q2", "c")]
+    docs, targets, exclude = rk.batch_documents(pairs, [["x"], ["a"], ["x"]], {"q1": {"a", "b"}, "q2": {"c"}})
+    assert docs == ["a", "b", "c", "x"] and targets.tolist() == [0, 1, 2]
+    assert exclude.tolist() == [[False, True, False, False], [True, False, False, False], [False] * 4]
+
+
+def test_negative_schedule_switches_at_half_way():
+    assert [rk.negative_source(e, 4) for e in range(4)] == ["bm25", "bm25", "model", "model"]
+    assert [rk.negative_source(e, 3) for e in range(3)] == ["bm25", "bm25", "model"]
+    assert rk.negative_source(0, 1) == "bm25" and rk.switch_epoch(1) is None and rk.switch_epoch(4) == 2
+
+
+def _config(**changes) -> RankingConfig:
+    base = dict(epochs=2, batch_size=4, hard_negatives=2, lr=5e-3, max_passages=4, temperature=0.1)
+    return RankingConfig(**{**base, **changes})
+
+
+def test_training_uses_bm25_then_the_half_way_models_negatives(tiny_bert, tmp_path):
+    files = ranking_files(tmp_path)
+    summary = finetune_ranking(files["corpus"], files["queries"], files["qrels"], tmp_path / "run",
+                               config=_config(epochs=4), model=str(tiny_bert))
+    assert [h["negatives"] for h in summary["history"]] == ["bm25", "bm25", "model", "model"]
+    halfway = GraphDocEncoder.from_pretrained(tmp_path / "run" / "halfway")
+    final = GraphDocEncoder.from_pretrained(tmp_path / "run" / "model")
+    # the model's negatives were ranked with the weights of the end of epoch 2, not the final ones
+    assert any(not torch.equal(a, b) for a, b in zip(halfway.graph.state_dict().values(),
+                                                     final.graph.state_dict().values()))
+    lists = json.loads((tmp_path / "run" / "negatives" / "model.json").read_text())
+    assert sorted(lists) == sorted(read_qrels(files["qrels"])) and all(len(v) == 12 for v in lists.values())
+
+
+def test_dev_evaluation_keeps_the_best_checkpoint(tiny_bert, tmp_path):
+    from graphdoc.finetune.data import load_ranking_data
+    from graphdoc.finetune.inputs import open_cache
+    from graphdoc.finetune.ranking_trainer import RankingTrainer
+
+    files = ranking_files(tmp_path)
+    cfg = _config(epochs=4, lr=5e-2)
+    summary = finetune_ranking(files["corpus"], files["queries"], files["qrels"], tmp_path / "run",
+                               dev_qrels=files["qrels"], config=cfg, model=str(tiny_bert))
+    devs = [h["dev"] for h in summary["history"]]
+    assert summary["best"] == max(devs) and summary["best_epoch"] == devs.index(max(devs)) + 1
+    best = GraphDocEncoder.from_pretrained(tmp_path / "run" / "model")
+    data = load_ranking_data(best, files["corpus"], files["queries"], open_cache(best, True, None, tmp_path / "e"), 4)
+    trainer = RankingTrainer(best, cfg, data, read_qrels(files["qrels"]), tmp_path / "e", read_qrels(files["qrels"]))
+    assert trainer.evaluate_dev() == pytest.approx(summary["best"], abs=1e-6)
+
+
+def test_resume_ends_where_an_uninterrupted_run_ends(tiny_bert, tmp_path, monkeypatch):
+    from graphdoc.finetune.ranking_trainer import RankingTrainer
+
+    files = ranking_files(tmp_path)
+    args = (files["corpus"], files["queries"], files["qrels"])
+    finetune_ranking(*args, tmp_path / "a", config=_config(epochs=3), model=str(tiny_bert))
+    real = RankingTrainer._epoch
+
+    def stop_in_epoch_2(self, epoch, source):
+        if epoch == 1:
+            raise KeyboardInterrupt
+        return real(self, epoch, source)
+
+    monkeypatch.setattr(RankingTrainer, "_epoch", stop_in_epoch_2)
+    with pytest.raises(KeyboardInterrupt):
+        finetune_ranking(*args, tmp_path / "b", config=_config(epochs=3), model=str(tiny_bert))
+    monkeypatch.setattr(RankingTrainer, "_epoch", real)
+    with pytest.raises(GraphDocError, match="--resume"):
+        finetune_ranking(*args, tmp_path / "b", config=_config(epochs=3), model=str(tiny_bert))
+    summary = finetune_ranking(*args, tmp_path / "b", config=_config(epochs=3), model=str(tiny_bert), resume=True)
+    assert summary["epochs"] == 3
+    a = GraphDocEncoder.from_pretrained(tmp_path / "a" / "model").head_state_dict()
+    b = GraphDocEncoder.from_pretrained(tmp_path / "b" / "model").head_state_dict()
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_cross_validation_ranks_every_query_once_and_never_its_training_query(tiny_bert, tmp_path):
+    files = ranking_files(tmp_path)
+    result = finetune_ranking(files["corpus"], files["queries"], files["qrels"], tmp_path / "cv",
+                              config=_config(epochs=2, fold_dev_fraction=0.25), model=str(tiny_bert), folds=3)
+    qrels = read_qrels(files["qrels"])
+    tested = [q for fold in result["folds"] for q in fold["test_queries"]]
+    assert sorted(tested) == sorted(qrels) and len(tested) == len(set(tested))
+    for fold in result["folds"]:
+        train, dev, test = (set(fold[k]) for k in ("train_queries", "dev_queries", "test_queries"))
+        assert len(test) == 2 and len(dev) == 1 and not (train & test or dev & test or train & dev)
+        assert train | dev | test == set(qrels)
+        assert 0.0 <= fold["alpha"] <= 1.0
+    for name in ("dense", "hybrid"):
+        assert sorted(read_run(tmp_path / "cv" / f"{name}.trec")) == sorted(qrels)
+
+
+def test_config_errors_name_the_bad_value():
+    with pytest.raises(GraphDocError, match="eval_mode"):
+        RankingConfig(eval_mode="sparse")
+    with pytest.raises(GraphDocError, match="lr must be a number"):
+        RankingConfig(lr="fast")
+    assert RankingConfig(lr="5e-5").lr == 5e-5
