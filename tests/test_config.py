@@ -11,7 +11,9 @@ from graphdoc.config import (ChunkerConfig, GraphConfig, ModelConfig, PassageEnc
                              load_config_file)
 from graphdoc.errors import GraphDocError
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+ALL_CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+# model configs; pretrain-*.yaml and finetune-*.yaml are training setups, loaded by their own tests
+CONFIGS = [p for p in ALL_CONFIGS if not p.name.startswith(("pretrain-", "finetune-"))]
 
 
 def test_there_are_config_files() -> None:
@@ -23,6 +25,15 @@ def test_every_yaml_file_loads_into_a_model_config(path: Path) -> None:
     config = load_config_file(path)
     assert isinstance(config, ModelConfig)
     assert ModelConfig.from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize("path", [p for p in ALL_CONFIGS if p not in CONFIGS], ids=lambda p: p.name)
+def test_training_setups_load_with_their_loaders(path: Path) -> None:
+    if path.name.startswith("pretrain-"):
+        from graphdoc.training.config import load_setup
+    else:
+        from graphdoc.finetune.config import load_finetune_setup as load_setup
+    assert load_setup(path) is not None
 
 
 def test_default_yaml_is_the_default_config() -> None:

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from _finetune_helpers import labelled_files
+
 from graphdoc.errors import GraphDocError
-from graphdoc.finetune import ClassificationConfig, DocumentClassifier, finetune_classification, predict
-from graphdoc.finetune import read_predictions
+from graphdoc.finetune import (
+    ClassificationConfig,
+    DocumentClassifier,
+    finetune_classification,
+    predict,
+    read_predictions,
+)
 from graphdoc.finetune.classification import accuracy, macro_f1
 from graphdoc.finetune.fewshot import sample_per_class
 from graphdoc.models.classification_head import ClassificationHead
 
-CONFIG = dict(epochs=15, batch_size=4, lr=1e-2, head_lr=0.05, dropout=0.0, max_passages=2)
+CONFIG = {"epochs": 15, "batch_size": 4, "lr": 1e-2, "head_lr": 0.05, "dropout": 0.0, "max_passages": 2}
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +85,7 @@ def test_few_shot_sampling_takes_exactly_k_per_class_and_varies_with_the_seed():
 
 def test_few_shot_mode_reports_mean_and_std(tiny_bert, tmp_path):
     files = labelled_files(tmp_path)
-    config = ClassificationConfig(**dict(CONFIG, epochs=2), shots=2, repeats=3)
+    config = ClassificationConfig(**{**CONFIG, "epochs": 2}, shots=2, repeats=3)
     result = finetune_classification(files["train"], files["dev"], tmp_path / "fs", config=config, model=str(tiny_bert))
     assert [r["seed"] for r in result["runs"]] == [42, 43, 44]
     assert all(len(r["train"]) == 4 for r in result["runs"])

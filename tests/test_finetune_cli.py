@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from _finetune_helpers import labelled_files, ranking_files
+
 from graphdoc.cli import main
 
 

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from _finetune_helpers import ranking_files
+
 from graphdoc.corpus import read_qrels
 from graphdoc.encoder import GraphDocEncoder
 from graphdoc.errors import GraphDocError
@@ -77,7 +77,7 @@ def test_negative_schedule_switches_at_half_way():
 
 
 def _config(**changes) -> RankingConfig:
-    base = dict(epochs=2, batch_size=4, hard_negatives=2, lr=5e-3, max_passages=4, temperature=0.1)
+    base = {"epochs": 2, "batch_size": 4, "hard_negatives": 2, "lr": 5e-3, "max_passages": 4, "temperature": 0.1}
     return RankingConfig(**{**base, **changes})
 
 
@@ -160,3 +160,13 @@ def test_config_errors_name_the_bad_value():
     with pytest.raises(GraphDocError, match="lr must be a number"):
         RankingConfig(lr="fast")
     assert RankingConfig(lr="5e-5").lr == 5e-5
+
+
+def test_full_mode_trains_the_passage_encoder_too(tiny_bert, tmp_path):
+    files = ranking_files(tmp_path)
+    finetune_ranking(files["corpus"], files["queries"], files["qrels"], tmp_path / "full",
+                     config=_config(epochs=1, frozen_encoder=False), model=str(tiny_bert))
+    before = GraphDocEncoder.from_pretrained(str(tiny_bert)).passage_encoder.state_dict()
+    after = GraphDocEncoder.from_pretrained(tmp_path / "full" / "model").passage_encoder.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert not (tmp_path / "full" / "passage_cache").exists()

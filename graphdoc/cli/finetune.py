@@ -48,15 +48,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphdoc.finetune import finetune_classification, finetune_ranking, load_finetune_setup
+    from graphdoc.finetune import (
+        finetune_classification,
+        finetune_ranking,
+        load_finetune_setup,
+    )
 
     missing = [f"--{name.replace('_', '-')}" for name in NEEDS[args.task] if getattr(args, name) is None]
     if missing:
         raise GraphDocError(f"--task {args.task} needs {', '.join(missing)}")
     if args.output.exists() and not args.output.is_dir():
         raise GraphDocError(f"--output {args.output} exists and is not a folder")
-    common = dict(frozen_encoder=args.frozen_encoder, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                  cache_dir=args.cache_dir)
+    common = {"frozen_encoder": args.frozen_encoder, "epochs": args.epochs, "batch_size": args.batch_size,
+              "lr": args.lr, "cache_dir": args.cache_dir}
     setup = load_finetune_setup(args.config)
     if args.task == "ranking":
         config = setup.with_overrides("ranking", **common).ranking

@@ -43,7 +43,7 @@ def explain_hits(searcher, query: str, hits: Sequence, top: int = 3, by: str = "
     vector = searcher.encode_queries([query])[0] if query_vector is None else query_vector
     vector = prepare_vectors(np.asarray(vector)[None, :], searcher.manifest.metric)[0]
     attention = load_passage_attention(searcher.index_dir)
-    row_of = {doc_id: row for row, doc_id in enumerate(searcher.doc_ids)}
+    row_of = searcher.row_of
     explained = []
     for hit in hits:
         row = row_of[hit.doc_id]

@@ -20,8 +20,13 @@ from typing import Any
 
 from graphdoc.errors import GraphDocError
 from graphdoc.finetune.classifier import DocumentClassifier
-from graphdoc.finetune.config import (ClassificationConfig, FinetuneSetup, RankingConfig, TrainingConfig,
-                                      load_finetune_setup)
+from graphdoc.finetune.config import (
+    ClassificationConfig,
+    FinetuneSetup,
+    RankingConfig,
+    TrainingConfig,
+    load_finetune_setup,
+)
 from graphdoc.finetune.predict import predict, read_predictions
 
 __all__ = ["ClassificationConfig", "DocumentClassifier", "FinetuneSetup", "RankingConfig", "TrainingConfig",
@@ -89,8 +94,13 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     ``shots`` examples per class, ``repeats`` seeds, scored on ``test`` (default ``dev``).
     Returns the summary (``output/finetune.json``, or ``output/fewshot.json``), with dev/test scores.
     """
-    from graphdoc.finetune.classification import (ClassificationTrainer, evaluate_classifier, labels_of,
-                                                  prepare_inputs, read_labelled)
+    from graphdoc.finetune.classification import (
+        ClassificationTrainer,
+        evaluate_classifier,
+        labels_of,
+        prepare_inputs,
+        read_labelled,
+    )
     from graphdoc.finetune.fewshot import few_shot
     from graphdoc.finetune.inputs import open_cache
     from graphdoc.finetune.loop import write_summary

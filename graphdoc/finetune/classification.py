@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -68,7 +68,7 @@ class FixedFeatures:
         self.model, self.vectors = model, vectors
 
     @classmethod
-    def compute(cls, model, documents: Sequence[Document], cache, max_passages: int | None) -> "FixedFeatures":
+    def compute(cls, model, documents: Sequence[Document], cache, max_passages: int | None) -> FixedFeatures:
         """Through the cache when the model embeds passage vectors (graph backbone), else ``model.encode``."""
         if cache is not None and hasattr(model, "forward_passage_vectors"):
             graphs = GraphInputs(model, cache)

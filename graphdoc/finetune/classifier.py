@@ -11,8 +11,8 @@ Saved as a folder::
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -71,7 +71,7 @@ class DocumentClassifier(nn.Module):
             (tmp / LABELS).write_text(json.dumps(self.labels, indent=1) + "\n", encoding="utf-8")
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, device: str | torch.device | None = None) -> "DocumentClassifier":
+    def from_pretrained(cls, path: str | Path, device: str | torch.device | None = None) -> DocumentClassifier:
         from graphdoc.backbones import load_model
 
         path = Path(path)

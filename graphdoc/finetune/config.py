@@ -8,9 +8,10 @@ A YAML file has up to three sections that map one to one onto :class:`FinetuneSe
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from graphdoc.config import ModelConfig, _check_choice, from_dict, load_config_file
 from graphdoc.errors import GraphDocError
@@ -132,10 +133,10 @@ class FinetuneSetup:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "FinetuneSetup":
+    def from_dict(cls, data: Mapping[str, Any]) -> FinetuneSetup:
         return from_dict(cls, data)
 
-    def with_overrides(self, task: str, **changes: Any) -> "FinetuneSetup":
+    def with_overrides(self, task: str, **changes: Any) -> FinetuneSetup:
         """A copy with some settings of ``task`` (``ranking`` or ``classification``) changed; ``None`` ignored."""
         changes = {k: v for k, v in changes.items() if v is not None}
         return dataclasses.replace(self, **{task: dataclasses.replace(getattr(self, task), **changes)})

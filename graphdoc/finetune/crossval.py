@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -48,7 +48,7 @@ def split_off(qrels: Qrels, fraction: float, seed: int) -> tuple[dict, dict]:
     """``(rest, held out)``: ``round(fraction * n)`` queries drawn with ``seed`` held out (none if that is 0
     or would leave nothing to train on)."""
     qids = sorted(qrels)
-    n = int(round(fraction * len(qids)))
+    n = round(fraction * len(qids))
     held = set(np.random.default_rng(seed).permutation(qids)[:n].tolist()) if 0 < n < len(qids) else set()
     return {q: qrels[q] for q in qids if q not in held}, {q: qrels[q] for q in qids if q in held}
 

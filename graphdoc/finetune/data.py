@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from graphdoc.corpus import read_corpus, read_qrels, read_queries
 from graphdoc.documents import Document

@@ -10,14 +10,18 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
-from graphdoc.finetune.classification import ClassificationTrainer, LabelledInputs, evaluate_classifier
+from graphdoc.finetune.classification import (
+    ClassificationTrainer,
+    LabelledInputs,
+    evaluate_classifier,
+)
 from graphdoc.finetune.classifier import DocumentClassifier
 from graphdoc.finetune.config import ClassificationConfig
 

@@ -7,8 +7,8 @@ encoder runs on every batch. A query is a single-node graph (:meth:`GraphDocEnco
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import torch
 

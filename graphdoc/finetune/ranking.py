@@ -17,8 +17,8 @@ of the epochs and from the model's own top ``depth``, ranked once with the half-
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 import torch

@@ -17,8 +17,8 @@ import dataclasses
 import json
 import logging
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 import torch

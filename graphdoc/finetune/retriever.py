@@ -8,8 +8,8 @@ scored against every document exactly as the index's dense search scores candida
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from dataclasses import dataclass, field
@@ -61,6 +62,11 @@ class Searcher:
         self._model = None
         if model is not None:
             self.model = model
+
+    @functools.cached_property
+    def row_of(self) -> dict[str, int]:
+        """Document id -> row number (built once, on first use)."""
+        return {doc_id: row for row, doc_id in enumerate(self.doc_ids)}
 
     @property
     def model(self):
@@ -141,7 +147,7 @@ class Searcher:
         """Rank documents for one query, with titles and each hit's best passage."""
         vector = self.encode_queries([query]) if mode != "bm25" else None
         run = self.batch_search({"q": query}, k, mode, fusion, query_vectors=vector)["q"]
-        row_of = {doc_id: row for row, doc_id in enumerate(self.doc_ids)} if run else {}
+        row_of = self.row_of
         hits = []
         for rank, (doc_id, score) in enumerate(run.items(), start=1):
             record = self.docstore[row_of[doc_id]]
