@@ -353,6 +353,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ------------------------------------------------------------------ report
+def verdict(cluster: dict, retrieval: dict) -> list[str]:
+    """The issue's targets, checked against this run's figures."""
+    nmi = {k: c["NMI"] for k, c in cluster.items()}
+    half = nmi["graphdoc pretrained (half)"]
+    others = [nmi["graphdoc untrained"], nmi["FirstP (flat, first 256 tokens)"], nmi["MeanP (flat, mean of passages)"]]
+    ict = retrieval["graphdoc pretrained (ict)"]
+    checks = [
+        (f"pretrained (half) NMI {half:.3f} beats untrained, FirstP and MeanP "
+         f"({', '.join(f'{x:.3f}' for x in others)})", half > max(others)),
+        (f"pretrained (half) NMI {half:.3f} >= 0.65", half >= 0.65),
+        (f"pretrained (ict) nDCG@10 {ict:.3f} beats untrained {retrieval['graphdoc untrained']:.3f}",
+         ict > retrieval["graphdoc untrained"]),
+        (f"pretrained (ict) nDCG@10 {ict:.3f} beats MaxP {retrieval['MaxP (best passage)']:.3f}",
+         ict > retrieval["MaxP (best passage)"]),
+    ]
+    return ["## Targets", ""] + [f"- {'met' if ok else '**not met**'}: {text}" for text, ok in checks]
+
+
 TUNING = """### Choice of settings
 
 The temperature and the number of epochs were chosen on held-out data, not on the test sets: k-means
@@ -417,7 +435,7 @@ def render(args, d, v, runs, cluster, retrieval, untrained_gap: float, seconds: 
 
     n_train = {"news_train": len(d["news_train"]), "wiki": d["wiki"], "qm_train": len(d["qm_train"])}
     lines = USAGE.splitlines() + ["## Does it help? (benchmarks/pretrain.py)", "",
-             f"Measured by `python benchmarks/pretrain.py {' '.join(sys.argv[1:])}` in {seconds / 60:.0f} min on "
+             f"Measured by `{' '.join(['python benchmarks/pretrain.py', *sys.argv[1:]])}` in {seconds / 60:.0f} min on "
              f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores, torch threads {args.threads}, "
              f"shared with other jobs); graphdoc {graphdoc.__version__}, torch {torch.__version__}, "
              f"transformers {transformers.__version__}.", "",
@@ -448,6 +466,7 @@ def render(args, d, v, runs, cluster, retrieval, untrained_gap: float, seconds: 
               for k, c in cluster.items()]
     lines += ["", "## QMSum val retrieval", "", "| system | nDCG@10 |", "|---|---:|"]
     lines += [f"| {k} | {s:.3f} |" for k, s in retrieval.items()]
+    lines += ["", *verdict(cluster, retrieval)]
     lines += ["", "## Training throughput", "",
               "| run | mode | steps | docs/step | loss (last) | docs/s | steps/s | peak RSS MiB | wall s |",
               "|---|---|---:|---:|---:|---:|---:|---:|---:|"]

@@ -44,7 +44,8 @@ def tiny_setup(model: Path, **pretrain) -> PretrainSetup:
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:
     tensors = load_file(str(folder / "model.safetensors"))
-    tensors.update({f"encoder.{k}": v for k, v in load_file(str(folder / "passage_encoder" / "model.safetensors")).items()})
+    encoder = load_file(str(folder / "passage_encoder" / "model.safetensors"))
+    tensors.update({f"encoder.{k}": v for k, v in encoder.items()})
     return tensors
 
 

@@ -29,6 +29,7 @@ class PretrainConfig:
         similarity: ``dot`` or ``cosine`` between sub-document vectors, divided by ``temperature``.
         lr, warmup_ratio, weight_decay: AdamW learning rate, linear warm-up over this fraction of the
             steps then linear decay to zero, decoupled weight decay (not on biases and norms).
+        adam_epsilon: AdamW's epsilon (a larger one damps the steps of near-zero gradients).
         batch_size: documents per optimiser step, over all processes (``2 * batch_size``
             sub-documents: every one is a negative for every other pair).
         epochs: passes over the corpus; ``max_steps`` stops earlier and, when set, is the length of the
@@ -53,6 +54,7 @@ class PretrainConfig:
     lr: float = 5e-5
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
+    adam_epsilon: float = 1e-8
     batch_size: int = 64
     epochs: int = 1
     max_steps: int | None = None

@@ -22,7 +22,7 @@ def build_optimizer(model: torch.nn.Module, config: PretrainConfig) -> torch.opt
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     groups = [{"params": [p for _, p in params if p.ndim >= 2], "weight_decay": config.weight_decay},
               {"params": [p for _, p in params if p.ndim < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=config.lr)
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=config.lr, eps=getattr(config, "adam_epsilon", 1e-8))
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, config: PretrainConfig, total_steps: int) -> LambdaLR:
