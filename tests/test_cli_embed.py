@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from graphdoc import __version__
 from graphdoc.cli import main
@@ -23,21 +21,9 @@ DOCS = [
 
 
 @pytest.fixture(autouse=True)
-def restore_global_state():
-    """``main`` configures logging and quiets transformers for the process; undo that after each test."""
-    from transformers.utils import logging as hf_logging
-
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model gains nothing from threads on a busy shared CPU
+def restore_global_state(restore_cli_state):
+    """``main`` configures logging and quiets transformers for the process (see conftest)."""
     yield
-    torch.set_num_threads(threads)
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    hf_logging.set_verbosity(verbosity)
-    (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:

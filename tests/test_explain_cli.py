@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from pathlib import Path
 
 import pytest
+from _retrieval_helpers import cli, error_line
 import torch
 
-from graphdoc.cli import main
 from graphdoc.config import ChunkerConfig, ModelConfig, PassageEncoderConfig
 from graphdoc.encoder import GraphDocEncoder
 from graphdoc.retrieval.builder import IndexSettings, build_index
@@ -24,28 +23,9 @@ MARKDOWN = "# Start\nGraph attention networks read documents. Passages become no
 
 
 @pytest.fixture(autouse=True)
-def cli_state():
-    """``main`` configures logging and quiets transformers for the process; undo that after each test."""
-    from transformers.utils import logging as hf_logging
-
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+def cli_state(restore_cli_state):
+    """``main`` configures logging and quiets transformers for the process (see conftest)."""
     yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    hf_logging.set_verbosity(verbosity)
-    (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()
-
-
-def cli(*argv) -> int:
-    return main(["-q", *map(str, argv)])
-
-
-def error_line(capsys, command: str) -> str:
-    lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"graphdoc {command}: error: "), lines
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

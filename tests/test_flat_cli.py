@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _retrieval_helpers import cli, error_line
 
-from graphdoc.cli import main
 from graphdoc.config import ModelConfig
 from graphdoc.encoder import GraphDocEncoder
 from graphdoc.errors import IndexMismatchError
@@ -34,15 +34,6 @@ def flat_config(document: str = "first") -> FlatModelConfig:
                                       "graph": {"document": document}})
 
 
-def cli(*argv) -> int:
-    """``graphdoc -q ARGV`` in-process: stderr holds only warnings and errors."""
-    return main(["-q", *map(str, argv)])
-
-
-def error_line(capsys, command: str) -> str:
-    lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"graphdoc {command}: error: "), lines
-    return lines[0]
 
 
 def manifest_json(index_dir: Path) -> dict:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import logging
 import random
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from graphdoc.cli import main
@@ -22,21 +20,9 @@ WORDS = "graph attention passage document retrieval vector dense sparse meeting 
 
 
 @pytest.fixture(autouse=True)
-def restore_global_state():
-    """``main`` configures logging and quiets transformers for the process; undo that after each test."""
-    from transformers.utils import logging as hf_logging
-
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def restore_global_state(restore_cli_state):
+    """``main`` configures logging and quiets transformers for the process (see conftest)."""
     yield
-    torch.set_num_threads(threads)
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    hf_logging.set_verbosity(verbosity)
-    (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()
 
 
 @pytest.fixture
