@@ -267,7 +267,8 @@ def news_task(args) -> dict:
                     FixedFeatures(meanp, dict(zip(data.inputs.ids(), data.inputs.embed_all(
                         data.inputs.ids()).document_embeddings))), data.labels)}
     train_keys = [d.id for d in train_docs]
-    fit_keys, dev_keys = train_keys[: int(0.9 * len(train_keys))], train_keys[int(0.9 * len(train_keys)):]
+    shuffled = np.random.default_rng(0).permutation(train_keys).tolist()  # the files are sorted by label
+    fit_keys, dev_keys = sorted(shuffled[len(shuffled) // 10:]), sorted(shuffled[:len(shuffled) // 10])
     test_keys = [d.id for d in test_docs]
     labels = sorted({data.labels[k] for k in train_keys})
     cfg = ClassificationConfig(epochs=args.news_epochs, lr=1e-3, head_lr=1e-2, batch_size=32, dropout=0.1,

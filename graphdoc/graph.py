@@ -55,7 +55,7 @@ def edge_index(section_ids: Sequence[int], graph_type: str = "full") -> torch.Te
     return _edge_index(tuple(section_ids), graph_type).clone()
 
 
-@functools.lru_cache(maxsize=4096)  # training rebuilds the same documents' graphs every step
+@functools.lru_cache(maxsize=256)  # training rebuilds the same documents' graphs every step (<= ~1 MB each)
 def _edge_index(section_ids: tuple[int, ...], graph_type: str) -> torch.Tensor:
     try:
         builder = GRAPH_BUILDERS[graph_type]
