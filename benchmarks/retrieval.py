@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -25,7 +24,6 @@ from graphdoc.corpus import read_corpus, read_qrels, read_queries  # noqa: E402
 from graphdoc.encoder import GraphDocEncoder  # noqa: E402
 from graphdoc.retrieval.builder import build_index  # noqa: E402
 from graphdoc.retrieval.dense import prepare_vectors  # noqa: E402
-from graphdoc.retrieval.dense_searcher import DenseSettings  # noqa: E402
 from graphdoc.retrieval.evaluation import evaluate, format_markdown_table, format_table  # noqa: E402
 from graphdoc.retrieval.fusion import FusionConfig, fuse  # noqa: E402
 from graphdoc.retrieval.searcher import Searcher  # noqa: E402

@@ -136,6 +136,30 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
         raise GraphDocError(f"bad config for {where or cls.__name__}: {exc}") from None
 
 
+def coerce_numbers(config: Any, where: str = "") -> None:
+    """Check a dataclass's numeric settings in place; accept YAML strings such as ``5e-5``.
+
+    PyYAML reads ``5e-5`` (no dot) as text; a value that is not a number is a one-line error.
+    """
+    prefix = f"{where}." if where else ""
+    for f in dataclasses.fields(config):
+        kind = str(f.type)
+        want = float if kind.startswith("float") else int if kind.startswith("int") else None
+        value = getattr(config, f.name)
+        if want is None or value is None:
+            continue
+        if isinstance(value, str):
+            try:
+                value = want(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                (want is int and not isinstance(value, int)):
+            what = "an integer" if want is int else "a number"
+            raise GraphDocError(f"{prefix}{f.name} must be {what}; got {getattr(config, f.name)!r}")
+        setattr(config, f.name, want(value))
+
+
 def load_config_file(path: str | Path, cls: type[T] = ModelConfig) -> T:
     """Read a JSON or YAML config file into ``cls``."""
     path = Path(path)

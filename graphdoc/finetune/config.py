@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graphdoc.config import ModelConfig, _check_choice, from_dict, load_config_file
+from graphdoc.config import ModelConfig, _check_choice, coerce_numbers, from_dict, load_config_file
 from graphdoc.errors import GraphDocError
 
 SIMILARITIES = ("dot", "cosine")
@@ -46,7 +46,7 @@ class TrainingConfig:
     seed: int = 42
 
     def __post_init__(self) -> None:
-        _coerce_numbers(self)
+        coerce_numbers(self)
         for name in ("lr", "epochs", "batch_size", "max_passages"):
             if not getattr(self, name) > 0:
                 raise GraphDocError(f"{name} must be positive; got {getattr(self, name)!r}")
@@ -145,23 +145,3 @@ class FinetuneSetup:
 def load_finetune_setup(path: str | Path | None) -> FinetuneSetup:
     """Read a fine-tuning YAML/JSON file (``None``: all defaults)."""
     return FinetuneSetup() if path is None else load_config_file(path, FinetuneSetup)
-
-
-def _coerce_numbers(config: Any) -> None:
-    """Check numeric settings; accept YAML strings such as ``5e-5`` (PyYAML reads them as text)."""
-    for f in dataclasses.fields(config):
-        kind = str(f.type)
-        want = float if kind.startswith("float") else int if kind.startswith("int") else None
-        value = getattr(config, f.name)
-        if want is None or value is None:
-            continue
-        if isinstance(value, str):
-            try:
-                value = want(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                (want is int and not isinstance(value, int)):
-            raise GraphDocError(f"{f.name} must be {'an integer' if want is int else 'a number'}; "
-                                f"got {getattr(config, f.name)!r}")
-        setattr(config, f.name, want(value))

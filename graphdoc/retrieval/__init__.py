@@ -62,4 +62,5 @@ __all__ = [
     "truncate_run",
     "tune_alpha",
     "weighted_fusion",
+    "write_run",
 ]

@@ -16,7 +16,6 @@ an id already indexed is refused (``on_duplicate="error"``), skipped, or replace
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
@@ -28,7 +27,6 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import atomic_directory
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config
 from graphdoc.retrieval.dense_searcher import DenseSettings

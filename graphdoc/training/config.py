@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from graphdoc.config import ModelConfig, _check_choice, from_dict, load_config_file
+from graphdoc.config import ModelConfig, _check_choice, coerce_numbers, from_dict, load_config_file
 from graphdoc.errors import GraphDocError
 
 OBJECTIVES = ("half", "ict")
@@ -73,7 +73,7 @@ class PretrainConfig:
     seed: int = 42
 
     def __post_init__(self) -> None:
-        self._coerce_numbers()
+        coerce_numbers(self, "pretrain")
         _check_choice("pretrain.objective", self.objective, OBJECTIVES)
         _check_choice("pretrain.similarity", self.similarity, SIMILARITIES)
         positive = {"temperature": self.temperature, "lr": self.lr, "batch_size": self.batch_size,
@@ -92,25 +92,6 @@ class PretrainConfig:
                 raise GraphDocError(f"pretrain.{name} must be in [0, 1]; got {getattr(self, name)!r}")
         if self.weight_decay < 0 or self.shuffle_buffer < 0:
             raise GraphDocError("pretrain.weight_decay and pretrain.shuffle_buffer must be >= 0")
-
-    def _coerce_numbers(self) -> None:
-        """Check the numeric settings; accept YAML strings such as ``5e-5`` (PyYAML reads them as text)."""
-        for f in dataclasses.fields(self):
-            kind = str(f.type)
-            want = float if kind.startswith("float") else int if kind.startswith("int") else None
-            value = getattr(self, f.name)
-            if want is None or value is None:
-                continue
-            if isinstance(value, str):
-                try:
-                    value = want(value)
-                except ValueError:
-                    pass
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                    (want is int and not isinstance(value, int)):
-                what = "an integer" if want is int else "a number"
-                raise GraphDocError(f"pretrain.{f.name} must be {what}; got {getattr(self, f.name)!r}")
-            setattr(self, f.name, want(value))
 
 
 @dataclass
