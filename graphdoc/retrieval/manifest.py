@@ -10,6 +10,7 @@ from typing import Any
 
 from graphdoc.errors import GraphDocError, IndexMismatchError
 from graphdoc.fileio import atomic_write
+from graphdoc.fingerprint import weights_fingerprint as model_fingerprint
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "graphdoc.index"
@@ -89,25 +90,6 @@ def model_identity(model) -> dict[str, Any]:
     return {"name": cfg["passage_encoder"]["model_name_or_path"], "path": model.name_or_path,
             "fingerprint": model_fingerprint(model),
             "chunker": cfg["chunker"], "passage_encoder": encoder, "graph": cfg["graph"]}
-
-
-def model_fingerprint(model) -> str:
-    """sha256 over every weight tensor (names, shapes and bytes), cached on the model."""
-    import hashlib
-
-    import torch
-
-    cached = getattr(model, "_graphdoc_fingerprint", None)
-    if cached is not None:
-        return cached
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        t = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-        digest.update(t.view(-1).view(torch.uint8).numpy().tobytes())
-    value = digest.hexdigest()
-    model._graphdoc_fingerprint = value
-    return value
 
 
 def first_difference(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[str, Any, Any] | None:

@@ -26,21 +26,12 @@ import torch
 
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
+from graphdoc.fingerprint import weights_fingerprint
 from graphdoc.models.passage_encoder import PassageEncoder
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "graphdoc.passage_cache"
-
-
-def weights_fingerprint(module: torch.nn.Module) -> str:
-    """sha256 over every weight tensor of ``module`` (names, shapes, dtypes and bytes)."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(module.state_dict().items()):
-        t = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-        digest.update(t.view(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def encoder_identity(encoder: PassageEncoder) -> dict:
