@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from pretrain import stratified  # the pretraining benchmark's sampler, so its cached passages match
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -209,20 +210,6 @@ def _with_graph(model, graph_type: str):
 
 
 # ------------------------------------------------------------------ 20 Newsgroups
-def stratified(records: list[dict], n: int, seed: int) -> list[dict]:
-    """The pretraining benchmark's sampler (so its cached passages match)."""
-    by_label: dict[str, list[int]] = {}
-    for i, r in enumerate(records):
-        by_label.setdefault(r["label"], []).append(i)
-    rng = np.random.default_rng(seed)
-    orders = {label: rng.permutation(idx).tolist() for label, idx in sorted(by_label.items())}
-    chosen, rank = [], 0
-    while len(chosen) < min(n, len(records)):
-        chosen += [order[rank] for order in orders.values() if rank < len(order)][:n - len(chosen)]
-        rank += 1
-    return [records[i] for i in sorted(chosen)]
-
-
 def news_task(args) -> dict:
     from graphdoc.documents import Document
     from graphdoc.encoder import GraphDocEncoder
