@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -20,6 +21,20 @@ class PreparedDocument:
     @property
     def section_ids(self) -> list[int]:
         return [p.section for p in self.passages]
+
+    def subset(self, indices: Sequence[int]) -> PreparedDocument:
+        """A sub-document: the passages ``indices`` (keeping their token ids, sections and indices).
+
+        Its text is theirs joined by newlines, offsets moved to match, so a model that reads the text
+        (a flat FirstP model) sees the same part of the document as one that reads the passages.
+        """
+        passages, offset = [], 0
+        for i in indices:
+            p = self.passages[i]
+            passages.append(replace(p, start=offset, end=offset + len(p.text)))
+            offset += len(p.text) + 1
+        document = replace(self.document, text="\n".join(p.text for p in passages), sections=None)
+        return PreparedDocument(document, passages, [self.token_ids[i] for i in indices])
 
 
 @dataclass

@@ -55,14 +55,14 @@ def _train_tokenizer(kind: str):
                                    model_max_length=64)
 
 
-def build_tiny_model(folder: Path, kind: str = "bert") -> Path:
+def build_tiny_model(folder: Path, kind: str = "bert", initializer_range: float = 0.02) -> Path:
     """Save a tiny randomly initialised encoder and its tokenizer into ``folder``."""
     from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
 
     torch.manual_seed(0)
     tokenizer = _train_tokenizer(kind)
     common = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=64)
+                  intermediate_size=64, initializer_range=initializer_range)
     if kind == "bert":
         model = BertModel(BertConfig(max_position_embeddings=64, **common))
     else:
@@ -85,6 +85,13 @@ def _one_torch_thread():
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-bert"), "bert")
+
+
+@pytest.fixture(scope="session")
+def spread_bert(tmp_path_factory) -> Path:
+    """tiny_bert's architecture with a wider initialisation: at 0.02 its mean-pooled vectors of any two
+    texts have cosine 0.99999, which no head can separate in a few steps."""
+    return build_tiny_model(tmp_path_factory.mktemp("spread-bert"), "bert", initializer_range=0.3)
 
 
 @pytest.fixture(scope="session")

@@ -22,24 +22,6 @@ CONFIG = {"epochs": 15, "batch_size": 4, "lr": 1e-2, "head_lr": 0.05, "dropout":
 
 
 @pytest.fixture(scope="module")
-def spread_bert(tmp_path_factory):
-    """tiny_bert's architecture with a wider initialisation: at 0.02 its mean-pooled vectors of any two
-    texts have cosine 0.99999, which no head can separate in a few steps."""
-    from conftest import _train_tokenizer
-    from transformers import BertConfig, BertModel
-
-    torch.manual_seed(0)
-    tokenizer = _train_tokenizer("bert")
-    model = BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
-                                 num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
-                                 initializer_range=0.3))
-    folder = tmp_path_factory.mktemp("spread-bert")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
 def trained(spread_bert, tmp_path_factory):
     folder = tmp_path_factory.mktemp("classification")
     files = labelled_files(folder)

@@ -2,7 +2,8 @@
 
 Ranking: ``--corpus C --queries Q --qrels R [--dev-qrels R2]`` (or ``--folds K`` for k-fold
 cross-validation over the judged queries). Classification: ``--train T --dev D [--test E]``
-(JSON lines with a ``label``), ``--few-shot K`` for K examples per class over ``--repeats`` seeds.
+(JSON lines with a ``label``), ``--few-shot K`` for K examples per class over ``--repeats`` seeds,
+``--objective supcon`` for supervised contrastive training over sub-documents.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cls.add_argument("--test", metavar="JSONL", help="labelled test documents (scored with the best model)")
     cls.add_argument("--few-shot", type=int, default=None, metavar="K", help="K examples per class")
     cls.add_argument("--repeats", type=int, default=None, metavar="N", help="few-shot seeds (default 10)")
+    cls.add_argument("--objective", default=None, choices=("cross_entropy", "supcon"),
+                     help="cross_entropy (default): the head's loss trains the model; supcon: supervised "
+                          "contrastive over sub-documents, the head trained as a probe")
+    cls.add_argument("--temperature", type=float, default=None, metavar="T", help="supcon temperature (default 0.1)")
     train = parser.add_argument_group("training (override the config)")
     train.add_argument("--frozen-encoder", action=argparse.BooleanOptionalAction, default=None,
                        help="train the graph layers (and head) over cached passage vectors")
@@ -69,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
                                   resume=args.resume, device=args.device)
     else:
         config = setup.with_overrides("classification", shots=args.few_shot, repeats=args.repeats,
+                                      objective=args.objective, temperature=args.temperature,
                                       **common).classification
         result = finetune_classification(args.train, args.dev, args.output, test=args.test, config=config,
                                          model=args.model, model_config=setup.model, resume=args.resume,

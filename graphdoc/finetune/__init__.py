@@ -90,11 +90,14 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
                             device: str | None = None) -> dict:
     """Fine-tune a linear head (and the graph layers; the encoder too unless frozen) on labelled documents.
 
+    ``config.objective``: ``cross_entropy`` through the head, or ``supcon`` (supervised contrastive over
+    sub-documents, the head trained as a probe on the detached document vectors).
     ``train``/``dev``/``test``: JSON lines with a ``label`` field. With ``config.shots`` set, few-shot mode:
     ``shots`` examples per class, ``repeats`` seeds, scored on ``test`` (default ``dev``).
     Returns the summary (``output/finetune.json``, or ``output/fewshot.json``), with dev/test scores.
     """
     from graphdoc.finetune.classification import (
+        SUPCON_NEEDS_LAYERS,
         ClassificationTrainer,
         evaluate_classifier,
         labels_of,
@@ -103,14 +106,17 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     )
     from graphdoc.finetune.fewshot import few_shot
     from graphdoc.finetune.inputs import open_cache
-    from graphdoc.finetune.loop import write_summary
+    from graphdoc.finetune.loop import seed_everything, write_summary
 
     config = config or ClassificationConfig()
+    seed_everything(config.seed)  # the new graph layers and head start the same in every run
     output = Path(output)
     splits = {"train": read_labelled(train, "train"), "dev": read_labelled(dev, "dev")}
     if test is not None:
         splits["test"] = read_labelled(test, "test")
     encoder = load_start_model(model, model_config, device)
+    if config.objective == "supcon" and config.frozen_encoder and not hasattr(encoder, "forward_passage_vectors"):
+        raise GraphDocError(SUPCON_NEEDS_LAYERS)  # before the passages are encoded
     cache = open_cache(encoder, config.frozen_encoder, config.cache_dir, output)
     data = prepare_inputs(encoder, [d for docs in splits.values() for d in docs], cache, config.max_passages)
     keys = {name: [d.id for d in docs] for name, docs in splits.items()}

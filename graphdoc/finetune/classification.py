@@ -25,9 +25,13 @@ from graphdoc.finetune.classifier import DocumentClassifier
 from graphdoc.finetune.config import ClassificationConfig
 from graphdoc.finetune.inputs import GraphInputs
 from graphdoc.finetune.loop import EpochLoop, seed_everything
+from graphdoc.finetune.supcon import supcon_losses
 from graphdoc.outputs import GraphOutput
 
 logger = logging.getLogger(__name__)
+
+SUPCON_NEEDS_LAYERS = ("objective supcon trains layers over sub-documents, and a flat model over a frozen encoder "
+                       "has none: use frozen_encoder false (--no-frozen-encoder) or a graph model")
 
 
 def read_labelled(source: str | Path, split: str) -> list[Document]:
@@ -133,8 +137,11 @@ class ClassificationTrainer:
         unknown = sorted({data.labels[k] for k in self.train_keys} - set(classifier.labels))
         if unknown:
             raise GraphDocError(f"training label {unknown[0]!r} is not one of the classifier's labels")
+        if config.objective == "supcon" and isinstance(data.inputs, FixedFeatures):
+            raise GraphDocError(SUPCON_NEEDS_LAYERS)
         data.set_model(classifier.encoder)
         self.index = {label: i for i, label in enumerate(classifier.labels)}
+        self.terms: list[tuple[float, float]] = []  # this epoch's (supcon, probe) losses
         self.steps_per_epoch = -(-len(self.train_keys) // config.batch_size)
         seed_everything(config.seed)
         head = [p for p in classifier.head.parameters()]
@@ -142,7 +149,8 @@ class ClassificationTrainer:
         groups = [{"params": head, "lr": config.head_lr, "weight_decay": 0.0}]
         if body:
             groups.append({"params": body, "lr": config.lr, "weight_decay": config.weight_decay})
-        self.loop = EpochLoop(classifier, config, self.output, config.epochs * self.steps_per_epoch, groups)
+        self.loop = EpochLoop(classifier, config, self.output, config.epochs * self.steps_per_epoch, groups,
+                              clip_per_group=config.objective == "supcon")
 
     def train(self, resume: bool = False) -> dict:
         self.loop.start_or_resume(resume)
@@ -153,18 +161,26 @@ class ClassificationTrainer:
             if frozen:
                 self.classifier.encoder.passage_encoder.eval()
             order = np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.train_keys))
-            losses = [self.loop.step(self._loss([self.train_keys[i] for i in order[b * self.cfg.batch_size:
-                                                                                    (b + 1) * self.cfg.batch_size]]))
+            bs, self.terms = self.cfg.batch_size, []
+            losses = [self.loop.step(self._loss(order[b * bs:(b + 1) * bs].tolist(), epoch))
                       for b in range(self.steps_per_epoch)]
             dev = evaluate_classifier(self.classifier, self.data, self.dev_keys) if self.dev_keys else {}
             logger.info("epoch %d/%d: loss %.4f, dev %s", epoch + 1, self.cfg.epochs, np.mean(losses), dev or "-")
-            improved = self.loop.end_epoch({"loss": float(np.mean(losses)), **dev}, dev.get("accuracy"))
+            terms = dict(zip(("supcon", "probe"), np.mean(self.terms, axis=0).tolist())) if self.terms else {}
+            improved = self.loop.end_epoch({"loss": float(np.mean(losses)), **terms, **dev}, dev.get("accuracy"))
             if improved or not dev:
                 self.classifier.save_pretrained(self.output / "model")
         return self.loop.summary({"train": len(self.train_keys), "dev": len(self.dev_keys),
                                   "model_dir": str(self.output / "model")})
 
-    def _loss(self, keys: list[str]) -> torch.Tensor:
+    def _loss(self, positions: list[int], epoch: int) -> torch.Tensor:
+        """The loss of the training documents at ``positions`` (``supcon``: contrastive + probe)."""
+        keys = [self.train_keys[i] for i in positions]
+        targets = torch.tensor([self.index[self.data.labels[k]] for k in keys], device=self.classifier.device)
+        if self.cfg.objective == "supcon":
+            contrastive, probe = supcon_losses(self.data.inputs, self.classifier.logits, keys, targets, positions,
+                                               self.cfg, epoch)
+            self.terms.append((float(contrastive.detach()), float(probe.detach())))
+            return contrastive + probe
         vectors = self.data.inputs.embed(keys).document_embeddings  # [B, d]
-        targets = torch.tensor([self.index[self.data.labels[k]] for k in keys], device=vectors.device)
         return F.cross_entropy(self.classifier.logits(vectors), targets)

@@ -18,6 +18,7 @@ from graphdoc.errors import GraphDocError
 
 SIMILARITIES = ("dot", "cosine")
 EVAL_MODES = ("dense", "hybrid")
+CLASSIFICATION_OBJECTIVES = ("cross_entropy", "supcon")
 
 
 @dataclass
@@ -96,12 +97,17 @@ class RankingConfig(TrainingConfig):
 
 @dataclass
 class ClassificationConfig(TrainingConfig):
-    """A linear head on the document node, cross-entropy.
+    """A linear head on the document node; cross-entropy, or supervised contrastive training.
 
     Args:
         dropout: dropout on the document vector before the head.
         head_lr: learning rate of the head (the graph layers take ``lr``).
         shots, repeats: few-shot mode: ``shots`` examples per class, ``repeats`` seeds (``shots`` null: off).
+        objective: ``cross_entropy`` (the head's loss trains the model) or ``supcon``: every training
+            document is split into two random passage halves, each its own graph, and the supervised
+            contrastive loss over the batch's sub-documents (same label: positive) trains the model while
+            the head learns from the detached document vectors (an online linear probe).
+        similarity, temperature: ``s(a, b) / temperature`` of the ``supcon`` loss (cosine or dot product).
     """
 
     lr: float = 1e-4
@@ -112,9 +118,16 @@ class ClassificationConfig(TrainingConfig):
     max_passages: int = 16
     shots: int | None = None
     repeats: int = 10
+    objective: str = "cross_entropy"
+    similarity: str = "cosine"
+    temperature: float = 0.1
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check_choice("objective", self.objective, CLASSIFICATION_OBJECTIVES)
+        _check_choice("similarity", self.similarity, SIMILARITIES)
+        if not self.temperature > 0:
+            raise GraphDocError(f"temperature must be positive; got {self.temperature!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise GraphDocError(f"dropout must be in [0, 1); got {self.dropout!r}")
         if (self.shots is not None and self.shots < 1) or self.repeats < 1 or self.head_lr <= 0:

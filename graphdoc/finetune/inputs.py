@@ -67,14 +67,24 @@ class GraphInputs:
 
     def embed(self, keys: Sequence[str]) -> GraphOutput:
         """The graphs of ``keys`` through the model (with gradients unless under ``no_grad``)."""
-        missing = [k for k in keys if k not in self.prepared]
+        return self.embed_views([(k, None) for k in keys])
+
+    def embed_views(self, views: Sequence[tuple[str, Sequence[int] | None]]) -> GraphOutput:
+        """Graphs of sub-documents: ``(id, passage indices)``, each its own graph (``None``: every passage).
+
+        Frozen mode takes the rows of the cached passage vectors; full mode runs the passage encoder on
+        the sub-document (:meth:`PreparedDocument.subset`).
+        """
+        missing = [k for k, _ in views if k not in self.prepared]
         if missing:
             raise GraphDocError(f"unknown document or query id {missing[0]!r}")
+        parts = [self.prepared[k] if idx is None else self.prepared[k].subset(idx) for k, idx in views]
         if self.cache is None:
-            return self.model([self.prepared[k] for k in keys])
+            return self.model(parts)
         device = self.model.device
-        return self.model.forward_passage_vectors([self.vectors[k].to(device) for k in keys],
-                                                  [self.prepared[k].section_ids for k in keys])
+        vectors = [self.vectors[k] if idx is None else self.vectors[k][torch.as_tensor(idx, dtype=torch.long)]
+                   for k, idx in views]  # [n_i, hidden] each
+        return self.model.forward_passage_vectors([v.to(device) for v in vectors], [p.section_ids for p in parts])
 
     def embed_all(self, keys: Sequence[str], batch_size: int = 64) -> GraphOutput:
         """:meth:`embed` in inference mode over many ids, concatenated (``node_embeddings``, ``ptr`` global)."""

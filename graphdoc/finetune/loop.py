@@ -35,10 +35,15 @@ def seed_everything(seed: int) -> None:
 
 
 class EpochLoop:
-    """Optimiser, schedule and epoch checkpoints of one run into ``output``."""
+    """Optimiser, schedule and epoch checkpoints of one run into ``output``.
 
-    def __init__(self, model: torch.nn.Module, config, output: Path, total_steps: int, param_groups=None) -> None:
-        self.model, self.config, self.output = model, config, output
+    ``clip_per_group`` clips each parameter group's gradients on its own (a probe head trained alongside
+    must not scale the model's gradients); else all of them together.
+    """
+
+    def __init__(self, model: torch.nn.Module, config, output: Path, total_steps: int, param_groups=None,
+                 clip_per_group: bool = False) -> None:
+        self.model, self.config, self.output, self.clip_per_group = model, config, output, clip_per_group
         self.optimizer = (torch.optim.AdamW(param_groups) if param_groups is not None
                           else build_optimizer(model, config))
         self.scheduler = build_scheduler(self.optimizer, config, total_steps)
@@ -69,8 +74,10 @@ class EpochLoop:
         """Backward, clip, optimiser and schedule step; returns the loss."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm or float("inf"))
+        groups = ([g["params"] for g in self.optimizer.param_groups] if self.clip_per_group
+                  else [[p for p in self.model.parameters() if p.requires_grad]])
+        for params in groups:
+            torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm or float("inf"))
         self.optimizer.step()
         self.scheduler.step()
         self.state["step"] += 1

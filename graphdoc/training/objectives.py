@@ -8,11 +8,14 @@ several processes keeps every pair together, in the same order as one process wo
 - ``half`` (the paper, section 2.2): the passages are split at random into two halves.
 - ``ict`` (inverse cloze task): one passage (the first one with probability ``first_passage``, else a
   random one) against the rest; the single passage is a single-node graph.
+
+:func:`supervised_contrastive_loss` (fine-tuning with labels) takes any layout: its positives are the
+sub-documents that share a label, not fixed pairs.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -99,6 +102,38 @@ def ict_info_nce(z: torch.Tensor, similarity: str = "cosine", temperature: float
     _check_pairs(z)
     scores = similarity_matrix(z[0::2], z[1::2], similarity, temperature)  # [N, N]
     return F.cross_entropy(scores, torch.arange(len(scores), device=z.device))
+
+
+def supervised_contrastive_loss(z: torch.Tensor, labels: torch.Tensor | Sequence[int], similarity: str = "cosine",
+                                temperature: float = 0.1) -> torch.Tensor:
+    r"""Supervised contrastive loss (Khosla et al. 2020, :math:`\mathcal{L}^{sup}_{out}`; CoLDE's objective).
+
+    Every other sample with the same label is a positive, every other sample a candidate:
+
+    .. math::
+        \mathcal{L} = \frac{1}{|I'|} \sum_{i \in I'} \frac{-1}{|P(i)|} \sum_{p \in P(i)} \log
+            \frac{\exp(s(z_i, z_p) / \tau)}{\sum_{a \ne i} \exp(s(z_i, z_a) / \tau)}
+
+    with :math:`P(i) = \{p \ne i : y_p = y_i\}` and :math:`I' = \{i : |P(i)| > 0\}`: an anchor with no
+    positive in the batch is left out of the mean. A batch with no positive pair at all gives ``0``
+    (still part of the graph, so ``backward`` works and changes nothing). With labels in pairs
+    ``[0, 0, 1, 1, ...]`` it equals :func:`symmetric_info_nce`.
+
+    Shapes: ``z: [N, d]``, ``labels: [N]`` (integers) -> scalar.
+    """
+    labels = torch.as_tensor(labels, device=z.device)
+    if z.dim() != 2 or labels.shape != (len(z),):
+        raise ValueError(f"expected [N, d] vectors and [N] labels; got {tuple(z.shape)} and {tuple(labels.shape)}")
+    scores = similarity_matrix(z, z, similarity, temperature)  # [N, N]
+    eye = torch.eye(len(z), dtype=torch.bool, device=z.device)
+    log_prob = scores.masked_fill(eye, float("-inf")).log_softmax(dim=-1)  # [N, N], -inf on the diagonal
+    positive = (labels[:, None] == labels[None, :]) & ~eye  # [N, N]
+    counts = positive.sum(dim=-1)  # [N]
+    anchors = counts > 0
+    if not anchors.any():
+        return scores.sum() * 0.0
+    per_anchor = -log_prob.masked_fill(~positive, 0.0).sum(dim=-1)[anchors] / counts[anchors]  # [|I'|]
+    return per_anchor.mean()
 
 
 def _check_pairs(z: torch.Tensor) -> None:
