@@ -12,8 +12,12 @@ benchmark's cache shards where the keys match.
 * 20 Newsgroups: stratified subsamples, first passages of each document; a linear head on the document
   node (graph layers trained) against the flat encoder (FirstP) and the untrained mean of passages with
   the same head; full subsample and few-shot 5 / 10 per class over 10 seeds.
+* news-supcon: on the same kind of sample, the graph layers trained with cross-entropy against supervised
+  contrastive training (objective ``supcon``, the head a probe); test accuracy / macro-F1 and k-means
+  (k = 20) NMI of the test documents' vectors before and after.
 
-    python benchmarks/finetune.py --parts scifact,qmsum,news     # writes docs/finetune.md
+    python benchmarks/finetune.py --parts scifact,qmsum,news     # writes WORK_DIR/report.md
+    python benchmarks/finetune.py --parts news-supcon --news-train 600 --news-test 400
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from pretrain import stratified  # the pretraining benchmark's sampler, so its cached passages match
+from pretrain import clustering, stratified  # the pretraining benchmark's sampler, so its cached passages match
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -57,6 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--news-passages", type=int, default=4)
     p.add_argument("--news-epochs", type=int, default=20)
     p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--supcon-temperature", type=float, default=0.1, help="part news-supcon")
+    p.add_argument("--kmeans-seeds", type=int, default=5, help="part news-supcon: k-means restarts (NMI mean)")
+    p.add_argument("--supcon-seeds", type=int, default=3, help="part news-supcon: training seeds per objective")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--output", type=Path, default=ROOT / "docs" / "finetune.md")
     return p.parse_args(argv)
@@ -210,8 +217,37 @@ def _with_graph(model, graph_type: str):
 
 
 # ------------------------------------------------------------------ 20 Newsgroups
-def news_task(args) -> dict:
+def news_sample(args) -> tuple[list, list]:
+    """The stratified train and test documents, ids prefixed with their split."""
     from graphdoc.documents import Document
+
+    def read(split, n):
+        with gzip.open(DATA / "20news" / f"{split}.jsonl.gz", "rt", encoding="utf-8") as h:
+            recs = stratified([json.loads(line) for line in h], n, 0)
+        return [dataclasses.replace(Document.from_dict(r), id=f"{split}/{r['_id']}") for r in recs]
+
+    return read("train", args.news_train), read("test", args.news_test)
+
+
+def news_cache(args, model):
+    """The passage cache of the frozen default model, seeded with the pretraining benchmark's shards."""
+    from graphdoc.finetune.inputs import open_cache
+
+    cache = open_cache(model, True, args.work_dir / "cache", args.work_dir)
+    for shard in sorted(args.pretrain_cache.glob(f"{cache.folder.name}/vectors-*")):
+        if not (cache.folder / shard.name).exists():
+            shutil.copy(shard, cache.folder / shard.name)
+    cache.refresh()
+    return cache
+
+
+def news_split(train_keys: list[str]) -> tuple[list[str], list[str]]:
+    """90% to fit, a seeded 10% dev set that picks the best epoch."""
+    shuffled = np.random.default_rng(0).permutation(train_keys).tolist()  # the files are sorted by label
+    return sorted(shuffled[len(shuffled) // 10:]), sorted(shuffled[:len(shuffled) // 10])
+
+
+def news_task(args) -> dict:
     from graphdoc.encoder import GraphDocEncoder
     from graphdoc.finetune.classification import (
         ClassificationTrainer,
@@ -223,20 +259,10 @@ def news_task(args) -> dict:
     from graphdoc.finetune.classifier import DocumentClassifier
     from graphdoc.finetune.config import ClassificationConfig
     from graphdoc.finetune.fewshot import few_shot
-    from graphdoc.finetune.inputs import open_cache
 
-    def read(split, n):
-        with gzip.open(DATA / "20news" / f"{split}.jsonl.gz", "rt", encoding="utf-8") as h:
-            recs = stratified([json.loads(line) for line in h], n, 0)
-        return [dataclasses.replace(Document.from_dict(r), id=f"{split}/{r['_id']}") for r in recs]
-
-    train_docs, test_docs = read("train", args.news_train), read("test", args.news_test)
+    train_docs, test_docs = news_sample(args)
     model = GraphDocEncoder.from_pretrained(None, device="cpu")
-    cache = open_cache(model, True, args.work_dir / "cache", args.work_dir)
-    for shard in sorted(args.pretrain_cache.glob(f"{cache.folder.name}/vectors-*")):
-        if not (cache.folder / shard.name).exists():
-            shutil.copy(shard, cache.folder / shard.name)
-    cache.refresh()
+    cache = news_cache(args, model)
     t0, misses = time.perf_counter(), cache.misses
     docs = train_docs + test_docs
     data = prepare_inputs(model, docs, cache, args.news_passages)
@@ -254,8 +280,7 @@ def news_task(args) -> dict:
                     FixedFeatures(meanp, dict(zip(data.inputs.ids(), data.inputs.embed_all(
                         data.inputs.ids()).document_embeddings))), data.labels)}
     train_keys = [d.id for d in train_docs]
-    shuffled = np.random.default_rng(0).permutation(train_keys).tolist()  # the files are sorted by label
-    fit_keys, dev_keys = sorted(shuffled[len(shuffled) // 10:]), sorted(shuffled[:len(shuffled) // 10])
+    fit_keys, dev_keys = news_split(train_keys)
     test_keys = [d.id for d in test_docs]
     labels = sorted({data.labels[k] for k in train_keys})
     cfg = ClassificationConfig(epochs=args.news_epochs, lr=1e-3, head_lr=1e-2, batch_size=32, dropout=0.1,
@@ -285,6 +310,63 @@ def news_task(args) -> dict:
     return result
 
 
+def news_supcon_task(args) -> dict:
+    """Cross-entropy against supervised contrastive training of the graph layers on one 20news sample:
+    test accuracy / macro-F1 of the (probe) head, and k-means NMI of the test documents' vectors, over
+    ``--supcon-seeds`` training seeds."""
+    from graphdoc.encoder import GraphDocEncoder
+    from graphdoc.finetune.classification import prepare_inputs
+
+    train_docs, test_docs = news_sample(args)
+    model = GraphDocEncoder.from_pretrained(None, device="cpu")
+    cache = news_cache(args, model)
+    t0, misses = time.perf_counter(), cache.misses
+    data = prepare_inputs(model, train_docs + test_docs, cache, args.news_passages)
+    log(f"20news supcon: {len(train_docs)} train, {len(test_docs)} test; {cache.misses - misses} passages "
+        f"encoded in {time.perf_counter() - t0:.0f} s ({cache.hits} cache hits)")
+    fit_keys, dev_keys = news_split([d.id for d in train_docs])
+    test_keys = [d.id for d in test_docs]
+    gold = [data.labels[k] for k in test_keys]
+    before = clustering(data.inputs.embed_all(test_keys).document_embeddings, gold, args.kmeans_seeds)
+    result = {"sizes": {"train": len(fit_keys), "dev": len(dev_keys), "test": len(test_keys),
+                        "passages": args.news_passages, "classes": len(set(gold))},
+              "rows": {"untrained graph (mean of passages)": {"NMI": [before["NMI"]], "purity": [before["purity"]]}}}
+    for objective in ("cross_entropy", "supcon"):
+        runs = [train_objective(args, model, data, (fit_keys, dev_keys, test_keys), objective, seed)
+                for seed in range(args.supcon_seeds)]
+        row = {k: [r[k] for r in runs] for k in ("accuracy", "macro_f1", "NMI", "purity", "best_epoch", "epoch_s")}
+        result["rows"][f"graph layers trained, {objective}"] = dict(row, runs=runs)
+        log(f"20news {objective}: {json.dumps(row)}")
+    return result
+
+
+def train_objective(args, model, data, keys: tuple, objective: str, seed: int) -> dict:
+    """One fine-tuning run from the default model; the best epoch's test scores and k-means clustering."""
+    from graphdoc.finetune.classification import ClassificationTrainer, evaluate_classifier
+    from graphdoc.finetune.classifier import DocumentClassifier
+    from graphdoc.finetune.config import ClassificationConfig
+
+    fit_keys, dev_keys, test_keys = keys
+    cfg = ClassificationConfig(epochs=args.news_epochs, lr=1e-3, head_lr=1e-2, batch_size=32, dropout=0.1,
+                               max_passages=args.news_passages, seed=seed, objective=objective,
+                               temperature=args.supcon_temperature)
+    torch.manual_seed(seed)  # the same graph layers and head for both objectives
+    clf = DocumentClassifier(copy.deepcopy(model), sorted({data.labels[k] for k in fit_keys}), cfg.dropout)
+    out = args.work_dir / f"news-{objective}-{seed}"
+    shutil.rmtree(out, ignore_errors=True)
+    summary = ClassificationTrainer(clf, cfg, data, fit_keys, out, dev_keys).train()
+    best = DocumentClassifier.from_pretrained(out / "model")
+    data.set_model(best.encoder)
+    test = evaluate_classifier(best, data, test_keys)
+    c = clustering(data.inputs.embed_all(test_keys).document_embeddings, [data.labels[k] for k in test_keys],
+                   args.kmeans_seeds)
+    data.set_model(model)
+    # the median epoch's time: the machine is shared, single epochs can stall
+    epoch_s = float(np.median(np.diff([0.0] + [h["elapsed_s"] for h in summary["history"]])))
+    return {"seed": seed, **test, "NMI": c["NMI"], "purity": c["purity"], "best_epoch": summary["best_epoch"],
+            "epoch_s": round(epoch_s, 2), "history": summary["history"], "config": dataclasses.asdict(cfg)}
+
+
 # ------------------------------------------------------------------ report
 def ranking_table(res: dict) -> list[str]:
     lines = ["| system | nDCG@10 | R@100 |", "|---|---:|---:|"]
@@ -303,6 +385,20 @@ def news_table(res: dict) -> list[str]:
               for m in ("accuracy", "macro_f1")]
         lines.append(f"| {name} | {100 * r['full']['accuracy']:.2f} | {100 * r['full']['macro_f1']:.2f} | "
                      + " | ".join(fs) + " |")
+    return lines
+
+
+def supcon_table(res: dict) -> list[str]:
+    def cell(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
+        mean = f"{scale * np.mean(values):.{digits}f}"
+        return mean if len(values) == 1 else f"{mean} ± {scale * np.std(values):.{digits}f}"
+
+    lines = ["| model | test acc | test macro-F1 | k-means NMI | k-means purity | best epochs | s / epoch |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, r in res["rows"].items():
+        scores = f"{cell(r['accuracy'], 100)} | {cell(r['macro_f1'], 100)}" if "accuracy" in r else "- | -"
+        lines.append(f"| {name} | {scores} | {cell(r['NMI'], digits=4)} | {cell(r['purity'], digits=4)} | "
+                     f"{', '.join(map(str, r.get('best_epoch', ['-'])))} | {cell(r['epoch_s']) if 'epoch_s' in r else '-'} |")
     return lines
 
 
@@ -326,6 +422,8 @@ def main(argv=None) -> int:
                                          1 if full else args.qmsum_hard_negatives)
         elif part == "news":
             results["news"] = news_task(args)
+        elif part == "news-supcon":
+            results["news-supcon"] = news_supcon_task(args)
         results_path.write_text(json.dumps(results, indent=1))
         write_report(args, results)
     log(f"done in {time.perf_counter() - t_all:.0f} s, peak RSS {peak_rss_mib():.0f} MiB")
@@ -342,6 +440,10 @@ def write_report(args, results: dict) -> None:
             out += [f"## {name}", "", f"sizes: {json.dumps(results[name]['sizes'])}", ""] + ranking_table(results[name]) + [""]
     if "news" in results:
         out += ["## 20news", "", f"sizes: {json.dumps(results['news']['sizes'])}", ""] + news_table(results["news"])
+    if "news-supcon" in results:
+        res = results["news-supcon"]
+        out += ["", "## 20news: cross-entropy vs supcon", "", f"sizes: {json.dumps(res['sizes'])}", ""]
+        out += supcon_table(res)
     (args.work_dir / "report.md").write_text("\n".join(out) + "\n", encoding="utf-8")
 
 
