@@ -135,7 +135,7 @@ def test_longformer_gives_the_first_token_global_attention(tiny_longformer: Path
     assert mask.shape[1] > 4  # longer than the attention window: local attention alone sees part of it
     assert mask[:, 0].tolist() == [1] * len(DOCS) and int(mask.sum()) == len(DOCS)
     # the vectors are the model's CLS output under that mask, which does change them
-    ids, attention = model.passage_encoder._pad(model.passage_encoder.tokenize(
+    ids, attention = model.passage_encoder.pad(model.passage_encoder.tokenize(
         [model.first_input(d) for d in DOCS], truncate=True), torch.device("cpu"))
     with torch.no_grad():
         local = forward(input_ids=ids, attention_mask=attention).last_hidden_state[:, 0]
