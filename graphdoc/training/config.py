@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from graphdoc.backbones import BACKBONES, FLAT, GRAPH
-from graphdoc.config import ModelConfig, _check_choice, coerce_numbers, from_dict, read_config_file
+from graphdoc.backbones import BACKBONES, FLAT, GRAPH, BackboneSetup
+from graphdoc.config import ModelConfig, _check_choice, coerce_numbers, read_config_file
 from graphdoc.errors import GraphDocError
 from graphdoc.flat_config import FlatModelConfig
 
@@ -25,7 +25,6 @@ OBJECTIVES = tuple(OBJECTIVE_BACKBONES)
 SIMILARITIES = ("dot", "cosine")
 #: the masked-language-model weight of docsplit (DocSplit / SimDE); the other objectives default to none
 DOCSPLIT_MLM_WEIGHT = 0.1
-MODEL_CONFIGS = {GRAPH: ModelConfig, FLAT: FlatModelConfig}
 
 
 @dataclass
@@ -146,45 +145,13 @@ class PretrainConfig:
 
 
 @dataclass
-class PretrainSetup:
-    """A pretraining run: the backbone, the model to build (``model``, that backbone's configuration) and how
-    to train it (``pretrain``)."""
+class PretrainSetup(BackboneSetup):
+    """A pretraining run: the model to build (``model``, the configuration of ``backbone``: graph or flat) and
+    how to train it (``pretrain``)."""
 
     model: ModelConfig | FlatModelConfig = field(default_factory=ModelConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     backbone: str = GRAPH
-
-    def __post_init__(self) -> None:
-        _check_choice("backbone", self.backbone, tuple(BACKBONES))
-        expected = MODEL_CONFIGS[self.backbone]
-        if not isinstance(self.model, expected):
-            raise GraphDocError(f"a {self.backbone} backbone takes a {expected.__name__} as its model; "
-                                f"got a {type(self.model).__name__}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "PretrainSetup":
-        """Read a setup; the ``model`` section is parsed as the configuration of ``backbone`` (default graph)."""
-        if not isinstance(data, Mapping):
-            raise GraphDocError("a pretraining config must be a mapping with sections model, pretrain, backbone")
-        unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise GraphDocError(f"unknown config key {unknown[0]}; valid keys: model, pretrain, backbone")
-        backbone = data.get("backbone", GRAPH)
-        _check_choice("backbone", backbone, tuple(BACKBONES))
-        return cls(from_dict(MODEL_CONFIGS[backbone], data.get("model", {}), "model"),
-                   from_dict(PretrainConfig, data.get("pretrain", {}), "pretrain"), backbone)
-
-    def with_backbone(self, backbone: str) -> "PretrainSetup":
-        """This setup for another backbone: the chunker and passage encoder carry over, the ``graph`` section
-        becomes the new backbone's default."""
-        _check_choice("backbone", backbone, tuple(BACKBONES))
-        if backbone == self.backbone:
-            return self
-        model = MODEL_CONFIGS[backbone](chunker=self.model.chunker, passage_encoder=self.model.passage_encoder)
-        return dataclasses.replace(self, model=model, backbone=backbone)
 
     def with_overrides(self, **changes: Any) -> "PretrainSetup":
         """A copy with some ``pretrain`` settings changed (``None`` values are ignored), checked again."""
