@@ -36,6 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--frozen-encoder", action=argparse.BooleanOptionalAction, default=None,
                         help="train the graph layers only, over cached passage vectors (overrides the config)")
     parser.add_argument("--max-steps", type=int, default=None, metavar="N", help="overrides the config")
+    parser.add_argument("--max-seconds", type=float, default=None, metavar="S",
+                        help="stop once the training loop has run S seconds (overrides the config)")
     parser.add_argument("--batch-size", type=int, default=None, metavar="N",
                         help="documents per step over all processes (overrides the config)")
     parser.add_argument("--epochs", type=int, default=None, metavar="N", help="overrides the config")
@@ -56,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         setup = setup.with_backbone(backbone)
     setup = setup.with_overrides(
         objective=args.objective, frozen_encoder=args.frozen_encoder, max_steps=args.max_steps,
+        max_seconds=args.max_seconds,
         batch_size=args.batch_size, epochs=args.epochs, cache_dir=args.cache_dir)
     if args.output.exists() and not args.output.is_dir():
         raise GraphDocError(f"--output {args.output} exists and is not a folder")

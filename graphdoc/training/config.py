@@ -51,6 +51,9 @@ class PretrainConfig:
             sub-documents: every one is a negative for every other pair).
         epochs: passes over the corpus; ``max_steps`` stops earlier and, when set, is the length of the
             learning-rate schedule (a streamed corpus of unknown size needs it).
+        max_seconds: also stop once the training loop has run this long (a time budget, as in benchmarks
+            that give every model the same time); checked after each step, the model saved as at the end.
+            The schedule still spans ``max_steps``/``epochs``. May change on resume.
         frozen_encoder: train the graph layers only, over passage vectors cached on disk.
         gradient_checkpointing: recompute the passage encoder's activations in backward (full training).
         grad_cache_chunk: passages (graph) or texts (flat) embedded per sub-batch with gradient caching;
@@ -80,6 +83,7 @@ class PretrainConfig:
     batch_size: int = 64
     epochs: int = 1
     max_steps: int | None = None
+    max_seconds: float | None = None
     frozen_encoder: bool = False
     gradient_checkpointing: bool = True
     grad_cache_chunk: int = 1024
@@ -107,6 +111,8 @@ class PretrainConfig:
                 raise GraphDocError(f"pretrain.{name} must be positive; got {value!r}")
         if self.max_passages < 2:
             raise GraphDocError(f"pretrain.max_passages must be at least 2; got {self.max_passages}")
+        if self.max_seconds is not None and not self.max_seconds > 0:
+            raise GraphDocError(f"pretrain.max_seconds must be positive or null; got {self.max_seconds!r}")
         if self.max_steps is not None and self.max_steps < 1:
             raise GraphDocError(f"pretrain.max_steps must be at least 1 or null; got {self.max_steps}")
         for name in ("warmup_ratio", "ict_first_passage"):

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import random
+import time
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,7 @@ logger = logging.getLogger(__name__)
 CONFIG_NAME = "pretrain_config.json"
 SUMMARY_NAME = "pretrain.json"
 #: settings that may change on resume: they do not change what is learned
-OPERATIONAL = ("checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "cache_dir")
+OPERATIONAL = ("checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "cache_dir", "max_seconds")
 
 
 class Trainer:
@@ -70,6 +71,8 @@ class Trainer:
         self.last_loss: float | None = None
         self.last_mlm: float | None = None
         self.last_lr = self.last_grad_norm = 0.0
+        self.seconds_before = 0.0  # training-loop seconds of the run before a resumption
+        self.time_up = False
 
     @property
     def cache(self):
@@ -154,16 +157,17 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def train(self) -> PretrainResult:
-        """Run until ``total_steps`` or ``epochs``, checkpointing on the way; save the final model."""
+        """Run until ``total_steps``, ``epochs`` or ``max_seconds``, checkpointing on the way; save the model."""
         bar = tqdm(total=self.total_steps, initial=self.step, desc="Pretraining", unit="step",
                    disable=not self.show_progress_bar)
-        while self.step < self.total_steps and self.position.epoch < self.cfg.epochs:
+        self.loop_start = time.perf_counter()
+        while self.step < self.total_steps and self.position.epoch < self.cfg.epochs and not self.time_up:
             for batch in self._epoch_batches():
                 self.last_loss, self.last_mlm = self._train_step(batch)
                 self.step += 1
                 self.position.offset = batch.end
                 self._after_step(len(batch.examples), bar)
-                if self.step >= self.total_steps:
+                if self.step >= self.total_steps or self._check_time():
                     break
             else:
                 self._end_epoch()
@@ -171,6 +175,21 @@ class Trainer:
             self.stats.empty_skipped += self._read_stats.empty_skipped  # stopped inside an epoch
         bar.close()
         return self._finish()
+
+    def loop_seconds(self) -> float:
+        """Seconds spent in the training loop, over the whole run (resumptions included)."""
+        return self.seconds_before + time.perf_counter() - self.loop_start
+
+    def _check_time(self) -> bool:
+        """Whether ``max_seconds`` is spent (decided by process 0, so every process stops at the same step)."""
+        if self.cfg.max_seconds is None:
+            return False
+        spent = torch.tensor([float(self.loop_seconds() >= self.cfg.max_seconds)], device=self.device)
+        self.time_up = bool(gather_tensors(spent, self.ctx)[0].item())
+        if self.time_up:
+            logger.info("time budget of %.0f s spent after step %d of %d", self.cfg.max_seconds, self.step,
+                        self.total_steps)
+        return self.time_up
 
     def _epoch_batches(self):
         self._read_stats = ReadStats()  # empty documents of this epoch, added to stats when it ends
@@ -253,6 +272,7 @@ class Trainer:
         return {"step": self.step, "epoch": self.position.epoch, "offset": self.position.offset,
                 "stats": dataclasses.asdict(self.stats), "total_steps": self.total_steps,
                 "world_size": self.ctx.world_size, "backbone": self.setup.backbone,
+                "loop_seconds": self.loop_seconds(),
                 "pretrain": dataclasses.asdict(self.cfg),
                 "scaler": self.scaler.state_dict() if self.scaler is not None else None}
 
@@ -265,6 +285,7 @@ class Trainer:
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.step = state["step"]
+        self.seconds_before = state.get("loop_seconds", 0.0)
         self.position = data.DataPosition(state["epoch"], state["offset"])
         self.stats = data.DataStats(**state["stats"])
         logger.info("resumed from %s: step %d of %d, epoch %d, document %d of the epoch", folder, self.step,
