@@ -25,6 +25,7 @@ class MaskedLMHead(nn.Module):
 
     Args:
         head: the head module taken from the masked-LM model.
+        output: the head's output layer (``get_output_embeddings()``).
         encoder: the passage encoder whose input embeddings the head's output layer shares.
         tied: share the output embeddings (the checkpoint's ``tie_word_embeddings``).
 
@@ -59,10 +60,31 @@ class MaskedLMHead(nn.Module):
                                      f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
                                      "set pretrain.mlm_weight to 0") from None
         name, head = _head_of(mlm)
-        if source is not None and any(k.startswith(f"{name}.") for k in missing):
-            logger.info("%s has no masked-language-model head: the MLM loss trains a freshly initialised one", source)
         model = cls(head, mlm.get_output_embeddings(), encoder, bool(getattr(mlm.config, "tie_word_embeddings", True)))
+        fresh = {k[len(name) + 1:] for k in missing if k.startswith(f"{name}.")}
+        if fresh:
+            logger.info("%s has no masked-language-model head: the MLM loss trains a freshly initialised one", source)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                model.initialise(fresh, getattr(mlm.config, "initializer_range", 0.02))
         return model.to(next(encoder.parameters()).device)
+
+    def initialise(self, names: set[str], std: float = 0.02) -> None:
+        """BERT's initialisation of the head weights ``names`` (a checkpoint without them): linear weights
+        ``N(0, std)``, layer norms 1 and 0, biases 0. Done here rather than trusted to transformers, which
+        leaves some heads' missing weights uninitialised (Longformer's output bias, in transformers 5)."""
+        with torch.no_grad():
+            for module_name, module in self.head.named_modules():
+                for local, param in module.named_parameters(recurse=False):
+                    full = f"{module_name}.{local}" if module_name else local
+                    if full not in names or id(param) in self._shared:
+                        continue
+                    if isinstance(module, nn.LayerNorm):
+                        param.fill_(1.0 if local == "weight" else 0.0)
+                    elif local == "weight":
+                        param.normal_(0.0, std)
+                    else:
+                        param.zero_()
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.head(hidden)
