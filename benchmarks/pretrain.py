@@ -212,16 +212,21 @@ def train(args, work: Path, objective: str, sources: list[str], frozen: bool = T
                 "grad_cache_chunk": 8192 if frozen else 32, "checkpoint_every": 100000, "log_every": 1,
                 "seed": args.seed}
     config = write_yaml(work / f"{name}.yaml", {"pretrain": pretrain})
-    out = work / "runs" / name
+    return run_pretrain(name, config, work / "runs" / name, sources, work / "cache", args.threads)
+
+
+def run_pretrain(name: str, config: Path, out: Path, sources: list[str], cache_dir: Path, threads: int) -> dict:
+    """``graphdoc pretrain`` in a subprocess (so its throughput and peak memory are its own) into a fresh
+    ``out``; returns its ``pretrain.json`` with the subprocess's ``wall_s``."""
     if out.exists():
         import shutil
 
         shutil.rmtree(out)
     command = [sys.executable, "-m", "graphdoc", "-q", "pretrain", "--config", str(config), "--output", str(out),
-               "--cache-dir", str(work / "cache"), "--device", "cpu"]
+               "--cache-dir", str(cache_dir), "--device", "cpu"]
     for source in sources:
         command += ["--corpus", source]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     log(f"training {name}: {' '.join(command[2:])}")
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)

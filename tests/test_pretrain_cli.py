@@ -107,8 +107,11 @@ def test_shipped_docsplit_configs_load():
         assert (setup.model.passage_encoder.model_name_or_path, setup.model.passage_encoder.max_seq_length) == \
             (encoder, length)
         p = setup.pretrain
-        assert (p.objective, p.similarity, p.temperature, p.lr, p.mlm_weight, p.mlm_probability) == \
-            ("docsplit", "cosine", 0.05, 5e-5, 0.1, 0.15)
+        assert (p.objective, p.similarity, p.temperature, p.lr, p.mlm_probability) == \
+            ("docsplit", "cosine", 0.05, 5e-5, 0.15)
+        # 0.1 x MLM for docsplit; --objective simcse or crop gives the plain baselines
+        assert p.effective_mlm_weight("flat") == 0.1
+        assert setup.with_overrides(objective="simcse").pretrain.effective_mlm_weight("flat") == 0.0
         assert not p.frozen_encoder
         p.check_backbone(setup.backbone)  # a valid flat run
         assert PretrainSetup.from_dict(json.loads(json.dumps(setup.to_dict()))) == setup

@@ -22,7 +22,6 @@ import json
 import logging
 import math
 import random
-import time
 from pathlib import Path
 
 import numpy as np
@@ -160,7 +159,7 @@ class Trainer:
         """Run until ``total_steps``, ``epochs`` or ``max_seconds``, checkpointing on the way; save the model."""
         bar = tqdm(total=self.total_steps, initial=self.step, desc="Pretraining", unit="step",
                    disable=not self.show_progress_bar)
-        self.loop_start = time.perf_counter()
+        self.throughput = Throughput()  # the loop's own rates: model loading and counting are left out
         while self.step < self.total_steps and self.position.epoch < self.cfg.epochs and not self.time_up:
             for batch in self._epoch_batches():
                 self.last_loss, self.last_mlm = self._train_step(batch)
@@ -178,7 +177,7 @@ class Trainer:
 
     def loop_seconds(self) -> float:
         """Seconds spent in the training loop, over the whole run (resumptions included)."""
-        return self.seconds_before + time.perf_counter() - self.loop_start
+        return self.seconds_before + self.throughput.elapsed
 
     def _check_time(self) -> bool:
         """Whether ``max_seconds`` is spent (decided by process 0, so every process stops at the same step)."""
