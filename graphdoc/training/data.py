@@ -166,20 +166,17 @@ def shard(examples: Sequence[Example], rank: int, world_size: int) -> list[Examp
 
 
 def sub_documents(examples: Sequence[Example], objective: str, seed: int, epoch: int,
-                  ict_first_passage: float = 0.5,
-                  vectors: Sequence[torch.Tensor] | None = None) -> list[SubDocument]:
-    """The two sub-documents of every example, in pairs: ``[a_1, b_1, a_2, b_2, ...]``.
+                  ict_first_passage: float = 0.5) -> list[SubDocument]:
+    """The two sub-documents (``half`` or ``ict``) of every example, in pairs: ``[a_1, b_1, a_2, b_2, ...]``.
 
-    The split of a document depends only on ``(seed, epoch, position)``. ``vectors[i]``
-    (``[n_i, hidden]``), when given, are example ``i``'s passage vectors.
+    The split of a document depends only on ``(seed, epoch, position)``. Their passage vectors, in frozen
+    mode, are looked up afterwards (:class:`~graphdoc.training.graph_pretraining.GraphPretraining`).
     """
     out: list[SubDocument] = []
-    for i, example in enumerate(examples):
+    for example in examples:
         prepared = example.prepared
         rng = np.random.default_rng([seed, epoch, example.position])
         for part in make_split(objective, len(prepared.passages), rng, ict_first_passage):
             idx = part.tolist()
-            out.append(SubDocument([prepared.token_ids[j] for j in idx],
-                                   [prepared.passages[j].section for j in idx],
-                                   None if vectors is None else vectors[i][part]))
+            out.append(SubDocument([prepared.token_ids[j] for j in idx], [prepared.passages[j].section for j in idx]))
     return out

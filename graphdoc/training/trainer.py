@@ -26,9 +26,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
-
 from torch import nn
+from tqdm.auto import tqdm
 
 from graphdoc.backbones import FLAT, load_model
 from graphdoc.corpus import ReadStats
