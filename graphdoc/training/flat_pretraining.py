@@ -31,6 +31,7 @@ from graphdoc.errors import GraphDocError
 from graphdoc.models.passage_encoder import MAX_BATCH_SEQUENCES, PassageEncoder
 from graphdoc.training import data
 from graphdoc.training.config import PretrainConfig
+from graphdoc.training.distributed import DistContext, gather_tensors
 from graphdoc.training.flat_objectives import IGNORE_INDEX, crop_texts, docsplit_pair, document_sentences, mask_tokens
 from graphdoc.training.graph_pretraining import enable_checkpointing
 from graphdoc.training.grad_cache import LossFn, grad_cache_backward
@@ -47,8 +48,8 @@ class FlatPretraining:
     (the head's output embeddings are the model's, so they are one parameter).
     """
 
-    def __init__(self, model, cfg: PretrainConfig, resume: bool = False) -> None:
-        self.model, self.cfg = model, cfg
+    def __init__(self, model, cfg: PretrainConfig, resume: bool = False, ctx: DistContext | None = None) -> None:
+        self.model, self.cfg, self.ctx = model, cfg, ctx or DistContext()
         self.encoder: PassageEncoder = model.passage_encoder
         self.requirement = REQUIREMENTS[cfg.objective]
         self.cache = None
@@ -94,8 +95,16 @@ class FlatPretraining:
         if self.mlm_head is None:
             return loss, None
         masked, labels = self.masked_views(ids, examples, epoch)
-        mlm = masked_lm_backward(self.encoder, self.mlm_head, masked, labels, self.mlm_weight, scale)
+        # the mean over the masked tokens of every process: each back-propagates its share, scaled by the
+        # number of processes, which the gradient average divides out again
+        total = self._sum_over_processes(sum(int((lab != IGNORE_INDEX).sum()) for lab in labels), device)
+        share = masked_lm_backward(self.encoder, self.mlm_head, masked, labels, self.mlm_weight * self.ctx.world_size,
+                                   scale, total)
+        mlm = self._sum_over_processes(share, device)
         return loss + self.mlm_weight * mlm, mlm
+
+    def _sum_over_processes(self, value: float, device: torch.device) -> float:
+        return float(sum(t.item() for t in gather_tensors(torch.tensor([float(value)], device=device), self.ctx)))
 
     def embed(self, ids: Sequence[list[int]]) -> torch.Tensor:
         """Pooled vectors of token sequences, with gradients: ``[len(ids), hidden]``."""
@@ -130,14 +139,15 @@ class FlatPretraining:
 
 def masked_lm_backward(encoder: PassageEncoder, head: MaskedLMHead, masked: list[torch.Tensor],
                        labels: list[torch.Tensor], weight: float,
-                       scale: Callable[[torch.Tensor], torch.Tensor] | None = None) -> float:
-    """Back-propagate ``weight`` x the mean cross-entropy over the masked tokens of ``masked``; returns the mean.
+                       scale: Callable[[torch.Tensor], torch.Tensor] | None = None, total: float | None = None) -> float:
+    """Back-propagate ``weight`` x the cross-entropy summed over the masked tokens of ``masked`` and divided by
+    ``total`` (default: their number, i.e. the mean); returns that sum / ``total``.
 
     Sequences go through the encoder in token-budget batches; the head only sees the masked positions
     (``[M, hidden] -> [M, vocab]``), which keeps the vocabulary-sized logits small.
     """
     scale = scale or (lambda loss: loss)
-    total = int(sum(int((lab != IGNORE_INDEX).sum()) for lab in labels))
+    total = total if total is not None else int(sum(int((lab != IGNORE_INDEX).sum()) for lab in labels))
     if total == 0:
         return 0.0
     device = next(encoder.parameters()).device

@@ -93,7 +93,7 @@ class Trainer:
             self._check_resumable(state)
         self.model = (load_model(str(latest / ckpt.MODEL_DIR), backbone=self.setup.backbone, device=self.device)
                       if latest else self._new_model(model))
-        self.task = (FlatPretraining(self.model, self.cfg, resume=latest is not None)
+        self.task = (FlatPretraining(self.model, self.cfg, resume=latest is not None, ctx=self.ctx)
                      if self.setup.backbone == FLAT else GraphPretraining(self.model, self.cfg, self.output))
         self.total_steps = state["total_steps"] if state else self._count_steps()
         self.optimizer = build_optimizer(self.task.trainable, self.cfg)
