@@ -212,16 +212,21 @@ def train(args, work: Path, objective: str, sources: list[str], frozen: bool = T
                 "grad_cache_chunk": 8192 if frozen else 32, "checkpoint_every": 100000, "log_every": 1,
                 "seed": args.seed}
     config = write_yaml(work / f"{name}.yaml", {"pretrain": pretrain})
-    out = work / "runs" / name
+    return run_pretrain(name, config, work / "runs" / name, sources, work / "cache", args.threads)
+
+
+def run_pretrain(name: str, config: Path, out: Path, sources: list[str], cache_dir: Path, threads: int) -> dict:
+    """``graphdoc pretrain`` in a subprocess (so its throughput and peak memory are its own) into a fresh
+    ``out``; returns its ``pretrain.json`` with the subprocess's ``wall_s``."""
     if out.exists():
         import shutil
 
         shutil.rmtree(out)
     command = [sys.executable, "-m", "graphdoc", "-q", "pretrain", "--config", str(config), "--output", str(out),
-               "--cache-dir", str(work / "cache"), "--device", "cpu"]
+               "--cache-dir", str(cache_dir), "--device", "cpu"]
     for source in sources:
         command += ["--corpus", source]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     log(f"training {name}: {' '.join(command[2:])}")
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -402,28 +407,51 @@ positives and every other sub-document of the batch is a negative.
   its partner, all other sub-documents of the batch as negatives, both directions).
 - `ict`: one passage (the first half the time, else a random one; a single-node graph) against the rest;
   the softmax runs over the long sub-documents.
+- `docsplit`: the sentences of those passages go at random to two halves, each in document order; each
+  half's text is chunked into its own graph (a document of one passage but two sentences can be split).
 - similarity `dot` or `cosine`, divided by `temperature`; AdamW, linear warm-up then linear decay.
 
 ```
 graphdoc pretrain --corpus PATH_OR_NAME [--corpus ...] --output DIR [--config configs/pretrain-default.yaml]
-                  [--objective half|ict] [--frozen-encoder] [--max-steps N] [--resume]
+                  [--objective half|ict|docsplit] [--frozen-encoder] [--max-steps N] [--max-seconds S] [--resume]
 torchrun --nproc_per_node N -m graphdoc pretrain ...      # data-parallel, negatives from every process
 ```
 
 Two modes. **Frozen encoder** (`configs/pretrain-default.yaml`): passage vectors are computed once and
 kept in a disk cache (`DIR/passage_cache` or `--cache-dir`; `.npy` shards + JSON keys, keyed by the
 encoder's weights fingerprint and pooling and by each passage's token ids), and only the graph layers
-train. **Full** (`configs/pretrain-paper.yaml`, the paper's Graph-RoBERTa settings): the encoder trains
+train (`docsplit` halves are new passages every epoch: they are encoded, once each, as they come).
+**Full** (`configs/pretrain-paper.yaml`, the paper's Graph-RoBERTa settings): the encoder trains
 too, with gradient checkpointing and a gradient cache (sub-documents embedded `grad_cache_chunk` passages
 at a time), so a 1,536-document batch needs the memory of one chunk.
 
-`DIR` ends up holding `model/` (`GraphDocEncoder.from_pretrained(DIR/model)`), `log.csv` (step, loss,
+**Flat backbones** (`--backbone flat`, or `backbone: flat` in the config; see
+[backbones.md](backbones.md)) train the encoder itself on two *texts* per document, each embedded as
+`FlatEncoder` embeds a document (FirstP: truncated to `max_seq_length`, pooled), with dropout on:
+
+- `docsplit` (DocSplit / SimDE; `configs/docsplit-bert.yaml`, `configs/docsplit-longformer.yaml`,
+  `configs/docsplit-minilm.yaml`): every sentence goes at random to one of two halves, order kept; cosine /
+  0.05, in-batch negatives, plus `mlm_weight` (0.1) x masked language modelling (`mlm_probability` 0.15,
+  BERT's 80/10/10) over masked copies of both texts. The language-model head is the checkpoint's own
+  (`AutoModelForMaskedLM`), reading the encoder being trained and sharing its embeddings, not a second
+  copy; a checkpoint without one (all-MiniLM-L6-v2, any bare `BertModel`) gets a freshly initialised head
+  (logged). Checkpoints hold the head's weights and optimiser state; `DIR/model` is the `FlatEncoder` alone.
+- `simcse`: the FirstP text twice; the two views differ by dropout only.
+- `crop` (Contriever): two independent random spans of `r ~ U(crop_min_ratio, crop_max_ratio)` of the words.
+
+`half` and `ict` need a graph model, `simcse` and `crop` a flat one, and a flat model cannot train with a
+frozen encoder (it would have nothing to train): each is one clear error. `mlm_weight: null` (the default)
+means 0.1 for flat `docsplit` and 0 otherwise, so `--objective simcse` on a docsplit config is plain SimCSE.
+
+`DIR` ends up holding `model/` (`graphdoc.load_model(DIR/model)`), `log.csv` (step, loss, MLM loss,
 gradient norm, learning rate, documents/s, memory; TensorBoard too with `tensorboard: true`),
-`pretrain.json` (documents used, empty and one-passage documents skipped, throughput),
+`pretrain.json` (documents used, empty and too-short documents skipped, throughput),
 `pretrain_config.json`, and `checkpoints/step-N/` every `checkpoint_every` steps (model, optimiser,
-scheduler, random states and data position, as safetensors and JSON; no pickle). `--resume` after a kill
-ends where the uninterrupted run would have. The corpus streams; `openwebtext` (Hugging Face, streamed)
-needs `--max-steps`, since its length is unknown.
+scheduler, random states and data position, the MLM head when there is one, as safetensors and JSON; no
+pickle). `--resume` after a kill ends where the uninterrupted run would have. The corpus streams;
+`openwebtext` (Hugging Face, streamed) needs `--max-steps`, since its length is unknown. `max_seconds`
+(`--max-seconds`) stops a run after that much training-loop time, as a budgeted comparison needs
+([compare_backbones.md](compare_backbones.md)).
 
 """
 

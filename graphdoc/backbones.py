@@ -9,6 +9,7 @@ A saved model's ``config.json`` names its backbone, so :func:`load_model` needs 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any, Mapping
 
@@ -26,6 +27,65 @@ def backbone_class(name: str) -> type:
     except KeyError:
         raise GraphDocError(f"unknown backbone {name!r}; valid: {', '.join(BACKBONES)}") from None
     return getattr(importlib.import_module(module), attr)
+
+
+def model_config_class(backbone: str) -> type:
+    """The configuration dataclass of a backbone: ``ModelConfig`` (graph) or ``FlatModelConfig`` (flat)."""
+    from graphdoc.config import ModelConfig
+    from graphdoc.flat_config import FlatModelConfig
+
+    backbone_class(backbone)  # an unknown name is an error
+    return FlatModelConfig if backbone == FLAT else ModelConfig
+
+
+def config_backbone(config) -> str:
+    """The backbone a model configuration is for."""
+    return next(name for name in BACKBONES if isinstance(config, model_config_class(name)))
+
+
+def convert_model_config(config, backbone: str):
+    """``config`` for a model of ``backbone``: the chunker and passage encoder carry over, the ``graph``
+    section becomes that backbone's default (its settings mean nothing to the other backbone)."""
+    cls = model_config_class(backbone)
+    return config if isinstance(config, cls) else cls(chunker=config.chunker, passage_encoder=config.passage_encoder)
+
+
+class BackboneSetup:
+    """What training setups (pretraining, fine-tuning) share: a ``backbone`` field and a ``model`` field holding
+    that backbone's configuration. A dataclass subclass declares both fields; its YAML ``model`` section is
+    parsed as the configuration of its ``backbone`` key (default ``graph``)."""
+
+    def __post_init__(self) -> None:
+        expected = model_config_class(self.backbone)
+        if not isinstance(self.model, expected):
+            raise GraphDocError(f"a {self.backbone} backbone takes a {expected.__name__} as its model; "
+                                f"got a {type(self.model).__name__}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]):
+        from graphdoc.config import from_dict
+
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        if not isinstance(data, Mapping):
+            raise GraphDocError(f"a {cls.__name__} config must be a mapping with sections {', '.join(fields)}")
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise GraphDocError(f"unknown config key {unknown[0]}; valid keys: {', '.join(fields)}")
+        backbone = data.get("backbone", DEFAULT_BACKBONE)
+        kwargs = {"backbone": backbone, "model": from_dict(model_config_class(backbone), data.get("model", {}), "model")}
+        for name, f in fields.items():
+            if name not in kwargs and name in data:
+                kwargs[name] = from_dict(f.default_factory, data[name], name)
+        return cls(**kwargs)
+
+    def with_backbone(self, backbone: str):
+        """This setup for a model of ``backbone`` (see :func:`convert_model_config`)."""
+        if backbone == self.backbone:
+            return self
+        return dataclasses.replace(self, model=convert_model_config(self.model, backbone), backbone=backbone)
 
 
 def load_model(name_or_path: str | None = None, backbone: str | None = None, config=None, device=None):

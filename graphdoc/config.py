@@ -160,8 +160,8 @@ def coerce_numbers(config: Any, where: str = "") -> None:
         setattr(config, f.name, want(value))
 
 
-def load_config_file(path: str | Path, cls: type[T] = ModelConfig) -> T:
-    """Read a JSON or YAML config file into ``cls``."""
+def read_config_file(path: str | Path) -> Any:
+    """The data of a JSON or YAML config file (one clear error when it is missing or unreadable)."""
     path = Path(path)
     if not path.is_file():
         raise GraphDocError(f"config file not found: {path}")
@@ -170,12 +170,15 @@ def load_config_file(path: str | Path, cls: type[T] = ModelConfig) -> T:
         import yaml
 
         try:
-            data = yaml.safe_load(text) or {}
+            return yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
             raise GraphDocError(f"{path}: invalid YAML ({str(exc).splitlines()[0]})") from None
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise GraphDocError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
-    return from_dict(cls, data)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GraphDocError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def load_config_file(path: str | Path, cls: type[T] = ModelConfig) -> T:
+    """Read a JSON or YAML config file into ``cls``."""
+    return from_dict(cls, read_config_file(path))

@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny randomly initialised BERT and RoBERTa encoders built offline from configs."""
+"""Shared fixtures: tiny randomly initialised BERT, RoBERTa and Longformer encoders built offline from configs."""
 
 from __future__ import annotations
 
@@ -97,6 +97,22 @@ def spread_bert(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_roberta(tmp_path_factory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-roberta"), "roberta")
+
+
+@pytest.fixture(scope="session")
+def tiny_longformer(tiny_roberta: Path, tmp_path_factory) -> Path:
+    """A tiny random Longformer (4-token attention window) with the tiny RoBERTa tokenizer."""
+    from transformers import AutoTokenizer, LongformerConfig, LongformerModel
+
+    folder = tmp_path_factory.mktemp("tiny-longformer")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_roberta)
+    torch.manual_seed(0)
+    config = LongformerConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                              intermediate_size=64, attention_window=4, max_position_embeddings=66,
+                              pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2)
+    LongformerModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 @pytest.fixture

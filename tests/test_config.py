@@ -12,8 +12,9 @@ from graphdoc.config import (ChunkerConfig, GraphConfig, ModelConfig, PassageEnc
 from graphdoc.errors import GraphDocError
 
 ALL_CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
-# model configs; pretrain-*.yaml and finetune-*.yaml are training setups, loaded by their own tests
-CONFIGS = [p for p in ALL_CONFIGS if not p.name.startswith(("pretrain-", "finetune-"))]
+# model configs; pretrain-*.yaml, docsplit-*.yaml and finetune-*.yaml are training setups, loaded by their own tests
+PRETRAIN_PREFIXES = ("pretrain-", "docsplit-")
+CONFIGS = [p for p in ALL_CONFIGS if not p.name.startswith((*PRETRAIN_PREFIXES, "finetune-"))]
 
 
 def test_there_are_config_files() -> None:
@@ -29,7 +30,7 @@ def test_every_yaml_file_loads_into_a_model_config(path: Path) -> None:
 
 @pytest.mark.parametrize("path", [p for p in ALL_CONFIGS if p not in CONFIGS], ids=lambda p: p.name)
 def test_training_setups_load_with_their_loaders(path: Path) -> None:
-    if path.name.startswith("pretrain-"):
+    if path.name.startswith(PRETRAIN_PREFIXES):
         from graphdoc.training.config import load_setup
     else:
         from graphdoc.finetune.config import load_finetune_setup as load_setup

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from _finetune_helpers import labelled_files, ranking_files
 
 from graphdoc.cli import main
@@ -56,3 +58,46 @@ def test_shipped_configs_load_and_unknown_keys_are_errors(tmp_path):
     (tmp_path / "x.yaml").write_text("ranking:\n  hard_negative: 3\n")
     with pytest.raises(GraphDocError, match="unknown config key ranking.hard_negative; valid keys: ranking.lr"):
         load_finetune_setup(tmp_path / "x.yaml")
+
+
+def test_finetune_backbone_flat_classification_and_ranking(tiny_bert, tmp_path, capsys):
+    from graphdoc.backbones import load_model
+    from graphdoc.finetune import DocumentClassifier
+    from graphdoc.flat_encoder import FlatEncoder
+
+    files = labelled_files(tmp_path)
+    base = ["-q", "finetune", "--backbone", "flat", "--model", str(tiny_bert), "--epochs", "1"]
+    # frozen: the head alone over fixed FirstP vectors; not frozen: the encoder trains too
+    for mode in ("--frozen-encoder", "--no-frozen-encoder"):
+        out = tmp_path / f"cls{mode}"
+        assert main([*base, "--task", "classification", "--train", str(files["train"]), "--dev", str(files["dev"]),
+                     "--output", str(out), mode]) == 0
+        assert set(json.loads((out / "finetune.json").read_text())["dev_scores"]) == {"accuracy", "macro_f1"}
+        assert isinstance(DocumentClassifier.from_pretrained(out / "model").encoder, FlatEncoder)
+    rank = ranking_files(tmp_path)
+    args = ["--task", "ranking", "--corpus", str(rank["corpus"]), "--queries", str(rank["queries"]), "--qrels",
+            str(rank["qrels"]), "--batch-size", "4"]
+    assert main([*base, *args, "--output", str(tmp_path / "r"), "--no-frozen-encoder"]) == 0
+    trained = load_model(str(tmp_path / "r" / "model"))
+    assert isinstance(trained, FlatEncoder)
+    start = load_model(str(tiny_bert), backbone="flat")
+    changed = [not torch.equal(a, b) for a, b in zip(trained.state_dict().values(), start.state_dict().values())]
+    assert any(changed)  # the encoder itself was fine-tuned
+    # a flat model over a frozen encoder has nothing to rank with; a saved flat model is not a graph one
+    assert main([*base, *args, "--output", str(tmp_path / "r2")]) == 1
+    assert "a flat model has nothing to train over a frozen encoder" in capsys.readouterr().err
+    assert main(["-q", "finetune", "--backbone", "graph", "--model", str(tmp_path / "r" / "model"), *args,
+                 "--output", str(tmp_path / "r3")]) == 1
+    assert capsys.readouterr().err.strip() == (f"graphdoc finetune: error: {tmp_path / 'r' / 'model'} is a saved flat "
+                                               "model; it cannot be loaded as a graph one")
+
+
+def test_finetune_setup_reads_a_flat_model_section(tmp_path):
+    from graphdoc.finetune import load_finetune_setup
+    from graphdoc.flat_config import FlatModelConfig
+
+    (tmp_path / "f.yaml").write_text("backbone: flat\nmodel:\n  graph: {document: mean}\n")
+    setup = load_finetune_setup(tmp_path / "f.yaml")
+    assert isinstance(setup.model, FlatModelConfig) and setup.model.graph.document == "mean"
+    graph = setup.with_backbone("graph")
+    assert graph.backbone == "graph" and graph.model.passage_encoder == setup.model.passage_encoder

@@ -47,22 +47,6 @@ def model_path(request) -> Path:
     return request.getfixturevalue(request.param)
 
 
-@pytest.fixture(scope="module")
-def tiny_longformer(tiny_roberta: Path, tmp_path_factory) -> Path:
-    """A tiny random Longformer (4-token attention window) with the tiny RoBERTa tokenizer."""
-    from transformers import AutoTokenizer, LongformerConfig, LongformerModel
-
-    folder = tmp_path_factory.mktemp("tiny-longformer")
-    tokenizer = AutoTokenizer.from_pretrained(tiny_roberta)
-    torch.manual_seed(0)
-    config = LongformerConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                              intermediate_size=64, attention_window=4, max_position_embeddings=66,
-                              pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2)
-    LongformerModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 # ------------------------------------------------------------------ document modes
 def test_first_mode_is_the_encoder_vector_of_the_truncated_title_and_text(model_path: Path) -> None:
     model = flat(model_path)
@@ -135,7 +119,7 @@ def test_longformer_gives_the_first_token_global_attention(tiny_longformer: Path
     assert mask.shape[1] > 4  # longer than the attention window: local attention alone sees part of it
     assert mask[:, 0].tolist() == [1] * len(DOCS) and int(mask.sum()) == len(DOCS)
     # the vectors are the model's CLS output under that mask, which does change them
-    ids, attention = model.passage_encoder._pad(model.passage_encoder.tokenize(
+    ids, attention = model.passage_encoder.pad(model.passage_encoder.tokenize(
         [model.first_input(d) for d in DOCS], truncate=True), torch.device("cpu"))
     with torch.no_grad():
         local = forward(input_ids=ids, attention_mask=attention).last_hidden_state[:, 0]

@@ -98,11 +98,39 @@ def test_shipped_configs_load():
     assert PretrainSetup.from_dict(json.loads(json.dumps(default.to_dict()))) == default
 
 
+def test_shipped_docsplit_configs_load():
+    expected = {"bert": ("bert-base-uncased", 512), "longformer": ("allenai/longformer-base-4096", 4096),
+                "minilm": ("all-MiniLM-L6-v2", None)}
+    for name, (encoder, length) in expected.items():
+        setup = load_setup(ROOT / "configs" / f"docsplit-{name}.yaml")
+        assert setup.backbone == "flat" and setup.model.graph.document == "first"
+        assert (setup.model.passage_encoder.model_name_or_path, setup.model.passage_encoder.max_seq_length) == \
+            (encoder, length)
+        p = setup.pretrain
+        assert (p.objective, p.similarity, p.temperature, p.lr, p.mlm_probability) == \
+            ("docsplit", "cosine", 0.05, 5e-5, 0.15)
+        # 0.1 x MLM for docsplit; --objective simcse or crop gives the plain baselines
+        assert p.effective_mlm_weight("flat") == 0.1
+        assert setup.with_overrides(objective="simcse").pretrain.effective_mlm_weight("flat") == 0.0
+        assert not p.frozen_encoder
+        p.check_backbone(setup.backbone)  # a valid flat run
+        assert PretrainSetup.from_dict(json.loads(json.dumps(setup.to_dict()))) == setup
+
+
 @pytest.mark.parametrize("config, message", [
     ({"pretrain": {"objectve": "half"}}, "unknown config key pretrain.objectve; valid keys: pretrain.objective"),
     ({"pretrain": {"similarity": "l2"}}, "pretrain.similarity must be one of dot, cosine; got 'l2'"),
     ({"pretrain": {"lr": "fast"}}, "pretrain.lr must be a number; got 'fast'"),
-    ({"training": {}}, "unknown config key training; valid keys: model, pretrain"),
+    ({"training": {}}, "unknown config key training; valid keys: model, pretrain, backbone"),
+    ({"backbone": "tree"}, "unknown backbone 'tree'; valid: graph, flat"),
+    ({"backbone": "flat", "model": {"graph": {"num_layers": 2}}},
+     "unknown config key model.graph.num_layers; valid keys: model.graph.graph_type, model.graph.document"),
+    ({"pretrain": {"objective": "mlm"}}, "pretrain.objective must be one of half, ict, docsplit, simcse, crop; got 'mlm'"),
+    ({"pretrain": {"mlm_weight": -1}}, "pretrain.mlm_weight must be >= 0 (0: off) or null; got -1"),
+    ({"pretrain": {"mlm_probability": 0}}, "pretrain.mlm_probability must be in (0, 1); got 0"),
+    ({"pretrain": {"crop_min_ratio": 0.6}}, "pretrain.crop_min_ratio and pretrain.crop_max_ratio must satisfy "
+                                            "0 < min <= max <= 1; got 0.6, 0.5"),
+    ({"pretrain": {"max_seconds": 0}}, "pretrain.max_seconds must be positive or null; got 0"),
 ])
 def test_bad_config_is_one_line(tmp_path, corpus, capsys, config, message):
     path = tmp_path / "bad.yaml"

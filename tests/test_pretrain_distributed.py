@@ -81,3 +81,42 @@ def test_two_gloo_processes_equal_one(tiny_bert, tmp_path):
         for key in expected:
             torch.testing.assert_close(got[key], expected[key], atol=1e-4, rtol=1e-4, msg=f"{name}: {key}")
     assert load_file(str(single.model_dir / "model.safetensors"))["graph.layers.0.out.weight"].abs().sum() > 0
+
+
+def test_two_gloo_processes_equal_one_for_flat_docsplit_with_mlm(tiny_bert, tmp_path):
+    """The flat texts are gathered like sub-document graphs; the MLM term is the mean over every process's
+    masked tokens, so it too equals the single-process run."""
+    if shutil.which("torchrun") is None:
+        pytest.skip("torchrun not on PATH")
+    model = no_dropout_copy(tiny_bert, tmp_path / "encoder")
+    rng = random.Random(2)
+    records = [{"_id": f"d{i}", "text": " ".join(" ".join(rng.choice(WORDS) for _ in range(5)).capitalize() + "."
+                                                 for _ in range(rng.randint(2, 6)))} for i in range(9)]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    config = tmp_path / "flat.yaml"
+    config.write_text(yaml.safe_dump({
+        "backbone": "flat", "model": {"passage_encoder": {"model_name_or_path": str(model), "pooling": "mean"}},
+        "pretrain": {"objective": "docsplit", "batch_size": 5, "epochs": 1, "lr": 1e-3, "adam_epsilon": 1e-3,
+                     "warmup_ratio": 0.0, "grad_cache_chunk": 4, "gradient_checkpointing": False, "log_every": 1,
+                     "shuffle_buffer": 4, "temperature": 0.1}}), encoding="utf-8")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    command = ["torchrun", "--standalone", "--nproc_per_node", "2", "-m", "graphdoc", "-q", "pretrain",
+               "--corpus", str(corpus), "--output", str(tmp_path / "ddp"), "--config", str(config), "--device", "cpu"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        single = pretrain(corpus, tmp_path / "single", load_setup(config), device="cpu", show_progress_bar=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert single.steps == 2 and single.mlm_loss is not None
+    ddp_log, single_log = read_log(tmp_path / "ddp"), read_log(tmp_path / "single")
+    for column in ("loss", "mlm_loss", "grad_norm"):
+        assert [float(r[column]) for r in ddp_log] == pytest.approx([float(r[column]) for r in single_log], rel=1e-4)
+    name = "passage_encoder/model.safetensors"
+    got, expected = load_file(str(tmp_path / "ddp" / "model" / name)), load_file(str(single.model_dir / name))
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], atol=1e-4, rtol=1e-4, msg=key)

@@ -55,7 +55,11 @@ def test_splits_need_two_passages_and_a_known_objective():
         split_halves(1, np.random.default_rng(0))
     with pytest.raises(GraphDocError, match="unknown objective 'mlm'; valid: half, ict"):
         make_split("mlm", 4, np.random.default_rng(0))
-    assert set(LOSSES) == {"half", "ict"}
+    from graphdoc.training.config import OBJECTIVES
+
+    assert set(LOSSES) == set(OBJECTIVES) == {"half", "ict", "docsplit", "simcse", "crop"}
+    # the two-view objectives share the passage objectives' symmetric loss
+    assert LOSSES["docsplit"] is LOSSES["simcse"] is LOSSES["crop"] is symmetric_info_nce
 
 
 def test_symmetric_loss_exact_value():

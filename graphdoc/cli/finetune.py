@@ -12,6 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
+from graphdoc.backbones import BACKBONES
 from graphdoc.cli.common import logger
 from graphdoc.errors import GraphDocError
 
@@ -24,6 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", required=True, type=Path, metavar="DIR", help="run folder; the model in DIR/model")
     parser.add_argument("--config", default=None, metavar="YAML", help="configs/finetune-*.yaml")
     parser.add_argument("--model", default=None, metavar="NAME_OR_DIR", help="the model to start from")
+    parser.add_argument("--backbone", choices=tuple(BACKBONES), default=None,
+                        help="graph: GAT layers over the passage graph; flat: the encoder alone, which trains "
+                             "with --no-frozen-encoder (default: the --model's own if saved, else the config's)")
     rank = parser.add_argument_group("ranking")
     rank.add_argument("--corpus", metavar="PATH", help="documents to rank (JSON lines, BEIR folder, ...)")
     rank.add_argument("--queries", metavar="PATH", help="queries (queries.jsonl, BEIR folder, TSV, TREC topics)")
@@ -67,18 +71,20 @@ def run(args: argparse.Namespace) -> int:
     common = {"frozen_encoder": args.frozen_encoder, "epochs": args.epochs, "batch_size": args.batch_size,
               "lr": args.lr, "cache_dir": args.cache_dir}
     setup = load_finetune_setup(args.config)
+    if args.backbone is not None:
+        setup = setup.with_backbone(args.backbone)
     if args.task == "ranking":
         config = setup.with_overrides("ranking", **common).ranking
         result = finetune_ranking(args.corpus, args.queries, args.qrels, args.output, dev_qrels=args.dev_qrels,
                                   config=config, model=args.model, model_config=setup.model, folds=args.folds,
-                                  resume=args.resume, device=args.device)
+                                  resume=args.resume, device=args.device, backbone=args.backbone)
     else:
         config = setup.with_overrides("classification", shots=args.few_shot, repeats=args.repeats,
                                       objective=args.objective, temperature=args.temperature,
                                       **common).classification
         result = finetune_classification(args.train, args.dev, args.output, test=args.test, config=config,
                                          model=args.model, model_config=setup.model, resume=args.resume,
-                                         device=args.device)
+                                         device=args.device, backbone=args.backbone)
     _report(result)
     return 0
 

@@ -1,6 +1,8 @@
 """``graphdoc pretrain``: contrastive pretraining on unlabelled documents; the model ends in OUTPUT/model.
 
-Run data-parallel with ``torchrun --nproc_per_node N -m graphdoc pretrain ...``.
+Graph models train with ``half``, ``ict`` or ``docsplit``; flat models (``--backbone flat``) with
+``docsplit`` (plus 0.1 x masked language modelling), ``simcse`` or ``crop``. Run data-parallel with
+``torchrun --nproc_per_node N -m graphdoc pretrain ...``.
 """
 
 from __future__ import annotations
@@ -8,8 +10,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from graphdoc.backbones import BACKBONES
 from graphdoc.cli.common import logger
 from graphdoc.errors import GraphDocError
+from graphdoc.training.config import OBJECTIVES
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,10 +28,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="pretraining config with 'model' and 'pretrain' sections (configs/pretrain-*.yaml)")
     parser.add_argument("--model", default=None, metavar="NAME_OR_DIR",
                         help="start from this graphdoc model or Hugging Face encoder instead of the config's")
-    parser.add_argument("--objective", choices=("half", "ict"), default=None, help="overrides the config")
+    parser.add_argument("--backbone", choices=tuple(BACKBONES), default=None,
+                        help="graph: GAT layers over passage graphs; flat: the encoder alone (default: the "
+                             "--model's own if it is a saved model, else the config's, else graph)")
+    parser.add_argument("--objective", choices=OBJECTIVES, default=None,
+                        help="graph: half, ict, docsplit; flat: docsplit, simcse, crop (overrides the config)")
     parser.add_argument("--frozen-encoder", action=argparse.BooleanOptionalAction, default=None,
                         help="train the graph layers only, over cached passage vectors (overrides the config)")
     parser.add_argument("--max-steps", type=int, default=None, metavar="N", help="overrides the config")
+    parser.add_argument("--max-seconds", type=float, default=None, metavar="S",
+                        help="stop once the training loop has run S seconds (overrides the config)")
     parser.add_argument("--batch-size", type=int, default=None, metavar="N",
                         help="documents per step over all processes (overrides the config)")
     parser.add_argument("--epochs", type=int, default=None, metavar="N", help="overrides the config")
@@ -39,16 +49,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from graphdoc.serialization import saved_backbone
     from graphdoc.training import load_setup, pretrain
 
-    setup = load_setup(args.config).with_overrides(
+    setup = load_setup(args.config)
+    backbone = args.backbone or saved_backbone(args.model)
+    if backbone is not None:
+        setup = setup.with_backbone(backbone)
+    setup = setup.with_overrides(
         objective=args.objective, frozen_encoder=args.frozen_encoder, max_steps=args.max_steps,
+        max_seconds=args.max_seconds,
         batch_size=args.batch_size, epochs=args.epochs, cache_dir=args.cache_dir)
     if args.output.exists() and not args.output.is_dir():
         raise GraphDocError(f"--output {args.output} exists and is not a folder")
     result = pretrain(args.corpus, args.output, setup, model=args.model, resume=args.resume, device=args.device,
                       show_progress_bar=not args.quiet)
-    logger.info("%d steps over %d documents (%d empty and %d one-passage documents skipped); "
+    logger.info("%d steps over %d documents (%d empty and %d too short documents skipped); "
                 "%.1f documents/s, %.2f steps/s, peak memory %.0f MiB", result.steps, result.documents_used,
                 result.empty_skipped, result.one_passage_skipped, result.documents_per_s, result.steps_per_s,
                 result.peak_cuda_mib or result.peak_rss_mib)

@@ -36,32 +36,41 @@ __all__ = ["ClassificationConfig", "DocumentClassifier", "FinetuneSetup", "Ranki
 logger = logging.getLogger(__name__)
 
 
-def load_start_model(model: Any = None, model_config=None, device: str | None = None):
-    """The model to fine-tune: a model object, a saved graphdoc model, or a Hugging Face encoder built with
-    ``model_config`` (a :class:`~graphdoc.config.ModelConfig`; ``model`` ``None``: the built-in default)."""
-    from graphdoc.backbones import load_model
-    from graphdoc.serialization import saved_backbone
+def load_start_model(model: Any = None, model_config=None, device: str | None = None, backbone: str | None = None):
+    """The model to fine-tune: a model object, a saved graphdoc model (of ``backbone`` when given), or a Hugging
+    Face encoder built as ``backbone`` with ``model_config`` (a :class:`~graphdoc.config.ModelConfig` or
+    :class:`~graphdoc.flat_config.FlatModelConfig`, converted to ``backbone``'s when it differs; ``model``
+    ``None``: the config's encoder, else the built-in default)."""
+    from graphdoc.backbones import config_backbone, convert_model_config, load_model, model_config_class
+    from graphdoc.serialization import backbone_of, saved_backbone
 
     if model is not None and not isinstance(model, (str, Path)):
+        if backbone is not None and backbone_of(model) != backbone:
+            raise GraphDocError(f"the model to fine-tune is a {backbone_of(model)} model, not a {backbone} one")
         return model
-    saved = saved_backbone(str(model)) if model is not None else None
     name = None if model is None else str(model)
+    if saved_backbone(name) is not None:
+        return load_model(name, backbone=backbone, device=device)
+    if backbone is not None:
+        model_config = convert_model_config(model_config or model_config_class(backbone)(), backbone)
     if name is None and model_config is not None:
         name = model_config.passage_encoder.model_name_or_path
-    return load_model(name, config=None if saved else model_config, device=device)
+    return load_model(name, backbone=config_backbone(model_config) if model_config is not None else backbone,
+                      config=model_config, device=device)
 
 
 def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=None,
                      config: RankingConfig | None = None, model: Any = None, model_config=None,
-                     folds: int | None = None,
-                     resume: bool = False, bm25=None, split: str | None = None, device: str | None = None) -> dict:
+                     folds: int | None = None, resume: bool = False, bm25=None, split: str | None = None,
+                     device: str | None = None, backbone: str | None = None) -> dict:
     """Fine-tune for retrieval on judged queries; with ``folds``, k-fold cross-validation over them.
 
     Args:
         corpus, queries, qrels: paths (or documents, ``{id: text}``, ``{qid: {doc: rel}}`` in memory).
         output: the run folder; the model ends in ``output/model`` (``output/fold-N/model`` per fold).
         dev_qrels: queries scored after every epoch; the best epoch's model is kept.
-        model, model_config: the model to start from (see :func:`load_start_model`).
+        model, model_config, backbone: the model to start from (see :func:`load_start_model`); a flat
+            model trains its encoder (``frozen_encoder`` false).
         bm25: a :class:`BM25Index` over the corpus in its order (default: built here).
     Returns the summary also written as ``output/finetune.json`` (``crossval.json`` with ``folds``).
     """
@@ -72,7 +81,7 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
 
     config = config or RankingConfig()
     output = Path(output)
-    model = load_start_model(model, model_config, device)
+    model = load_start_model(model, model_config, device, backbone)
     if config.frozen_encoder and not hasattr(model, "forward_passage_vectors"):
         raise GraphDocError("a flat model has nothing to train over a frozen encoder: fine-tune it with "
                             "frozen_encoder false (--no-frozen-encoder) or use a graph model")
@@ -87,11 +96,15 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
 
 def finetune_classification(train, dev, output: str | Path, *, test=None, config: ClassificationConfig | None = None,
                             model: Any = None, model_config=None, resume: bool = False,
-                            device: str | None = None) -> dict:
+                            device: str | None = None, backbone: str | None = None) -> dict:
     """Fine-tune a linear head (and the graph layers; the encoder too unless frozen) on labelled documents.
 
     ``config.objective``: ``cross_entropy`` through the head, or ``supcon`` (supervised contrastive over
     sub-documents, the head trained as a probe on the detached document vectors).
+
+    ``model``, ``model_config``, ``backbone``: the model to start from (see :func:`load_start_model`); a
+    frozen flat model trains the head alone, over document vectors computed once.
+
     ``train``/``dev``/``test``: JSON lines with a ``label`` field. With ``config.shots`` set, few-shot mode:
     ``shots`` examples per class, ``repeats`` seeds, scored on ``test`` (default ``dev``).
     Returns the summary (``output/finetune.json``, or ``output/fewshot.json``), with dev/test scores.
@@ -114,7 +127,7 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     splits = {"train": read_labelled(train, "train"), "dev": read_labelled(dev, "dev")}
     if test is not None:
         splits["test"] = read_labelled(test, "test")
-    encoder = load_start_model(model, model_config, device)
+    encoder = load_start_model(model, model_config, device, backbone)
     if config.objective == "supcon" and config.frozen_encoder and not hasattr(encoder, "forward_passage_vectors"):
         raise GraphDocError(SUPCON_NEEDS_LAYERS)  # before the passages are encoded
     cache = open_cache(encoder, config.frozen_encoder, config.cache_dir, output)

@@ -1,20 +1,23 @@
 """Configuration of supervised fine-tuning: one dataclass per task, YAML files in ``configs/finetune-*.yaml``.
 
-A YAML file has up to three sections that map one to one onto :class:`FinetuneSetup`: ``model`` (a
-:class:`~graphdoc.config.ModelConfig`, used when the model is built on a plain encoder), ``ranking``
-(:class:`RankingConfig`) and ``classification`` (:class:`ClassificationConfig`). Unknown keys are an error.
+A YAML file has up to four sections that map one to one onto :class:`FinetuneSetup`: ``backbone``
+(``graph`` or ``flat``), ``model`` (that backbone's configuration, a :class:`~graphdoc.config.ModelConfig`
+or :class:`~graphdoc.flat_config.FlatModelConfig`, used when the model is built on a plain encoder),
+``ranking`` (:class:`RankingConfig`) and ``classification`` (:class:`ClassificationConfig`). Unknown keys
+are an error.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graphdoc.config import ModelConfig, _check_choice, coerce_numbers, from_dict, load_config_file
+from graphdoc.backbones import GRAPH, BackboneSetup
+from graphdoc.config import ModelConfig, _check_choice, coerce_numbers, read_config_file
 from graphdoc.errors import GraphDocError
+from graphdoc.flat_config import FlatModelConfig
 
 SIMILARITIES = ("dot", "cosine")
 EVAL_MODES = ("dense", "hybrid")
@@ -135,19 +138,13 @@ class ClassificationConfig(TrainingConfig):
 
 
 @dataclass
-class FinetuneSetup:
-    """A fine-tuning run: the model to build on a plain encoder, and each task's settings."""
+class FinetuneSetup(BackboneSetup):
+    """A fine-tuning run: the model to build on a plain encoder (of ``backbone``), and each task's settings."""
 
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig | FlatModelConfig = field(default_factory=ModelConfig)
     ranking: RankingConfig = field(default_factory=RankingConfig)
     classification: ClassificationConfig = field(default_factory=ClassificationConfig)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> FinetuneSetup:
-        return from_dict(cls, data)
+    backbone: str = GRAPH
 
     def with_overrides(self, task: str, **changes: Any) -> FinetuneSetup:
         """A copy with some settings of ``task`` (``ranking`` or ``classification``) changed; ``None`` ignored."""
@@ -157,4 +154,4 @@ class FinetuneSetup:
 
 def load_finetune_setup(path: str | Path | None) -> FinetuneSetup:
     """Read a fine-tuning YAML/JSON file (``None``: all defaults)."""
-    return FinetuneSetup() if path is None else load_config_file(path, FinetuneSetup)
+    return FinetuneSetup() if path is None else FinetuneSetup.from_dict(read_config_file(path))

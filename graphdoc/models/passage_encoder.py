@@ -71,9 +71,13 @@ class PassageEncoder(nn.Module):
         kwargs = {"truncation": True, "max_length": self.max_seq_length} if truncate else {}
         return self.tokenizer(texts, add_special_tokens=True, verbose=False, **kwargs)["input_ids"]
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The encoder's last-layer token vectors: ``[B, L]`` -> ``[B, L, hidden_size]``."""
         extra = global_first_token(input_ids) if self.model.config.model_type in GLOBAL_FIRST_TOKEN else {}
-        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.hidden_states(input_ids, attention_mask)
         pooled = pool(hidden, attention_mask, self.pooling).float()
         return F.normalize(pooled, dim=-1) if self.normalize else pooled
 
@@ -89,7 +93,7 @@ class PassageEncoder(nn.Module):
                                        MAX_BATCH_SEQUENCES)
         outputs, order = [], []
         for batch in batches:
-            input_ids, mask = self._pad([ids[i] for i in batch], device)
+            input_ids, mask = self.pad([ids[i] for i in batch], device)
             with autocast(device, self.config.precision):
                 outputs.append(self(input_ids, mask))
             order.extend(batch)
@@ -97,7 +101,8 @@ class PassageEncoder(nn.Module):
         inverse[torch.tensor(order)] = torch.arange(len(order))
         return torch.cat(outputs)[inverse.to(device)]
 
-    def _pad(self, seqs: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def pad(self, seqs: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded ``input_ids`` and ``attention_mask``, ``[B, longest]`` each."""
         longest = max(len(s) for s in seqs)
         input_ids = torch.full((len(seqs), longest), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(seqs), longest), dtype=torch.long)

@@ -2,11 +2,15 @@
 
 Example::
 
+    import graphdoc
     from graphdoc.training import load_setup, pretrain
 
-    setup = load_setup("configs/pretrain-default.yaml")
+    setup = load_setup("configs/pretrain-default.yaml")          # a graph model, objective half
     result = pretrain(["corpus.jsonl.gz"], "runs/pretrain", setup)
-    model = GraphDocEncoder.from_pretrained(result.model_dir)
+    model = graphdoc.load_model(result.model_dir)
+
+    setup = load_setup("configs/docsplit-minilm.yaml")           # a flat model, docsplit + 0.1 x MLM
+    result = pretrain(["corpus.jsonl.gz"], "runs/docsplit", setup)
 
 Run it over several processes with ``torchrun --nproc_per_node N -m graphdoc pretrain ...``.
 """
@@ -21,7 +25,7 @@ from graphdoc.training.config import PretrainConfig, PretrainSetup, load_setup
 from graphdoc.training.result import PretrainResult
 
 if TYPE_CHECKING:
-    from graphdoc.encoder import GraphDocEncoder
+    from torch import nn
 
 __all__ = ["PretrainConfig", "PretrainResult", "PretrainSetup", "load_setup", "pretrain"]
 
@@ -29,17 +33,18 @@ logger = logging.getLogger(__name__)
 
 
 def pretrain(corpus: str | Sequence[str], output: str | Path, setup: PretrainSetup | None = None, *,
-             model: "GraphDocEncoder | str | None" = None, resume: bool = False, device: str | None = None,
+             model: "nn.Module | str | None" = None, resume: bool = False, device: str | None = None,
              show_progress_bar: bool | None = None) -> PretrainResult:
-    """Pretrain a graphdoc model contrastively on the documents of ``corpus``.
+    """Pretrain a graphdoc model (``setup.backbone``: graph or flat) contrastively on the documents of ``corpus``.
 
     Args:
         corpus: one source or several, read in turn: JSON lines, BEIR folder, text folder, MediaWiki
             dump, or a named corpus such as ``openwebtext`` (streamed; needs ``max_steps``).
         output: the run's folder; the trained model ends in ``output/model``.
         setup: the model to build and the training settings (default: :class:`PretrainSetup()`).
-        model: start from this model (a :class:`GraphDocEncoder`, a saved graphdoc model or any
-            Hugging Face encoder, built with ``setup.model``) instead of ``setup.model``'s encoder.
+        model: start from this model (a :class:`GraphDocEncoder` or :class:`FlatEncoder` of the setup's
+            backbone, a saved graphdoc model of it, or any Hugging Face encoder, built with
+            ``setup.model``) instead of ``setup.model``'s encoder.
         resume: continue from the latest checkpoint in ``output`` (the same result as a run that was
             never interrupted).
         device: ``cpu``, ``cuda`` or ``cuda:N``; under torchrun each process takes its local GPU.

@@ -10,6 +10,7 @@ no partial folder behind)::
     rng.safetensors           torch random states (CPU, and CUDA where used) of every process
     rng.json                  numpy's and Python's global random states (of process 0)
     trainer_state.json        step, data position, data counts, schedule length, loss scaler, settings
+    NAME.safetensors          weights trained beside the model, if any (mlm_head: a flat model's MLM head)
 """
 
 from __future__ import annotations
@@ -89,10 +90,14 @@ def _write_json(path: Path, value: Any) -> None:
 
 
 def save_checkpoint(folder: Path, model, optimizer: torch.optim.Optimizer, scheduler,
-                    rng_states: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
-    """Write one checkpoint folder atomically (``rng_states``: name -> uint8 tensor, per process)."""
+                    rng_states: dict[str, torch.Tensor], state: dict[str, Any],
+                    extra: dict[str, dict[str, torch.Tensor]] | None = None) -> None:
+    """Write one checkpoint folder atomically (``rng_states``: name -> uint8 tensor, per process;
+    ``extra``: name -> weights trained beside the model, written as ``NAME.safetensors``)."""
     with atomic_directory(folder) as tmp:
         model.save_pretrained(tmp / MODEL_DIR)
+        for name, tensors in (extra or {}).items():
+            save_file(tensors, str(tmp / f"{name}.safetensors"))
         tensors, meta = optimizer_files(optimizer)
         save_file(tensors, str(tmp / "optimizer.safetensors"))
         _write_json(tmp / "optimizer.json", meta)

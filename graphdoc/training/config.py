@@ -1,8 +1,9 @@
 """Configuration of contrastive pretraining: the model to build and the training hyperparameters.
 
-A YAML file in ``configs/pretrain-*.yaml`` has two sections that map one to one onto
-:class:`PretrainSetup`: ``model`` (a :class:`~graphdoc.config.ModelConfig`: chunker, passage_encoder,
-graph) and ``pretrain`` (a :class:`PretrainConfig`). Unknown keys are an error that lists the valid ones.
+A YAML file in ``configs/pretrain-*.yaml`` or ``configs/docsplit-*.yaml`` maps one to one onto
+:class:`PretrainSetup`: ``backbone`` (``graph`` or ``flat``), ``model`` (that backbone's configuration:
+a :class:`~graphdoc.config.ModelConfig` or a :class:`~graphdoc.flat_config.FlatModelConfig`) and
+``pretrain`` (a :class:`PretrainConfig`). Unknown keys are an error that lists the valid ones.
 """
 
 from __future__ import annotations
@@ -10,13 +11,20 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from graphdoc.config import ModelConfig, _check_choice, coerce_numbers, from_dict, load_config_file
+from graphdoc.backbones import BACKBONES, FLAT, GRAPH, BackboneSetup
+from graphdoc.config import ModelConfig, _check_choice, coerce_numbers, read_config_file
 from graphdoc.errors import GraphDocError
+from graphdoc.flat_config import FlatModelConfig
 
-OBJECTIVES = ("half", "ict")
+#: objective -> the backbones it trains
+OBJECTIVE_BACKBONES = {"half": (GRAPH,), "ict": (GRAPH,), "docsplit": (GRAPH, FLAT), "simcse": (FLAT,),
+                       "crop": (FLAT,)}
+OBJECTIVES = tuple(OBJECTIVE_BACKBONES)
 SIMILARITIES = ("dot", "cosine")
+#: the masked-language-model weight of docsplit (DocSplit / SimDE); the other objectives default to none
+DOCSPLIT_MLM_WEIGHT = 0.1
 
 
 @dataclass
@@ -24,8 +32,17 @@ class PretrainConfig:
     """Hyperparameters of contrastive pretraining.
 
     Args:
-        objective: ``half`` (two random halves of a document are positives) or ``ict`` (one passage
-            against the rest of its document).
+        objective: graph models: ``half`` (two random halves of a document's passages are positives),
+            ``ict`` (one passage against the rest of its document); flat models: ``simcse`` (a text
+            against itself, the views differing by dropout), ``crop`` (two random word spans,
+            Contriever); both: ``docsplit`` (each sentence goes at random to one of two halves, order
+            kept; a flat model embeds each half as one text, a graph model chunks each into a graph).
+        mlm_weight: weight of the masked-language-model loss added to the contrastive one (flat models;
+            ``None``: 0.1 for ``docsplit``, else 0 = off). Its language-model head is loaded from the
+            encoder's checkpoint (freshly initialised if the checkpoint has none).
+        mlm_probability: share of tokens masked (BERT's 80/10/10 replacement).
+        crop_min_ratio, crop_max_ratio: a ``crop`` view keeps ``r`` of the document's words,
+            ``r ~ U(min, max)``.
         similarity: ``dot`` or ``cosine`` between sub-document vectors, divided by ``temperature``.
         lr, warmup_ratio, weight_decay: AdamW learning rate, linear warm-up over this fraction of the
             steps then linear decay to zero, decoupled weight decay (not on biases and norms).
@@ -34,11 +51,15 @@ class PretrainConfig:
             sub-documents: every one is a negative for every other pair).
         epochs: passes over the corpus; ``max_steps`` stops earlier and, when set, is the length of the
             learning-rate schedule (a streamed corpus of unknown size needs it).
+        max_seconds: also stop once the training loop has run this long (a time budget, as in benchmarks
+            that give every model the same time); checked after each step, the model saved as at the end.
+            The schedule still spans ``max_steps``/``epochs``. May change on resume.
         frozen_encoder: train the graph layers only, over passage vectors cached on disk.
         gradient_checkpointing: recompute the passage encoder's activations in backward (full training).
-        grad_cache_chunk: passages embedded per sub-batch with gradient caching; a batch whose passages
-            fit in one chunk takes plain backprop.
-        max_passages: passages kept per document (its first ones), as in the paper.
+        grad_cache_chunk: passages (graph) or texts (flat) embedded per sub-batch with gradient caching;
+            a batch that fits in one chunk takes plain backprop.
+        max_passages: passages kept per document (its first ones), as in the paper; graph ``docsplit``
+            splits the sentences of these passages, and keeps as many passages per half.
         ict_first_passage: in ``ict``, how often the single passage is the first one (else a random one).
         shuffle_buffer: documents held to shuffle the stream (0: corpus order), reshuffled every epoch.
         max_grad_norm: gradient clipping (``None``: none).
@@ -49,6 +70,10 @@ class PretrainConfig:
     """
 
     objective: str = "half"
+    mlm_weight: float | None = None
+    mlm_probability: float = 0.15
+    crop_min_ratio: float = 0.1
+    crop_max_ratio: float = 0.5
     similarity: str = "cosine"
     temperature: float = 0.05
     lr: float = 5e-5
@@ -58,6 +83,7 @@ class PretrainConfig:
     batch_size: int = 64
     epochs: int = 1
     max_steps: int | None = None
+    max_seconds: float | None = None
     frozen_encoder: bool = False
     gradient_checkpointing: bool = True
     grad_cache_chunk: int = 1024
@@ -85,6 +111,8 @@ class PretrainConfig:
                 raise GraphDocError(f"pretrain.{name} must be positive; got {value!r}")
         if self.max_passages < 2:
             raise GraphDocError(f"pretrain.max_passages must be at least 2; got {self.max_passages}")
+        if self.max_seconds is not None and not self.max_seconds > 0:
+            raise GraphDocError(f"pretrain.max_seconds must be positive or null; got {self.max_seconds!r}")
         if self.max_steps is not None and self.max_steps < 1:
             raise GraphDocError(f"pretrain.max_steps must be at least 1 or null; got {self.max_steps}")
         for name in ("warmup_ratio", "ict_first_passage"):
@@ -92,21 +120,44 @@ class PretrainConfig:
                 raise GraphDocError(f"pretrain.{name} must be in [0, 1]; got {getattr(self, name)!r}")
         if self.weight_decay < 0 or self.shuffle_buffer < 0:
             raise GraphDocError("pretrain.weight_decay and pretrain.shuffle_buffer must be >= 0")
+        if self.mlm_weight is not None and self.mlm_weight < 0:
+            raise GraphDocError(f"pretrain.mlm_weight must be >= 0 (0: off) or null; got {self.mlm_weight!r}")
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise GraphDocError(f"pretrain.mlm_probability must be in (0, 1); got {self.mlm_probability!r}")
+        if not 0.0 < self.crop_min_ratio <= self.crop_max_ratio <= 1.0:
+            raise GraphDocError("pretrain.crop_min_ratio and pretrain.crop_max_ratio must satisfy "
+                                f"0 < min <= max <= 1; got {self.crop_min_ratio!r}, {self.crop_max_ratio!r}")
+
+    def effective_mlm_weight(self, backbone: str) -> float:
+        """The MLM weight a run uses: ``mlm_weight``, or the objective's default when it is ``None``."""
+        if self.mlm_weight is not None:
+            return self.mlm_weight
+        return DOCSPLIT_MLM_WEIGHT if self.objective == "docsplit" and backbone == FLAT else 0.0
+
+    def check_backbone(self, backbone: str) -> None:
+        """One clear error when these settings cannot train a model of ``backbone``."""
+        _check_choice("backbone", backbone, tuple(BACKBONES))
+        allowed = OBJECTIVE_BACKBONES[self.objective]
+        if backbone not in allowed:
+            valid = [o for o, b in OBJECTIVE_BACKBONES.items() if backbone in b]
+            raise GraphDocError(f"pretrain.objective {self.objective!r} needs a {allowed[0]} model (--backbone "
+                                f"{allowed[0]}); a {backbone} model trains with {', '.join(valid)}")
+        if backbone == FLAT and self.frozen_encoder:
+            raise GraphDocError("a flat model is its encoder: with pretrain.frozen_encoder there is nothing to "
+                                "train (use --no-frozen-encoder)")
+        if backbone == GRAPH and self.effective_mlm_weight(backbone) > 0:
+            raise GraphDocError("pretrain.mlm_weight needs a flat model (a graph model embeds passages, not "
+                                "texts, and its frozen encoder has nothing to learn); set it to 0")
 
 
 @dataclass
-class PretrainSetup:
-    """A pretraining run: the model to build (``model``) and how to train it (``pretrain``)."""
+class PretrainSetup(BackboneSetup):
+    """A pretraining run: the model to build (``model``, the configuration of ``backbone``: graph or flat) and
+    how to train it (``pretrain``)."""
 
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig | FlatModelConfig = field(default_factory=ModelConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "PretrainSetup":
-        return from_dict(cls, data)
+    backbone: str = GRAPH
 
     def with_overrides(self, **changes: Any) -> "PretrainSetup":
         """A copy with some ``pretrain`` settings changed (``None`` values are ignored), checked again."""
@@ -116,4 +167,4 @@ class PretrainSetup:
 
 def load_setup(path: str | Path | None) -> PretrainSetup:
     """Read a pretraining YAML/JSON file (``None``: all defaults)."""
-    return PretrainSetup() if path is None else load_config_file(path, PretrainSetup)
+    return PretrainSetup() if path is None else PretrainSetup.from_dict(read_config_file(path))

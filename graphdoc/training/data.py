@@ -2,7 +2,8 @@
 
 The corpus is read again for every epoch and never held in memory (only a shuffle buffer of raw
 documents). Documents whose text is empty (dropped by the corpus readers) or that make a single passage
-cannot be split into two sub-documents; they are skipped and counted in :class:`DataStats`.
+cannot be split into two sub-documents (or, for the sentence and text objectives, have too few
+sentences or words); they are skipped and counted in :class:`DataStats`.
 
 Everything random is a pure function of the seed, the epoch and a document's position in the epoch's
 stream, so a run resumed from :class:`DataPosition` (or split over several processes) sees exactly the
@@ -14,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import torch
@@ -28,7 +29,13 @@ from graphdoc.training.objectives import make_split
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Prepare = Callable[[Document], PreparedDocument]
+Prepare = Callable[[Document], Any]
+Usable = Callable[[Any], bool]
+
+
+def two_passages(prepared: PreparedDocument) -> bool:
+    """A document the passage objectives can split: two passages or more."""
+    return len(prepared.passages) >= 2
 
 
 @dataclass
@@ -41,7 +48,11 @@ class DataPosition:
 
 @dataclass
 class DataStats:
-    """Documents used and skipped, summed over the epochs run (a resumed run restores the counts)."""
+    """Documents used and skipped, summed over the epochs run (a resumed run restores the counts).
+
+    ``one_passage_skipped`` counts the documents too short for the objective: one passage (``half``,
+    ``ict``), one sentence (``docsplit``) or no word (``simcse``, ``crop``).
+    """
 
     used: int = 0
     empty_skipped: int = 0
@@ -50,10 +61,11 @@ class DataStats:
 
 @dataclass
 class Example:
-    """A training document: its position in the epoch's stream and its prepared passages."""
+    """A training document: its position in the epoch's stream and what the objective keeps of it (its
+    prepared passages for ``half``/``ict``; its sentences or text for the others)."""
 
     position: int
-    prepared: PreparedDocument
+    prepared: Any
 
 
 @dataclass
@@ -116,11 +128,12 @@ def epoch_stream(sources: Sequence[str], epoch: int, seed: int, buffer_size: int
 
 
 def batches(docs: Iterable[Document], prepare: Prepare, batch_size: int, start: int,
-            stats: DataStats) -> Iterator[Batch]:
+            stats: DataStats, usable: Usable = two_passages) -> Iterator[Batch]:
     """Group the documents from stream offset ``start`` on into batches of ``batch_size`` usable ones.
 
-    The documents before ``start`` are passed over without being prepared; one-passage documents are
-    skipped and counted. The last batch of the stream may be smaller.
+    The documents before ``start`` are passed over without being prepared; prepared documents that are
+    not ``usable`` (default: one passage) are skipped and counted. The last batch of the stream may be
+    smaller.
     """
     current: list[Example] = []
     position = start
@@ -128,7 +141,7 @@ def batches(docs: Iterable[Document], prepare: Prepare, batch_size: int, start: 
         if position < start:
             continue
         prepared = prepare(doc)
-        if len(prepared.passages) < 2:
+        if not usable(prepared):
             stats.one_passage_skipped += 1
             continue
         current.append(Example(position, prepared))
@@ -141,9 +154,9 @@ def batches(docs: Iterable[Document], prepare: Prepare, batch_size: int, start: 
         yield Batch(current, position + 1)
 
 
-def count_examples(sources: Sequence[str], prepare: Prepare) -> int:
-    """The number of usable (two-passage or longer) documents in one pass over the corpus."""
-    return sum(len(prepare(doc).passages) >= 2 for doc in open_corpus(sources, ReadStats()))
+def count_examples(sources: Sequence[str], prepare: Prepare, usable: Usable = two_passages) -> int:
+    """The number of usable (default: two-passage or longer) documents in one pass over the corpus."""
+    return sum(bool(usable(prepare(doc))) for doc in open_corpus(sources, ReadStats()))
 
 
 def shard(examples: Sequence[Example], rank: int, world_size: int) -> list[Example]:
@@ -153,20 +166,17 @@ def shard(examples: Sequence[Example], rank: int, world_size: int) -> list[Examp
 
 
 def sub_documents(examples: Sequence[Example], objective: str, seed: int, epoch: int,
-                  ict_first_passage: float = 0.5,
-                  vectors: Sequence[torch.Tensor] | None = None) -> list[SubDocument]:
-    """The two sub-documents of every example, in pairs: ``[a_1, b_1, a_2, b_2, ...]``.
+                  ict_first_passage: float = 0.5) -> list[SubDocument]:
+    """The two sub-documents (``half`` or ``ict``) of every example, in pairs: ``[a_1, b_1, a_2, b_2, ...]``.
 
-    The split of a document depends only on ``(seed, epoch, position)``. ``vectors[i]``
-    (``[n_i, hidden]``), when given, are example ``i``'s passage vectors.
+    The split of a document depends only on ``(seed, epoch, position)``. Their passage vectors, in frozen
+    mode, are looked up afterwards (:class:`~graphdoc.training.graph_pretraining.GraphPretraining`).
     """
     out: list[SubDocument] = []
-    for i, example in enumerate(examples):
+    for example in examples:
         prepared = example.prepared
         rng = np.random.default_rng([seed, epoch, example.position])
         for part in make_split(objective, len(prepared.passages), rng, ict_first_passage):
             idx = part.tolist()
-            out.append(SubDocument([prepared.token_ids[j] for j in idx],
-                                   [prepared.passages[j].section for j in idx],
-                                   None if vectors is None else vectors[i][part]))
+            out.append(SubDocument([prepared.token_ids[j] for j in idx], [prepared.passages[j].section for j in idx]))
     return out

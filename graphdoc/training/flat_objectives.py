@@ -51,13 +51,25 @@ def docsplit_halves(sentences: Sequence[str], rng: np.random.Generator) -> tuple
     return [i for i in range(n) if side[i] == 0], [i for i in range(n) if side[i] == 1]
 
 
-def document_sentences(doc: Document) -> list[str]:
-    """The document's sentences (blingfire, within each section), as text, in order. The title is left out."""
+def document_sentences(doc: Document, end: int | None = None) -> list[str]:
+    """The document's sentences (blingfire, within each section), as text, in order. The title is left out.
+
+    ``end``: only the sentences that start before this character offset of ``doc.text`` (e.g. the end of
+    the passages a graph model keeps).
+    """
     sentences = []
     for section in doc.section_spans():
         for words in sentence_word_spans(doc.text, section.start, section.end):
+            if end is not None and words[0][0] >= end:
+                return sentences
             sentences.append(doc.text[words[0][0]:words[-1][1]])
     return sentences
+
+
+def docsplit_pair(sentences: Sequence[str], rng: np.random.Generator) -> TextPair:
+    """The two halves of :func:`docsplit_halves` as texts, each half's sentences joined by a space."""
+    first, second = docsplit_halves(sentences, rng)
+    return " ".join(sentences[i] for i in first), " ".join(sentences[i] for i in second)
 
 
 def docsplit_texts(doc: Document, rng: np.random.Generator) -> TextPair:
@@ -66,9 +78,7 @@ def docsplit_texts(doc: Document, rng: np.random.Generator) -> TextPair:
     The title goes in neither half: a title shared by both would make every pair trivially similar.
     Raises ``ValueError`` for a document of fewer than 2 sentences (a caller skips it).
     """
-    sentences = document_sentences(doc)
-    first, second = docsplit_halves(sentences, rng)
-    return " ".join(sentences[i] for i in first), " ".join(sentences[i] for i in second)
+    return docsplit_pair(document_sentences(doc), rng)
 
 
 # --- simcse ---------------------------------------------------------------------------------------

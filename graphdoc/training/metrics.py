@@ -13,7 +13,8 @@ import torch
 from graphdoc.errors import GraphDocError
 
 LOG_NAME = "log.csv"
-COLUMNS = ("step", "epoch", "loss", "grad_norm", "lr", "documents", "docs_per_s", "steps_per_s", "elapsed_s",
+#: ``loss`` is the whole objective; ``mlm_loss`` its masked-language-model term before weighting (empty when off)
+COLUMNS = ("step", "epoch", "loss", "mlm_loss", "grad_norm", "lr", "documents", "docs_per_s", "steps_per_s", "elapsed_s",
            "peak_rss_mib", "peak_cuda_mib")
 
 
@@ -73,8 +74,9 @@ class TrainLog:
         with open(self.path, "a", newline="", encoding="utf-8") as handle:
             csv.DictWriter(handle, COLUMNS).writerow({k: _fmt(row.get(k)) for k in COLUMNS})
         if self.writer is not None:
-            for key in ("loss", "grad_norm", "lr", "docs_per_s"):
-                self.writer.add_scalar(f"pretrain/{key}", row[key], row["step"])
+            for key in ("loss", "mlm_loss", "grad_norm", "lr", "docs_per_s"):
+                if row.get(key) is not None:
+                    self.writer.add_scalar(f"pretrain/{key}", row[key], row["step"])
 
     def close(self) -> None:
         if self.writer is not None:

@@ -1,7 +1,8 @@
 r"""Contrastive objectives: positive pairs built from a document's passages, and their InfoNCE losses.
 
-Both objectives turn a document of ``n`` passages into two sub-documents, each embedded as its own
-graph. A batch of ``N`` documents gives ``2N`` sub-document vectors laid out in pairs: rows ``2i`` and
+The passage objectives turn a document of ``n`` passages into two sub-documents, each embedded as its
+own graph (``docsplit``, ``simcse`` and ``crop`` make two texts instead: see
+:mod:`graphdoc.training.flat_objectives`; they share the symmetric loss). A batch of ``N`` documents gives ``2N`` sub-document vectors laid out in pairs: rows ``2i`` and
 ``2i + 1`` come from document ``i``. Keeping pairs adjacent means that concatenating the rows of
 several processes keeps every pair together, in the same order as one process would have them.
 
@@ -54,7 +55,7 @@ def make_split(objective: str, num_passages: int, rng: np.random.Generator,
         return split_halves(num_passages, rng)
     if objective == "ict":
         return split_ict(num_passages, rng, ict_first_passage)
-    raise GraphDocError(f"unknown objective {objective!r}; valid: {', '.join(LOSSES)}")
+    raise GraphDocError(f"unknown objective {objective!r}; valid: half, ict")
 
 
 def similarity_matrix(a: torch.Tensor, b: torch.Tensor, similarity: str = "cosine",
@@ -143,5 +144,6 @@ def _check_pairs(z: torch.Tensor) -> None:
 
 LossFn = Callable[[torch.Tensor, str, float], torch.Tensor]
 
-#: objective name -> its loss over ``[2N, d]`` paired sub-document vectors
-LOSSES: dict[str, LossFn] = {"half": symmetric_info_nce, "ict": ict_info_nce}
+#: objective name -> its loss over ``[2N, d]`` paired vectors (sub-documents, or the two texts of a document)
+LOSSES: dict[str, LossFn] = {"half": symmetric_info_nce, "ict": ict_info_nce, "docsplit": symmetric_info_nce,
+                             "simcse": symmetric_info_nce, "crop": symmetric_info_nce}

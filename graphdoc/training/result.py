@@ -16,7 +16,9 @@ class PretrainResult:
     """A finished (or stopped) pretraining run.
 
     ``documents_per_s`` and ``steps_per_s`` cover this process's training loop (not model loading or
-    the counting pass); a resumed run counts from its resumption. ``peak_rss_mib`` is the process's
+    the counting pass); a resumed run counts from its resumption. ``loss`` is the last step's whole
+    objective, ``mlm_loss`` its masked-language-model term (``None`` without one). ``loop_seconds`` is
+    the training loop's time over the whole run, resumptions included (what ``max_seconds`` limits). ``peak_rss_mib`` is the process's
     peak resident memory, ``peak_cuda_mib`` the peak CUDA memory allocated (``None`` on the CPU).
     """
 
@@ -35,6 +37,8 @@ class PretrainResult:
     peak_cuda_mib: float | None
     cache_hits: int | None = None
     cache_misses: int | None = None
+    mlm_loss: float | None = None
+    loop_seconds: float | None = None
 
     @classmethod
     def from_run(cls, trainer: "Trainer", peak_rss_mib: float, peak_cuda_mib: float | None) -> "PretrainResult":
@@ -44,7 +48,8 @@ class PretrainResult:
         return cls(trainer.output / "model", trainer.step, trainer.total_steps, trainer.position.epoch,
                    trainer.stats.used, trainer.stats.empty_skipped, trainer.stats.one_passage_skipped,
                    trainer.last_loss, seconds, t.documents / max(seconds, 1e-9), t.steps / max(seconds, 1e-9),
-                   peak_rss_mib, peak_cuda_mib, cache.hits if cache else None, cache.misses if cache else None)
+                   peak_rss_mib, peak_cuda_mib, cache.hits if cache else None, cache.misses if cache else None,
+                   trainer.last_mlm, trainer.loop_seconds())
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -1,4 +1,9 @@
-"""The pretraining loop: batches of documents -> sub-documents -> vectors -> contrastive loss -> AdamW.
+"""The pretraining loop: batches of documents -> positive pairs -> vectors -> contrastive loss -> AdamW.
+
+What a step does with the documents depends on the backbone: sub-document graphs
+(:class:`~graphdoc.training.graph_pretraining.GraphPretraining`) or texts
+(:class:`~graphdoc.training.flat_pretraining.FlatPretraining`); the loop, the data position, checkpoints,
+the gather over processes and the log are the same for both.
 
 Output folder layout::
 
@@ -6,7 +11,7 @@ Output folder layout::
     OUTPUT/log.csv                  one row every ``log_every`` steps (see metrics.COLUMNS)
     OUTPUT/checkpoints/step-N/      resumable checkpoints (see graphdoc.training.checkpoint)
     OUTPUT/passage_cache/           frozen-encoder passage vectors (unless ``cache_dir`` is set)
-    OUTPUT/model/                   the trained model: GraphDocEncoder.from_pretrained(OUTPUT/model)
+    OUTPUT/model/                   the trained model: graphdoc.load_model(OUTPUT/model), either backbone
     OUTPUT/pretrain.json            what the run did: steps, documents used and skipped, throughput
 """
 
@@ -21,20 +26,22 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 from tqdm.auto import tqdm
 
+from graphdoc.backbones import FLAT, load_model
 from graphdoc.corpus import ReadStats
 from graphdoc.device import autocast_dtype
-from graphdoc.encoder import GraphDocEncoder
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
+from graphdoc.serialization import backbone_of
 from graphdoc.training import checkpoint as ckpt
 from graphdoc.training import data
-from graphdoc.training.cache import PassageVectorCache
 from graphdoc.training.config import PretrainSetup
 from graphdoc.training.distributed import (DistContext, average_gradients, barrier, gather_tensors,
                                            gather_with_grad)
-from graphdoc.training.grad_cache import grad_cache_backward
+from graphdoc.training.flat_pretraining import FlatPretraining
+from graphdoc.training.graph_pretraining import GraphPretraining
 from graphdoc.training.metrics import Throughput, TrainLog, peak_memory_mib
 from graphdoc.training.objectives import LOSSES
 from graphdoc.training.optim import build_optimizer, build_scheduler
@@ -45,7 +52,7 @@ logger = logging.getLogger(__name__)
 CONFIG_NAME = "pretrain_config.json"
 SUMMARY_NAME = "pretrain.json"
 #: settings that may change on resume: they do not change what is learned
-OPERATIONAL = ("checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "cache_dir")
+OPERATIONAL = ("checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "cache_dir", "max_seconds")
 
 
 class Trainer:
@@ -58,14 +65,22 @@ class Trainer:
         self.show_progress_bar = show_progress_bar and ctx.is_main
         self.step, self.total_steps = 0, 0
         self.position, self.stats = data.DataPosition(), data.DataStats()
-        self.cache: PassageVectorCache | None = None
         self.throughput = Throughput()
         self.last_loss: float | None = None
+        self.last_mlm: float | None = None
         self.last_lr = self.last_grad_norm = 0.0
+        self.seconds_before = 0.0  # training-loop seconds of the run before a resumption
+        self.time_up = False
+
+    @property
+    def cache(self):
+        """The frozen-encoder passage vector cache (graph models in frozen mode), else ``None``."""
+        return self.task.cache
 
     # ------------------------------------------------------------------ set-up
-    def start(self, model: GraphDocEncoder | str | None, resume: bool) -> None:
+    def start(self, model: nn.Module | str | None, resume: bool) -> None:
         """Build the model, optimiser and schedule, fresh or from the output's latest checkpoint."""
+        self.cfg.check_backbone(self.setup.backbone)
         found = ckpt.list_checkpoints(self.output)
         if found and not resume:
             raise GraphDocError(f"{self.output} already holds a training run; pass --resume to continue it "
@@ -76,11 +91,12 @@ class Trainer:
         state = json.loads((latest / ckpt.STATE_NAME).read_text(encoding="utf-8")) if latest else None
         if state is not None:
             self._check_resumable(state)
-        self.model = (GraphDocEncoder.from_pretrained(latest / ckpt.MODEL_DIR, device=self.device) if latest
-                      else self._new_model(model))
-        self._configure_model()
+        self.model = (load_model(str(latest / ckpt.MODEL_DIR), backbone=self.setup.backbone, device=self.device)
+                      if latest else self._new_model(model))
+        self.task = (FlatPretraining(self.model, self.cfg, resume=latest is not None, ctx=self.ctx)
+                     if self.setup.backbone == FLAT else GraphPretraining(self.model, self.cfg, self.output))
         self.total_steps = state["total_steps"] if state else self._count_steps()
-        self.optimizer = build_optimizer(self.model, self.cfg)
+        self.optimizer = build_optimizer(self.task.trainable, self.cfg)
         self.scheduler = build_scheduler(self.optimizer, self.cfg, self.total_steps)
         fp16 = autocast_dtype(self.device, self.model.config.passage_encoder.precision) == torch.float16
         self.scaler = torch.amp.GradScaler("cuda") if fp16 and not self.cfg.frozen_encoder else None
@@ -96,24 +112,15 @@ class Trainer:
         self.log = TrainLog(self.output, self.step if latest else None, self.cfg.tensorboard) \
             if self.ctx.is_main else None
 
-    def _new_model(self, model: GraphDocEncoder | str | None) -> GraphDocEncoder:
-        if isinstance(model, GraphDocEncoder):
+    def _new_model(self, model: nn.Module | str | None) -> nn.Module:
+        backbone = self.setup.backbone
+        if isinstance(model, nn.Module):
+            if backbone_of(model) != backbone:
+                raise GraphDocError(f"the model to train is a {backbone_of(model)} model; the setup's backbone "
+                                    f"is {backbone}")
             return model.to(self.device)
-        if model is None:
-            return GraphDocEncoder.from_config(self.setup.model, device=self.device)
-        return GraphDocEncoder.from_pretrained(model, config=self.setup.model, device=self.device)
-
-    def _configure_model(self) -> None:
-        encoder = self.model.passage_encoder
-        if self.cfg.frozen_encoder:
-            encoder.requires_grad_(False)
-            root = Path(self.cfg.cache_dir) if self.cfg.cache_dir else self.output / "passage_cache"
-            self.cache = PassageVectorCache(root, encoder)
-        elif self.cfg.gradient_checkpointing and getattr(encoder.model, "supports_gradient_checkpointing", False):
-            _enable_checkpointing(encoder.model)
-        self.model.train()
-        if self.cfg.frozen_encoder:
-            encoder.eval()  # no dropout: the cached vectors are the encoder's inference vectors
+        name = str(model) if model is not None else self.setup.model.passage_encoder.model_name_or_path
+        return load_model(name, backbone=backbone, config=self.setup.model, device=self.device)
 
     def _count_steps(self) -> int:
         if self.cfg.max_steps is not None:
@@ -122,13 +129,16 @@ class Trainer:
         if named:
             raise GraphDocError(f"corpus {named[0]!r} streams with no known length: set pretrain.max_steps "
                                 "(--max-steps)")
-        count = data.count_examples(self.sources, self._prepare)
+        count = data.count_examples(self.sources, self.task.prepare, self.task.usable)
         if count == 0:
-            raise GraphDocError(f"no document with two or more passages in {', '.join(self.sources)}")
-        logger.info("%d documents with two or more passages per epoch", count)
+            raise GraphDocError(f"no document with {self.task.requirement} in {', '.join(self.sources)}")
+        logger.info("%d documents with %s per epoch", count, self.task.requirement)
         return self.cfg.epochs * math.ceil(count / self.cfg.batch_size)
 
     def _check_resumable(self, state: dict) -> None:
+        if state.get("backbone", "graph") != self.setup.backbone:
+            raise GraphDocError(f"cannot resume a {state.get('backbone', 'graph')} run as a {self.setup.backbone} "
+                                "one")
         if state["world_size"] != self.ctx.world_size:
             raise GraphDocError(f"the checkpoint was written by {state['world_size']} processes, not "
                                 f"{self.ctx.world_size}: resume with the same number")
@@ -143,21 +153,19 @@ class Trainer:
         np.random.seed(self.cfg.seed + self.ctx.rank)
         random.seed(self.cfg.seed + self.ctx.rank)
 
-    def _prepare(self, doc):
-        return self.model.prepare(doc, self.cfg.max_passages)
-
     # ------------------------------------------------------------------ loop
     def train(self) -> PretrainResult:
-        """Run until ``total_steps`` or ``epochs``, checkpointing on the way; save the final model."""
+        """Run until ``total_steps``, ``epochs`` or ``max_seconds``, checkpointing on the way; save the model."""
         bar = tqdm(total=self.total_steps, initial=self.step, desc="Pretraining", unit="step",
                    disable=not self.show_progress_bar)
-        while self.step < self.total_steps and self.position.epoch < self.cfg.epochs:
+        self.throughput = Throughput()  # the loop's own rates: model loading and counting are left out
+        while self.step < self.total_steps and self.position.epoch < self.cfg.epochs and not self.time_up:
             for batch in self._epoch_batches():
-                self.last_loss = self._train_step(batch)
+                self.last_loss, self.last_mlm = self._train_step(batch)
                 self.step += 1
                 self.position.offset = batch.end
                 self._after_step(len(batch.examples), bar)
-                if self.step >= self.total_steps:
+                if self.step >= self.total_steps or self._check_time():
                     break
             else:
                 self._end_epoch()
@@ -166,28 +174,41 @@ class Trainer:
         bar.close()
         return self._finish()
 
+    def loop_seconds(self) -> float:
+        """Seconds spent in the training loop, over the whole run (resumptions included)."""
+        return self.seconds_before + self.throughput.elapsed
+
+    def _check_time(self) -> bool:
+        """Whether ``max_seconds`` is spent (decided by process 0, so every process stops at the same step)."""
+        if self.cfg.max_seconds is None:
+            return False
+        spent = torch.tensor([float(self.loop_seconds() >= self.cfg.max_seconds)], device=self.device)
+        self.time_up = bool(gather_tensors(spent, self.ctx)[0].item())
+        if self.time_up:
+            logger.info("time budget of %.0f s spent after step %d of %d", self.cfg.max_seconds, self.step,
+                        self.total_steps)
+        return self.time_up
+
     def _epoch_batches(self):
         self._read_stats = ReadStats()  # empty documents of this epoch, added to stats when it ends
         stream = data.epoch_stream(self.sources, self.position.epoch, self.cfg.seed, self.cfg.shuffle_buffer,
                                    self._read_stats)
-        return data.batches(stream, self._prepare, self.cfg.batch_size, self.position.offset, self.stats)
+        return data.batches(stream, self.task.prepare, self.cfg.batch_size, self.position.offset, self.stats,
+                            self.task.usable)
 
     def _end_epoch(self) -> None:
         if self.position.offset == 0:
-            raise GraphDocError(f"no document with two or more passages in {', '.join(self.sources)}")
+            raise GraphDocError(f"no document with {self.task.requirement} in {', '.join(self.sources)}")
         self.stats.empty_skipped += self._read_stats.empty_skipped
-        logger.info("epoch %d done: %d documents used so far, %d empty and %d one-passage documents skipped",
+        logger.info("epoch %d done: %d documents used so far, %d empty and %d too short documents skipped",
                     self.position.epoch + 1, self.stats.used, self.stats.empty_skipped,
                     self.stats.one_passage_skipped)
         self.position = data.DataPosition(self.position.epoch + 1, 0)
 
-    def _train_step(self, batch: data.Batch) -> float:
-        """One optimiser step over a global batch; returns its loss."""
+    def _train_step(self, batch: data.Batch) -> tuple[float, float | None]:
+        """One optimiser step over a global batch; returns its loss (and its MLM part, if any)."""
         cfg = self.cfg
         local = data.shard(batch.examples, self.ctx.rank, self.ctx.world_size)
-        vectors = self._cached_vectors(local) if self.cache is not None else None
-        subdocs = data.sub_documents(local, cfg.objective, cfg.seed, self.position.epoch,
-                                     cfg.ict_first_passage, vectors)
         loss_fn = LOSSES[cfg.objective]
 
         def global_loss(z: torch.Tensor) -> torch.Tensor:  # [2n_local, d] -> loss over the global batch
@@ -195,9 +216,9 @@ class Trainer:
 
         self.last_lr = self.scheduler.get_last_lr()[0]
         self.optimizer.zero_grad(set_to_none=True)
-        loss = grad_cache_backward(self._embed, subdocs, [s.num_passages for s in subdocs], cfg.grad_cache_chunk,
-                                   global_loss, self.scaler.scale if self.scaler else None, self.device)
-        params = [p for p in self.model.parameters() if p.requires_grad]
+        loss, mlm = self.task.backward(local, self.position.epoch, global_loss,
+                                       self.scaler.scale if self.scaler else None, self.device)
+        params = [p for p in self.task.trainable.parameters() if p.requires_grad]
         average_gradients(params, self.ctx)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
@@ -209,24 +230,7 @@ class Trainer:
         else:
             self.optimizer.step()
         self.scheduler.step()
-        return float(loss)
-
-    def _cached_vectors(self, examples: list[data.Example]) -> list[torch.Tensor]:
-        """Each example's passage vectors from the cache: ``[n_i, hidden]``."""
-        ids = [t for ex in examples for t in ex.prepared.token_ids]
-        flat = self.cache.encode(ids)  # [sum n_i, hidden]
-        return list(torch.split(flat, [len(ex.prepared.token_ids) for ex in examples]))
-
-    def _embed(self, subdocs: list[data.SubDocument]) -> torch.Tensor:
-        """Document vectors of sub-documents, each its own graph: ``[len(subdocs), d]``."""
-        if not subdocs:  # a process with no share of a tiny last batch still joins the gather
-            return torch.zeros((0, self.model.dimension), device=self.device, requires_grad=True)
-        if subdocs[0].vectors is not None:
-            passage_vectors = [s.vectors for s in subdocs]
-        else:
-            flat = self.model.passage_encoder.encode_ids([t for s in subdocs for t in s.token_ids])
-            passage_vectors = list(torch.split(flat, [s.num_passages for s in subdocs]))
-        return self.model.forward_passage_vectors(passage_vectors, [s.section_ids for s in subdocs]).document_embeddings
+        return loss, mlm
 
     def _after_step(self, documents: int, bar) -> None:
         self.throughput.update(documents)
@@ -238,7 +242,7 @@ class Trainer:
             docs_s, steps_s = self.throughput.window()
             rss, cuda = peak_memory_mib(self.device)
             self.log.write({"step": self.step, "epoch": self.position.epoch, "loss": self.last_loss,
-                            "grad_norm": self.last_grad_norm, "lr": lr,
+                            "mlm_loss": self.last_mlm, "grad_norm": self.last_grad_norm, "lr": lr,
                             "documents": self.throughput.documents, "docs_per_s": docs_s, "steps_per_s": steps_s,
                             "elapsed_s": self.throughput.elapsed, "peak_rss_mib": rss, "peak_cuda_mib": cuda})
         if self.step % self.cfg.checkpoint_every == 0:
@@ -256,7 +260,7 @@ class Trainer:
             rng.update({f"torch_cuda.rank{r}": s.cpu() for r, s in enumerate(states)})
         if self.ctx.is_main:
             ckpt.save_checkpoint(ckpt.checkpoint_dir(self.output, self.step), self.model, self.optimizer,
-                                 self.scheduler, rng, self._state())
+                                 self.scheduler, rng, self._state(), self.task.checkpoint_tensors())
             ckpt.prune_checkpoints(self.output, self.cfg.keep_checkpoints)
         barrier(self.ctx)
         if self.cache is not None:
@@ -265,17 +269,21 @@ class Trainer:
     def _state(self) -> dict:
         return {"step": self.step, "epoch": self.position.epoch, "offset": self.position.offset,
                 "stats": dataclasses.asdict(self.stats), "total_steps": self.total_steps,
-                "world_size": self.ctx.world_size, "pretrain": dataclasses.asdict(self.cfg),
+                "world_size": self.ctx.world_size, "backbone": self.setup.backbone,
+                "loop_seconds": self.loop_seconds(),
+                "pretrain": dataclasses.asdict(self.cfg),
                 "scaler": self.scaler.state_dict() if self.scaler is not None else None}
 
     def _restore(self, folder: Path) -> None:
         rng, state = ckpt.load_checkpoint(folder, self.optimizer, self.scheduler)
+        self.task.restore_tensors(folder)
         torch.set_rng_state(rng[f"torch_cpu.rank{self.ctx.rank}"])
         if self.device.type == "cuda" and f"torch_cuda.rank{self.ctx.rank}" in rng:
             torch.cuda.set_rng_state(rng[f"torch_cuda.rank{self.ctx.rank}"], self.device)
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.step = state["step"]
+        self.seconds_before = state.get("loop_seconds", 0.0)
         self.position = data.DataPosition(state["epoch"], state["offset"])
         self.stats = data.DataStats(**state["stats"])
         logger.info("resumed from %s: step %d of %d, epoch %d, document %d of the epoch", folder, self.step,
@@ -295,11 +303,3 @@ class Trainer:
         barrier(self.ctx)
         return result
 
-
-def _enable_checkpointing(hf_model) -> None:
-    """Activation (gradient) checkpointing of a Hugging Face model; the method was renamed in transformers 5."""
-    kwargs = {"use_reentrant": False}
-    if hasattr(hf_model, "activation_checkpointing_enable"):
-        hf_model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        hf_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
