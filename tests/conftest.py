@@ -144,3 +144,21 @@ def model(model_dir: Path):
     from graphdoc.encoder import GraphDocEncoder
 
     return GraphDocEncoder.from_pretrained(str(model_dir), device="cpu")
+
+
+def pretrain_killed_before_step_5(corpus, output, setup, monkeypatch) -> None:
+    """Start a pretraining run into ``output`` and kill it (KeyboardInterrupt) as step 5 begins."""
+    from graphdoc.training import pretrain
+    from graphdoc.training.trainer import Trainer
+
+    original = Trainer._train_step
+
+    def killed_at_step_5(self, batch):
+        if self.step == 4:
+            raise KeyboardInterrupt
+        return original(self, batch)
+
+    monkeypatch.setattr(Trainer, "_train_step", killed_at_step_5)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(corpus, output, setup, device="cpu")
+    monkeypatch.setattr(Trainer, "_train_step", original)

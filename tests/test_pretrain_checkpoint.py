@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import pretrain_killed_before_step_5
 import torch
 from safetensors.torch import load_file
 
@@ -16,7 +17,6 @@ from graphdoc.errors import GraphDocError
 from graphdoc.training import PretrainConfig, PretrainSetup, pretrain
 from graphdoc.training import checkpoint as ckpt
 from graphdoc.training.metrics import read_log
-from graphdoc.training.trainer import Trainer
 
 WORDS = "graph attention passage document retrieval vector dense sparse meeting topic section fox dog".split()
 
@@ -85,17 +85,7 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, tmp_path, mo
     whole = pretrain(corpus, tmp_path / "whole", setup, device="cpu")
     assert whole.steps == whole.total_steps == 6 and whole.epoch == 1  # 3 steps per epoch, 2 epochs
 
-    original = Trainer._train_step
-
-    def killed_at_step_5(self, batch):
-        if self.step == 4:
-            raise KeyboardInterrupt
-        return original(self, batch)
-
-    monkeypatch.setattr(Trainer, "_train_step", killed_at_step_5)
-    with pytest.raises(KeyboardInterrupt):
-        pretrain(corpus, tmp_path / "run", setup, device="cpu")
-    monkeypatch.setattr(Trainer, "_train_step", original)
+    pretrain_killed_before_step_5(corpus, tmp_path / "run", setup, monkeypatch)
     assert [p.name for p in ckpt.list_checkpoints(tmp_path / "run")] == ["step-00000002", "step-00000004"]
     resumed = pretrain(corpus, tmp_path / "run", setup, resume=True, device="cpu")
 

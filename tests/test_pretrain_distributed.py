@@ -54,11 +54,8 @@ def write_inputs(tmp_path: Path, model: Path) -> tuple[Path, Path]:
     return corpus, path
 
 
-def test_two_gloo_processes_equal_one(tiny_bert, tmp_path):
-    if shutil.which("torchrun") is None:
-        pytest.skip("torchrun not on PATH")
-    model = no_dropout_copy(tiny_bert, tmp_path / "encoder")
-    corpus, config = write_inputs(tmp_path, model)
+def run_two_processes_and_one(corpus, config, tmp_path):
+    """Pretrain over 2 gloo processes (torchrun, into tmp_path/ddp) and in this process (tmp_path/single)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
     command = ["torchrun", "--standalone", "--nproc_per_node", "2", "-m", "graphdoc", "-q", "pretrain",
                "--corpus", str(corpus), "--output", str(tmp_path / "ddp"), "--config", str(config), "--device", "cpu"]
@@ -71,6 +68,15 @@ def test_two_gloo_processes_equal_one(tiny_bert, tmp_path):
         single = pretrain(corpus, tmp_path / "single", load_setup(config), device="cpu", show_progress_bar=False)
     finally:
         torch.set_num_threads(threads)
+    return single
+
+
+def test_two_gloo_processes_equal_one(tiny_bert, tmp_path):
+    if shutil.which("torchrun") is None:
+        pytest.skip("torchrun not on PATH")
+    model = no_dropout_copy(tiny_bert, tmp_path / "encoder")
+    corpus, config = write_inputs(tmp_path, model)
+    single = run_two_processes_and_one(corpus, config, tmp_path)
     assert single.steps == 2  # 9 documents, 5 per step: the second step's batch splits 2 + 2 (or 3 + 1)
     ddp_log, single_log = read_log(tmp_path / "ddp"), read_log(tmp_path / "single")
     for column in ("loss", "grad_norm"):  # Adam is blind to a wrong gradient scale; the norm is not
@@ -100,18 +106,7 @@ def test_two_gloo_processes_equal_one_for_flat_docsplit_with_mlm(tiny_bert, tmp_
         "pretrain": {"objective": "docsplit", "batch_size": 5, "epochs": 1, "lr": 1e-3, "adam_epsilon": 1e-3,
                      "warmup_ratio": 0.0, "grad_cache_chunk": 4, "gradient_checkpointing": False, "log_every": 1,
                      "shuffle_buffer": 4, "temperature": 0.1}}), encoding="utf-8")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
-    command = ["torchrun", "--standalone", "--nproc_per_node", "2", "-m", "graphdoc", "-q", "pretrain",
-               "--corpus", str(corpus), "--output", str(tmp_path / "ddp"), "--config", str(config), "--device", "cpu"]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        single = pretrain(corpus, tmp_path / "single", load_setup(config), device="cpu", show_progress_bar=False)
-    finally:
-        torch.set_num_threads(threads)
+    single = run_two_processes_and_one(corpus, config, tmp_path)
     assert single.steps == 2 and single.mlm_loss is not None
     ddp_log, single_log = read_log(tmp_path / "ddp"), read_log(tmp_path / "single")
     for column in ("loss", "mlm_loss", "grad_norm"):

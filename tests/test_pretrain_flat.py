@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import pretrain_killed_before_step_5
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
@@ -27,7 +28,6 @@ from graphdoc.training.flat_pretraining import FlatPretraining, masked_lm_backwa
 from graphdoc.training.graph_pretraining import GraphPretraining
 from graphdoc.training.masked_lm_head import MaskedLMHead
 from graphdoc.training.metrics import read_log
-from graphdoc.training.trainer import Trainer
 
 WORDS = "graph attention passage document retrieval vector dense sparse meeting topic section fox dog".split()
 
@@ -93,17 +93,7 @@ def test_docsplit_loss_is_contrastive_plus_a_tenth_of_mlm(tiny_bert, corpus, tmp
 def test_flat_docsplit_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, corpus, tmp_path, monkeypatch):
     setup = flat_setup(tiny_bert, max_steps=6, epochs=2)  # 3 steps per epoch
     whole = pretrain(corpus, tmp_path / "whole", setup, device="cpu")
-    original = Trainer._train_step
-
-    def killed_at_step_5(self, batch):
-        if self.step == 4:
-            raise KeyboardInterrupt
-        return original(self, batch)
-
-    monkeypatch.setattr(Trainer, "_train_step", killed_at_step_5)
-    with pytest.raises(KeyboardInterrupt):
-        pretrain(corpus, tmp_path / "run", setup, device="cpu")
-    monkeypatch.setattr(Trainer, "_train_step", original)
+    pretrain_killed_before_step_5(corpus, tmp_path / "run", setup, monkeypatch)
     folder = ckpt.list_checkpoints(tmp_path / "run")[-1]
     head = load_file(str(folder / "mlm_head.safetensors"))
     # the head's own weights (the output layer is the encoder's embedding matrix: not saved twice)
