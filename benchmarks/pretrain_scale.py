@@ -6,10 +6,10 @@ frozen) is pretrained with ``half`` on stratified samples of 20news *train* of g
 it), then the *whole* 20news test set and the 800-document stratified sample of ``benchmarks/pretrain.py``
 are clustered (k-means, k=20, NMI / purity over seeds).
 
-Each training step is the trainer's step (``graphdoc.training.data.sub_documents`` splits, the
-objective's loss from ``graphdoc.training.objectives.LOSSES``, AdamW with warm-up and linear decay from
-``graphdoc.training.optim``, gradient clipping at 1.0) over passage vectors held in memory, without the
-trainer's streaming, checkpoints and per-epoch re-chunking, which cost more than the step itself here.
+Each training step is the trainer's frozen-mode step (``GraphPretraining.backward``: the objective's
+split, the sub-document graphs, the loss; AdamW with warm-up and linear decay from ``graphdoc.training.optim``,
+gradient clipping at 1.0) over passage vectors held in memory, without the trainer's streaming, checkpoints
+and per-epoch re-chunking, which cost more than the step itself here.
 Encoding the ~43,000 passages takes about 30 s on one H100 and about 50 minutes on a 2-core CPU: run it
 with a GPU (``--device cuda``), or on a CPU with ``--sizes 1000`` for a taste.
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 from multiprocessing import Pool
 from pathlib import Path
@@ -85,41 +86,51 @@ def document_vectors(model, vectors: list[torch.Tensor], prepared: list, batch: 
     return torch.cat(out).cpu()
 
 
-def pretrain(base, examples, vectors, args, epochs: int) -> tuple[object, float, float]:
-    """A fresh graph model over ``base``'s frozen encoder, trained as the trainer's frozen mode trains it."""
+class MemoryCache:
+    """Frozen passage vectors by token ids, held in memory: what ``PassageVectorCache.encode`` gives."""
+
+    def __init__(self, examples, vectors) -> None:
+        self.vectors = {tuple(t): v for ex, vs in zip(examples, vectors) for t, v in zip(ex.prepared.token_ids, vs)}
+
+    def encode(self, token_ids) -> torch.Tensor:
+        return torch.stack([self.vectors[tuple(t)] for t in token_ids])  # [n, hidden]
+
+
+def pretrain(base, examples, vectors, args, epochs: int, work: Path) -> tuple[object, float, float]:
+    """A fresh graph model over ``base``'s frozen encoder, trained with the trainer's frozen-mode step."""
     from graphdoc.encoder import GraphDocEncoder
     from graphdoc.training.config import PretrainConfig
-    from graphdoc.training.data import sub_documents
+    from graphdoc.training.graph_pretraining import GraphPretraining
     from graphdoc.training.objectives import LOSSES
     from graphdoc.training.optim import build_optimizer, build_scheduler
 
     cfg = PretrainConfig(objective=args.objective, temperature=args.temperature, lr=args.lr,
-                         batch_size=args.batch_size, epochs=epochs, frozen_encoder=True)
+                         batch_size=args.batch_size, epochs=epochs, frozen_encoder=True, cache_dir=str(work))
+    torch.manual_seed(cfg.seed)  # dropout, as the trainer seeds it
     model = GraphDocEncoder(base.passage_encoder, base.config, device=base.device)  # graph layers start at zero
-    model.passage_encoder.requires_grad_(False)
+    task = GraphPretraining(model, cfg, work)  # freezes the encoder
+    task.cache = MemoryCache(examples, vectors)
     steps = epochs * -(-len(examples) // cfg.batch_size)
-    optimizer, loss_fn = build_optimizer(model, cfg), LOSSES[cfg.objective]
+    optimizer = build_optimizer(model, cfg)
     scheduler = build_scheduler(optimizer, cfg, steps)
     params = [p for p in model.parameters() if p.requires_grad]
-    # passage token ids -> frozen vector: what the trainer's passage cache gives, held in memory
-    lookup = {tuple(t): v for ex, vs in zip(examples, vectors) for t, v in zip(ex.prepared.token_ids, vs)}
-    start, loss = time.perf_counter(), torch.zeros(())
+
+    def loss_fn(z: torch.Tensor) -> torch.Tensor:
+        return LOSSES[cfg.objective](z, cfg.similarity, cfg.temperature)
+
+    start, loss = time.perf_counter(), 0.0
     for epoch in range(epochs):
         model.train()
         model.passage_encoder.eval()
         order = np.random.default_rng([cfg.seed, epoch]).permutation(len(examples))
         for b in range(0, len(order), cfg.batch_size):
-            batch = order[b:b + cfg.batch_size]
-            subdocs = sub_documents([examples[i] for i in batch], cfg.objective, cfg.seed, epoch, cfg.ict_first_passage)
-            z = model.forward_passage_vectors([torch.stack([lookup[tuple(t)] for t in s.token_ids]) for s in subdocs],
-                                              [s.section_ids for s in subdocs])
-            loss = loss_fn(z.document_embeddings, cfg.similarity, cfg.temperature)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss, _ = task.backward([examples[i] for i in order[b:b + cfg.batch_size]], epoch, loss_fn, None,
+                                    model.device)
             torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             optimizer.step()
             scheduler.step()
-    return model, float(loss.detach()), time.perf_counter() - start
+    return model, loss, time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         chosen = {r["_id"] for r in stratified(train, size, 0)} if size else {r["_id"] for r in train}
         idx = [i for i in usable if train[i]["_id"] in chosen]
         examples = [Example(i, train_prep[i]) for i in idx]
-        trained, loss, seconds = pretrain(model, examples, [train_vectors[i] for i in idx], args, n_epochs)
+        with tempfile.TemporaryDirectory() as work:
+            trained, loss, seconds = pretrain(model, examples, [train_vectors[i] for i in idx], args, n_epochs,
+                                              Path(work))
         row = {"run": f"{args.objective}, {size or len(train)} train documents sampled", "docs": len(idx),
                "passages": sum(len(train_vectors[i]) for i in idx), "epochs": n_epochs,
                "steps": n_epochs * -(-len(idx) // args.batch_size), "loss": loss, "train_s": seconds,
