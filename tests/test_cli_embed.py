@@ -66,6 +66,19 @@ def test_embed_normalize(tiny_bert: Path, tmp_path: Path) -> None:
     assert np.allclose(np.linalg.norm(np.load(tmp_path / "emb.npy"), axis=1), 1.0, atol=1e-6)
 
 
+def test_embed_precision_bf16_gives_vectors_close_to_fp32(tiny_bert: Path, tmp_path: Path, monkeypatch) -> None:
+    from graphdoc import device as device_module
+
+    monkeypatch.setattr(device_module, "cpu_supports_bf16", lambda: True)
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", DOCS)
+    assert embed(corpus, tmp_path / "fp32.npy", tiny_bert) == 0
+    assert embed(corpus, tmp_path / "bf16.npy", tiny_bert, "--precision", "bf16") == 0
+    a, b = np.load(tmp_path / "fp32.npy"), np.load(tmp_path / "bf16.npy")
+    assert b.dtype == np.float32 and not np.array_equal(a, b)
+    cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cosine.min() > 0.99
+
+
 def test_empty_documents_are_skipped_and_counted(tiny_bert: Path, tmp_path: Path, capsys) -> None:
     records = [DOCS[0], {"_id": "empty", "text": ""}, DOCS[1], {"_id": "blank", "text": " \n\t "}]
     corpus = write_jsonl(tmp_path / "corpus.jsonl", records)

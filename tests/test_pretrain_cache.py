@@ -81,3 +81,17 @@ def test_keyed_by_encoder_identity_and_token_ids(tiny_bert, encoder, tmp_path):
     assert identity["pooling"] == "cls" and len(identity["fingerprint"]) == 64
     assert passage_key([1, 2, 3]) != passage_key([1, 2, 3, 4])
     assert passage_key([1, 2, 3]) == passage_key(np.array([1, 2, 3], dtype=np.int32))
+
+
+def test_bf16_vectors_are_kept_apart_from_fp32_ones(tiny_bert, encoder, tmp_path, monkeypatch):
+    from graphdoc import device as device_module
+
+    monkeypatch.setattr(device_module, "cpu_supports_bf16", lambda: True)
+    bf16 = GraphDocEncoder.from_pretrained(
+        tiny_bert, config=ModelConfig(passage_encoder=PassageEncoderConfig(precision="bf16")), device="cpu")
+    full, half = PassageVectorCache(tmp_path, encoder), PassageVectorCache(tmp_path, bf16.passage_encoder)
+    assert full.folder != half.folder
+    assert "autocast" not in json.loads((full.folder / "encoder.json").read_text())  # fp32 keys stay as they were
+    assert json.loads((half.folder / "encoder.json").read_text())["autocast"] == "bfloat16"
+    ids = ids_of(encoder, ["graph attention networks"])
+    assert not torch.equal(full.encode(ids), half.encode(ids))

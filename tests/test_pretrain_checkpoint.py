@@ -122,3 +122,21 @@ def test_existing_run_needs_resume_and_the_same_settings(tiny_bert, tmp_path):
         pretrain(corpus, tmp_path / "run", setup.with_overrides(lr=0.5), resume=True, device="cpu")
     done = pretrain(corpus, tmp_path / "run", setup.with_overrides(log_every=5), resume=True, device="cpu")
     assert done.steps == 2  # already finished: nothing more to do
+
+
+def test_documents_are_prepared_once_per_run_and_the_memo_changes_nothing(tiny_bert, tmp_path, monkeypatch):
+    from graphdoc.training.graph_pretraining import GraphPretraining
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    prepared = []
+    original = GraphPretraining.prepare
+    monkeypatch.setattr(GraphPretraining, "prepare", lambda self, doc: prepared.append(doc.id) or original(self, doc))
+    memo = pretrain(corpus, tmp_path / "memo", tiny_setup(tiny_bert, frozen_encoder=True, epochs=3), device="cpu")
+    assert sorted(prepared) == sorted(f"d{i}" for i in range(14))  # counting pass + 3 epochs: once each
+    prepared.clear()
+    plain = pretrain(corpus, tmp_path / "plain", tiny_setup(tiny_bert, frozen_encoder=True, epochs=3,
+                                                             prepared_cache_mb=0), device="cpu")
+    assert len(prepared) == 4 * 14
+    expected, got = weights(plain.model_dir), weights(memo.model_dir)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], atol=0, rtol=0, msg=name)

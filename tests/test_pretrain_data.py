@@ -86,3 +86,51 @@ def test_sub_documents_come_in_pairs_and_depend_only_on_position(objective):
 def test_is_named_corpus(tmp_path):
     assert data.is_named_corpus("openwebtext")
     assert not data.is_named_corpus(str(tmp_path))
+
+
+def test_prepared_memo_prepares_each_document_once_within_its_budget():
+    calls = []
+
+    def counting(doc):
+        calls.append(doc.id)
+        return fake_prepare(doc)
+
+    memo = data.PreparedMemo(counting, max_mb=1)
+    corpus = docs([3, 5, 2])
+    first = [memo(d) for d in corpus]
+    again = [memo(d) for d in corpus]
+    assert calls == ["0", "1", "2"] and (memo.hits, memo.misses, len(memo)) == (3, 3, 3)
+    assert [a is b for a, b in zip(first, again)] == [True] * 3
+    assert first[1].token_ids == fake_prepare(corpus[1]).token_ids
+    # same id, other text: another document
+    memo(Document("0", "other words here"))
+    assert calls[-1] == "0" and memo.misses == 4
+    # sections count too
+    sectioned = Document.from_dict({"_id": "s", "sections": [{"title": "A", "text": "ab"}, {"title": "B", "text": "cd"}]})
+    assert sectioned.text == "ab\ncd"
+    assert data.content_key(sectioned) != data.content_key(Document("s", "ab\ncd"))
+
+
+def test_prepared_memo_over_budget_prepares_anew_and_zero_turns_it_off():
+    calls = []
+
+    def counting(doc):
+        calls.append(doc.id)
+        return fake_prepare(doc)
+
+    size = data.approx_bytes(fake_prepare(docs([4])[0]))
+    memo = data.PreparedMemo(counting, max_mb=(size * 2.5) / 2 ** 20)  # room for two such documents
+    corpus = docs([4, 4, 4])
+    for _ in range(2):
+        for d in corpus:
+            memo(d)
+    assert calls == ["0", "1", "2", "2"] and len(memo) == 2 and memo.held <= memo.budget
+    off = data.PreparedMemo(counting, max_mb=0)
+    off(corpus[0]), off(corpus[0])
+    assert len(off) == 0 and off.misses == 2
+
+
+def test_approx_bytes_grows_with_tokens_and_text():
+    short, long = fake_prepare(docs([2])[0]), fake_prepare(docs([20])[0])
+    assert 0 < data.approx_bytes(short) < data.approx_bytes(long)
+    assert data.approx_bytes(["ab", "abcdef"]) > data.approx_bytes(["ab"])

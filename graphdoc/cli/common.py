@@ -7,7 +7,7 @@ import logging
 from dataclasses import replace
 
 from graphdoc.backbones import BACKBONES, DEFAULT_BACKBONE, FLAT
-from graphdoc.config import load_config_file
+from graphdoc.config import PRECISIONS, load_config_file
 from graphdoc.errors import GraphDocError
 from graphdoc.flat_config import DOCUMENT_MODES, FlatModelConfig
 
@@ -28,6 +28,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        help="flat backbone's document vector: first = title and text truncated to the "
                             "encoder's limit (FirstP, default), mean = the mean of its passage vectors")
     group.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present)")
+    group.add_argument("--precision", choices=PRECISIONS, default=None,
+                       help="passage encoder arithmetic: auto (bf16/fp16 on CUDA, fp32 on a CPU), fp32, fp16, "
+                            "or bf16 (also on CPUs with native bfloat16, about twice as fast) "
+                            "(default: the model's own)")
     group.add_argument("--batch-size", type=int, default=32, metavar="N", help="documents per batch")
 
 
@@ -44,4 +48,7 @@ def load_model(args: argparse.Namespace):
         config = config or FlatModelConfig()
         config = replace(config, graph=replace(config.graph, document=args.flat_document))
     name = args.model if args.model is not None or config is None else config.passage_encoder.model_name_or_path
-    return backbones.load_model(name, backbone=args.backbone, config=config, device=args.device)
+    model = backbones.load_model(name, backbone=args.backbone, config=config, device=args.device)
+    if getattr(args, "precision", None) is not None:
+        model.passage_encoder.config.precision = args.precision
+    return model

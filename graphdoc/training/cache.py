@@ -1,8 +1,9 @@
 """A disk cache of passage-encoder vectors, for training the graph layers over a frozen encoder.
 
 Each passage is encoded once; its vector is kept under the encoder's identity (a fingerprint of its
-weights and pooling settings) and a hash of the token ids the encoder sees, so a change of model,
-pooling, tokenizer output, title handling or chunking can never serve a stale vector.
+weights, its pooling settings and its mixed precision) and a hash of the token ids the encoder sees, so a
+change of model, pooling, precision, tokenizer output, title handling or chunking can never serve a stale
+vector.
 
 Layout (plain files, no pickle; shards are append-only and safe to share between processes)::
 
@@ -24,6 +25,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from graphdoc.device import autocast_dtype
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
 from graphdoc.fingerprint import weights_fingerprint
@@ -35,9 +37,14 @@ FORMAT = "graphdoc.passage_cache"
 
 
 def encoder_identity(encoder: PassageEncoder) -> dict:
-    """What decides a passage encoder's vectors for given token ids: weights, pooling, normalisation."""
-    return {"format": FORMAT, "model": encoder.config.model_name_or_path, "fingerprint": weights_fingerprint(encoder),
-            "pooling": encoder.pooling, "normalize": encoder.normalize, "dimension": encoder.hidden_size}
+    """What decides a passage encoder's vectors for given token ids: weights, pooling, normalisation, precision."""
+    identity = {"format": FORMAT, "model": encoder.config.model_name_or_path,
+                "fingerprint": weights_fingerprint(encoder), "pooling": encoder.pooling,
+                "normalize": encoder.normalize, "dimension": encoder.hidden_size}
+    dtype = autocast_dtype(next(encoder.parameters()).device, encoder.config.precision)
+    if dtype is not None:  # mixed-precision vectors are kept apart from full-precision ones
+        identity["autocast"] = str(dtype).removeprefix("torch.")
+    return identity
 
 
 def passage_key(token_ids: Sequence[int]) -> str:

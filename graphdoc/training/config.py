@@ -62,6 +62,8 @@ class PretrainConfig:
             splits the sentences of these passages, and keeps as many passages per half.
         ict_first_passage: in ``ict``, how often the single passage is the first one (else a random one).
         shuffle_buffer: documents held to shuffle the stream (0: corpus order), reshuffled every epoch.
+        prepared_cache_mb: memory for prepared (chunked and tokenized) documents kept between epochs, so
+            later epochs skip that work (0: prepare every document every epoch).
         max_grad_norm: gradient clipping (``None``: none).
         checkpoint_every, keep_checkpoints: save a resumable checkpoint every N steps; keep the last K.
         log_every: steps between rows of the CSV log (and TensorBoard when ``tensorboard``).
@@ -90,6 +92,7 @@ class PretrainConfig:
     max_passages: int = 50
     ict_first_passage: float = 0.5
     shuffle_buffer: int = 10000
+    prepared_cache_mb: float = 2048
     max_grad_norm: float | None = 1.0
     checkpoint_every: int = 1000
     keep_checkpoints: int = 2
@@ -118,8 +121,9 @@ class PretrainConfig:
         for name in ("warmup_ratio", "ict_first_passage"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise GraphDocError(f"pretrain.{name} must be in [0, 1]; got {getattr(self, name)!r}")
-        if self.weight_decay < 0 or self.shuffle_buffer < 0:
-            raise GraphDocError("pretrain.weight_decay and pretrain.shuffle_buffer must be >= 0")
+        if self.weight_decay < 0 or self.shuffle_buffer < 0 or self.prepared_cache_mb < 0:
+            raise GraphDocError("pretrain.weight_decay, pretrain.shuffle_buffer and pretrain.prepared_cache_mb "
+                                "must be >= 0")
         if self.mlm_weight is not None and self.mlm_weight < 0:
             raise GraphDocError(f"pretrain.mlm_weight must be >= 0 (0: off) or null; got {self.mlm_weight!r}")
         if not 0.0 < self.mlm_probability < 1.0:

@@ -12,8 +12,10 @@ documents and splits an uninterrupted single-process run sees.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
@@ -152,6 +154,66 @@ def batches(docs: Iterable[Document], prepare: Prepare, batch_size: int, start: 
     if current:
         stats.used += len(current)
         yield Batch(current, position + 1)
+
+
+class PreparedMemo:
+    """``prepare`` with its results kept between epochs, within a memory budget.
+
+    Chunking and tokenizing are most of an epoch's work in frozen-encoder mode, and a document prepares
+    the same way every epoch, so each result is kept under a hash of the document's content (id, title,
+    text, sections) until about ``max_mb`` MiB are held; documents past the budget are prepared anew each
+    time. ``hits`` and ``misses`` count the calls.
+    """
+
+    def __init__(self, prepare: Prepare, max_mb: float) -> None:
+        self.prepare = prepare
+        self.budget = int(max_mb * 2 ** 20)
+        self.held = self.hits = self.misses = 0
+        self._memo: dict[bytes, Any] = {}
+        self._full_logged = False
+
+    def __call__(self, doc: Document) -> Any:
+        key = content_key(doc)
+        found = self._memo.get(key)
+        if found is not None:
+            self.hits += 1
+            return found
+        self.misses += 1
+        prepared = self.prepare(doc)
+        size = approx_bytes(prepared)
+        if self.held + size <= self.budget:
+            self._memo[key] = prepared
+            self.held += size
+        elif not self._full_logged and self.budget:
+            self._full_logged = True
+            logger.info("prepared-document memo full (%d documents, about %.0f MiB): the rest are chunked and "
+                        "tokenized every epoch", len(self._memo), self.held / 2 ** 20)
+        return prepared
+
+    def __len__(self) -> int:
+        return len(self._memo)
+
+
+def content_key(doc: Document) -> bytes:
+    """A 128-bit hash of everything about a document that preparation reads."""
+    digest = hashlib.blake2b(digest_size=16)
+    sections = [(s.title, s.start, s.end) for s in doc.sections] if doc.sections else None
+    for part in (doc.id, doc.title, repr(sections), doc.text):
+        digest.update(part.encode("utf-8", "surrogatepass"))
+        digest.update(b"\0")
+    return digest.digest()
+
+
+def approx_bytes(value: Any) -> int:
+    """About what a prepared document holds in memory (Python lists of ints cost ~40 bytes a token)."""
+    if isinstance(value, PreparedDocument):
+        return (40 * sum(len(t) for t in value.token_ids) + sum(len(p.text) + 200 for p in value.passages)
+                + len(value.document.text) + 200)
+    if isinstance(value, str):
+        return 50 + len(value)
+    if isinstance(value, (list, tuple)):
+        return 56 + sum(8 + approx_bytes(v) for v in value)
+    return sys.getsizeof(value)
 
 
 def count_examples(sources: Sequence[str], prepare: Prepare, usable: Usable = two_passages) -> int:

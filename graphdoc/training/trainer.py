@@ -52,7 +52,8 @@ logger = logging.getLogger(__name__)
 CONFIG_NAME = "pretrain_config.json"
 SUMMARY_NAME = "pretrain.json"
 #: settings that may change on resume: they do not change what is learned
-OPERATIONAL = ("checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "cache_dir", "max_seconds")
+OPERATIONAL = ("checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "cache_dir", "max_seconds",
+               "prepared_cache_mb")
 
 
 class Trainer:
@@ -95,6 +96,7 @@ class Trainer:
                       if latest else self._new_model(model))
         self.task = (FlatPretraining(self.model, self.cfg, resume=latest is not None, ctx=self.ctx)
                      if self.setup.backbone == FLAT else GraphPretraining(self.model, self.cfg, self.output))
+        self.prepare = data.PreparedMemo(self.task.prepare, self.cfg.prepared_cache_mb)
         self.total_steps = state["total_steps"] if state else self._count_steps()
         self.optimizer = build_optimizer(self.task.trainable, self.cfg)
         self.scheduler = build_scheduler(self.optimizer, self.cfg, self.total_steps)
@@ -129,7 +131,7 @@ class Trainer:
         if named:
             raise GraphDocError(f"corpus {named[0]!r} streams with no known length: set pretrain.max_steps "
                                 "(--max-steps)")
-        count = data.count_examples(self.sources, self.task.prepare, self.task.usable)
+        count = data.count_examples(self.sources, self.prepare, self.task.usable)
         if count == 0:
             raise GraphDocError(f"no document with {self.task.requirement} in {', '.join(self.sources)}")
         logger.info("%d documents with %s per epoch", count, self.task.requirement)
@@ -193,7 +195,7 @@ class Trainer:
         self._read_stats = ReadStats()  # empty documents of this epoch, added to stats when it ends
         stream = data.epoch_stream(self.sources, self.position.epoch, self.cfg.seed, self.cfg.shuffle_buffer,
                                    self._read_stats)
-        return data.batches(stream, self.task.prepare, self.cfg.batch_size, self.position.offset, self.stats,
+        return data.batches(stream, self.prepare, self.cfg.batch_size, self.position.offset, self.stats,
                             self.task.usable)
 
     def _end_epoch(self) -> None:
