@@ -25,6 +25,12 @@ def _check_choice(name: str, value: Any, choices: tuple) -> None:
         raise GraphDocError(f"{name} must be one of {', '.join(map(str, choices))}; got {value!r}")
 
 
+def check_precision(precision: str) -> str:
+    """``precision`` if it is one of :data:`PRECISIONS`, else a one-line error."""
+    _check_choice("precision", precision, PRECISIONS)
+    return precision
+
+
 @dataclass
 class ChunkerConfig:
     """How documents are split into passages.

@@ -40,7 +40,7 @@ def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype
 
     On CUDA, ``auto`` is bf16 where supported, else fp16. On a CPU, ``auto`` and ``fp16`` mean full
     precision (CPU half-precision matrix products are slow), and ``bf16`` is honoured where the CPU has
-    native bfloat16 (about twice as fast for transformer encoders; vectors within a cosine of 1e-4).
+    native bfloat16 (all-MiniLM-L6-v2 encodes ~1.7x as fast; vectors within a cosine of 1e-4).
     """
     if precision == "fp32":
         return None

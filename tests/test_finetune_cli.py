@@ -101,3 +101,27 @@ def test_finetune_setup_reads_a_flat_model_section(tmp_path):
     assert isinstance(setup.model, FlatModelConfig) and setup.model.graph.document == "mean"
     graph = setup.with_backbone("graph")
     assert graph.backbone == "graph" and graph.model.passage_encoder == setup.model.passage_encoder
+
+
+def test_finetune_precision_flag_is_the_saved_models(tiny_bert, tmp_path, monkeypatch):
+    """``--precision`` replaces the start model's ``passage_encoder.precision``; the fine-tuned model keeps it.
+    A precision that does not exist is one error line from the API too."""
+    import pytest
+
+    from graphdoc import device as device_module
+    from graphdoc.errors import GraphDocError
+    from graphdoc.finetune import finetune_classification
+
+    monkeypatch.setattr(device_module, "cpu_supports_bf16", lambda: True)
+    files = labelled_files(tmp_path)
+    for precision in ("bf16", "fp32"):
+        out = tmp_path / precision
+        assert main(["-q", "finetune", "--task", "classification", "--train", str(files["train"]), "--dev",
+                     str(files["dev"]), "--output", str(out), "--model", str(tiny_bert), "--epochs", "1",
+                     "--precision", precision]) == 0
+        saved = json.loads((out / "model" / "encoder" / "config.json").read_text())
+        assert saved["model"]["passage_encoder"]["precision"] == precision
+    with pytest.raises(GraphDocError, match=r"^precision must be one of auto, fp32, fp16, bf16; got 'int8'$"):
+        finetune_classification(files["train"], files["dev"], tmp_path / "bad", model=str(tiny_bert),
+                                precision="int8")
+    assert not (tmp_path / "bad").exists()

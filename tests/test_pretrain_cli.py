@@ -175,3 +175,35 @@ def test_tensorboard_without_its_package_is_one_line(tiny_bert, corpus, tmp_path
     assert pretrain_cli("--corpus", str(corpus), "--output", str(tmp_path / "run"), "--config", str(config),
                         "--max-steps", "1", "--device", "cpu") == 1
     assert "pretrain.tensorboard needs the tensorboard package: pip install tensorboard" in error_line(capsys)
+
+
+def test_precision_flag_replaces_the_configs_and_keys_the_cache(tiny_bert, corpus, tmp_path, monkeypatch, capsys):
+    """``--precision`` replaces the YAML's ``passage_encoder.precision``: the run is encoded, cached and saved
+    with it."""
+    from graphdoc import device as device_module
+
+    monkeypatch.setattr(device_module, "cpu_supports_bf16", lambda: True)
+    config = write_config(tmp_path / "c.yaml", tiny_bert)
+    cache = tmp_path / "cache"
+    runs = {}
+    for precision in ("fp32", "bf16"):
+        out = runs[precision] = tmp_path / precision
+        assert pretrain_cli("--corpus", str(corpus), "--output", str(out), "--config", str(config), "--frozen-encoder",
+                            "--cache-dir", str(cache), "--device", "cpu", "--precision", precision) == 0
+        saved = json.loads((out / "model" / "config.json").read_text())
+        assert saved["backbone"] == "graph" and saved["model"]["passage_encoder"]["precision"] == precision
+        assert json.loads((out / "pretrain_config.json").read_text())["model"]["passage_encoder"]["precision"] \
+            == precision
+    identities = sorted(json.loads(p.read_text()).get("autocast", "none") for p in cache.glob("*/encoder.json"))
+    assert identities == ["bfloat16", "none"]  # bf16 vectors kept apart from the fp32 ones
+    with pytest.raises(SystemExit):
+        pretrain_cli("--corpus", str(corpus), "--output", str(tmp_path / "x"), "--precision", "int8")
+    assert "argument --precision: invalid choice: 'int8'" in capsys.readouterr().err
+
+
+def test_pretrain_api_refuses_an_unknown_precision_before_writing(corpus, tmp_path):
+    from graphdoc.training import pretrain
+
+    with pytest.raises(GraphDocError, match=r"^precision must be one of auto, fp32, fp16, bf16; got 'int8'$"):
+        pretrain(corpus, tmp_path / "run", precision="int8")
+    assert not (tmp_path / "run").exists()

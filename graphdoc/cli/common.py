@@ -13,6 +13,9 @@ from graphdoc.flat_config import DOCUMENT_MODES, FlatModelConfig
 
 logger = logging.getLogger("graphdoc.cli")
 
+PRECISION_HELP = ("passage encoder arithmetic: auto (bf16/fp16 on CUDA, fp32 on a CPU), fp32, fp16, or bf16 (also "
+                  "on CPUs with native bfloat16, about 1.7x as fast) (default: the model's own)")
+
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
@@ -28,10 +31,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        help="flat backbone's document vector: first = title and text truncated to the "
                             "encoder's limit (FirstP, default), mean = the mean of its passage vectors")
     group.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present)")
-    group.add_argument("--precision", choices=PRECISIONS, default=None,
-                       help="passage encoder arithmetic: auto (bf16/fp16 on CUDA, fp32 on a CPU), fp32, fp16, "
-                            "or bf16 (also on CPUs with native bfloat16, about twice as fast) "
-                            "(default: the model's own)")
+    group.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     group.add_argument("--batch-size", type=int, default=32, metavar="N", help="documents per batch")
 
 

@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 from graphdoc.backbones import BACKBONES
-from graphdoc.cli.common import logger
+from graphdoc.cli.common import PRECISION_HELP, logger
+from graphdoc.config import PRECISIONS
 from graphdoc.errors import GraphDocError
 
 NEEDS = {"ranking": ("corpus", "queries", "qrels"), "classification": ("train", "dev")}
@@ -53,6 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--cache-dir", default=None, metavar="DIR", help="passage vector cache (frozen mode)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present)")
+    parser.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     parser.set_defaults(func=run)
 
 
@@ -77,14 +79,15 @@ def run(args: argparse.Namespace) -> int:
         config = setup.with_overrides("ranking", **common).ranking
         result = finetune_ranking(args.corpus, args.queries, args.qrels, args.output, dev_qrels=args.dev_qrels,
                                   config=config, model=args.model, model_config=setup.model, folds=args.folds,
-                                  resume=args.resume, device=args.device, backbone=args.backbone)
+                                  resume=args.resume, device=args.device, precision=args.precision,
+                                  backbone=args.backbone)
     else:
         config = setup.with_overrides("classification", shots=args.few_shot, repeats=args.repeats,
                                       objective=args.objective, temperature=args.temperature,
                                       **common).classification
         result = finetune_classification(args.train, args.dev, args.output, test=args.test, config=config,
                                          model=args.model, model_config=setup.model, resume=args.resume,
-                                         device=args.device, backbone=args.backbone)
+                                         device=args.device, precision=args.precision, backbone=args.backbone)
     _report(result)
     return 0
 

@@ -11,7 +11,8 @@ import argparse
 from pathlib import Path
 
 from graphdoc.backbones import BACKBONES
-from graphdoc.cli.common import logger
+from graphdoc.cli.common import PRECISION_HELP, logger
+from graphdoc.config import PRECISIONS
 from graphdoc.errors import GraphDocError
 from graphdoc.training.config import OBJECTIVES
 
@@ -45,6 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="passage vector cache of the frozen mode (default DIR/passage_cache)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present)")
+    parser.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     parser.set_defaults(func=run)
 
 
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output.exists() and not args.output.is_dir():
         raise GraphDocError(f"--output {args.output} exists and is not a folder")
     result = pretrain(args.corpus, args.output, setup, model=args.model, resume=args.resume, device=args.device,
-                      show_progress_bar=not args.quiet)
+                      precision=args.precision, show_progress_bar=not args.quiet)
     logger.info("%d steps over %d documents (%d empty and %d too short documents skipped); "
                 "%.1f documents/s, %.2f steps/s, peak memory %.0f MiB", result.steps, result.documents_used,
                 result.empty_skipped, result.one_passage_skipped, result.documents_per_s, result.steps_per_s,

@@ -18,6 +18,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from graphdoc.config import check_precision
 from graphdoc.errors import GraphDocError
 from graphdoc.finetune.classifier import DocumentClassifier
 from graphdoc.finetune.config import (
@@ -36,11 +37,20 @@ __all__ = ["ClassificationConfig", "DocumentClassifier", "FinetuneSetup", "Ranki
 logger = logging.getLogger(__name__)
 
 
-def load_start_model(model: Any = None, model_config=None, device: str | None = None, backbone: str | None = None):
+def load_start_model(model: Any = None, model_config=None, device: str | None = None, backbone: str | None = None,
+                     precision: str | None = None):
     """The model to fine-tune: a model object, a saved graphdoc model (of ``backbone`` when given), or a Hugging
     Face encoder built as ``backbone`` with ``model_config`` (a :class:`~graphdoc.config.ModelConfig` or
     :class:`~graphdoc.flat_config.FlatModelConfig`, converted to ``backbone``'s when it differs; ``model``
-    ``None``: the config's encoder, else the built-in default)."""
+    ``None``: the config's encoder, else the built-in default). ``precision``, when given, replaces the
+    passage encoder's own (``passage_encoder.precision``)."""
+    loaded = _load_start_model(model, model_config, device, backbone)
+    if precision is not None:
+        loaded.passage_encoder.config.precision = check_precision(precision)
+    return loaded
+
+
+def _load_start_model(model: Any, model_config, device: str | None, backbone: str | None):
     from graphdoc.backbones import config_backbone, convert_model_config, load_model, model_config_class
     from graphdoc.serialization import backbone_of, saved_backbone
 
@@ -62,7 +72,7 @@ def load_start_model(model: Any = None, model_config=None, device: str | None = 
 def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=None,
                      config: RankingConfig | None = None, model: Any = None, model_config=None,
                      folds: int | None = None, resume: bool = False, bm25=None, split: str | None = None,
-                     device: str | None = None, backbone: str | None = None) -> dict:
+                     device: str | None = None, precision: str | None = None, backbone: str | None = None) -> dict:
     """Fine-tune for retrieval on judged queries; with ``folds``, k-fold cross-validation over them.
 
     Args:
@@ -71,6 +81,7 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
         dev_qrels: queries scored after every epoch; the best epoch's model is kept.
         model, model_config, backbone: the model to start from (see :func:`load_start_model`); a flat
             model trains its encoder (``frozen_encoder`` false).
+        precision: the passage encoder's arithmetic, replacing the model's own (``None`` keeps it).
         bm25: a :class:`BM25Index` over the corpus in its order (default: built here).
     Returns the summary also written as ``output/finetune.json`` (``crossval.json`` with ``folds``).
     """
@@ -81,7 +92,7 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
 
     config = config or RankingConfig()
     output = Path(output)
-    model = load_start_model(model, model_config, device, backbone)
+    model = load_start_model(model, model_config, device, backbone, precision)
     if config.frozen_encoder and not hasattr(model, "forward_passage_vectors"):
         raise GraphDocError("a flat model has nothing to train over a frozen encoder: fine-tune it with "
                             "frozen_encoder false (--no-frozen-encoder) or use a graph model")
@@ -96,14 +107,16 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
 
 def finetune_classification(train, dev, output: str | Path, *, test=None, config: ClassificationConfig | None = None,
                             model: Any = None, model_config=None, resume: bool = False,
-                            device: str | None = None, backbone: str | None = None) -> dict:
+                            device: str | None = None, precision: str | None = None,
+                            backbone: str | None = None) -> dict:
     """Fine-tune a linear head (and the graph layers; the encoder too unless frozen) on labelled documents.
 
     ``config.objective``: ``cross_entropy`` through the head, or ``supcon`` (supervised contrastive over
     sub-documents, the head trained as a probe on the detached document vectors).
 
     ``model``, ``model_config``, ``backbone``: the model to start from (see :func:`load_start_model`); a
-    frozen flat model trains the head alone, over document vectors computed once.
+    frozen flat model trains the head alone, over document vectors computed once. ``precision``: the
+    passage encoder's arithmetic, replacing the model's own (``None`` keeps it).
 
     ``train``/``dev``/``test``: JSON lines with a ``label`` field. With ``config.shots`` set, few-shot mode:
     ``shots`` examples per class, ``repeats`` seeds, scored on ``test`` (default ``dev``).
@@ -127,7 +140,7 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     splits = {"train": read_labelled(train, "train"), "dev": read_labelled(dev, "dev")}
     if test is not None:
         splits["test"] = read_labelled(test, "test")
-    encoder = load_start_model(model, model_config, device, backbone)
+    encoder = load_start_model(model, model_config, device, backbone, precision)
     if config.objective == "supcon" and config.frozen_encoder and not hasattr(encoder, "forward_passage_vectors"):
         raise GraphDocError(SUPCON_NEEDS_LAYERS)  # before the passages are encoded
     cache = open_cache(encoder, config.frozen_encoder, config.cache_dir, output)

@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 def pretrain(corpus: str | Sequence[str], output: str | Path, setup: PretrainSetup | None = None, *,
              model: "nn.Module | str | None" = None, resume: bool = False, device: str | None = None,
-             show_progress_bar: bool | None = None) -> PretrainResult:
+             precision: str | None = None, show_progress_bar: bool | None = None) -> PretrainResult:
     """Pretrain a graphdoc model (``setup.backbone``: graph or flat) contrastively on the documents of ``corpus``.
 
     Args:
@@ -48,25 +48,29 @@ def pretrain(corpus: str | Sequence[str], output: str | Path, setup: PretrainSet
         resume: continue from the latest checkpoint in ``output`` (the same result as a run that was
             never interrupted).
         device: ``cpu``, ``cuda`` or ``cuda:N``; under torchrun each process takes its local GPU.
+        precision: the passage encoder's arithmetic (``auto``, ``fp32``, ``fp16``, ``bf16``), replacing the
+            model's own ``passage_encoder.precision`` (also on resume); ``None`` keeps it.
         show_progress_bar: a tqdm bar with loss, learning rate and documents/s (default: when the
             ``graphdoc`` logger shows INFO).
     """
     import torch.distributed as dist
 
+    from graphdoc.config import check_precision
+    from graphdoc.errors import GraphDocError
     from graphdoc.training.distributed import init_from_env, shutdown
     from graphdoc.training.trainer import Trainer
-
-    from graphdoc.errors import GraphDocError
 
     sources = [str(corpus)] if isinstance(corpus, (str, Path)) else [str(s) for s in corpus]
     if not sources:
         raise GraphDocError("no corpus to pretrain on")
+    if precision is not None:
+        check_precision(precision)  # before anything is loaded or written
     show = logger.getEffectiveLevel() <= logging.INFO if show_progress_bar is None else show_progress_bar
     joined_here = not dist.is_initialized()
     ctx, resolved = init_from_env(device)
     try:
         trainer = Trainer(setup or PretrainSetup(), sources, Path(output), ctx, resolved, show)
-        trainer.start(model, resume)
+        trainer.start(model, resume, precision)
         return trainer.train()
     finally:
         if joined_here:

@@ -30,6 +30,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from graphdoc.backbones import FLAT, load_model
+from graphdoc.config import check_precision
 from graphdoc.corpus import ReadStats
 from graphdoc.device import autocast_dtype
 from graphdoc.errors import GraphDocError
@@ -79,8 +80,11 @@ class Trainer:
         return self.task.cache
 
     # ------------------------------------------------------------------ set-up
-    def start(self, model: nn.Module | str | None, resume: bool) -> None:
-        """Build the model, optimiser and schedule, fresh or from the output's latest checkpoint."""
+    def start(self, model: nn.Module | str | None, resume: bool, precision: str | None = None) -> None:
+        """Build the model, optimiser and schedule, fresh or from the output's latest checkpoint.
+
+        ``precision`` replaces the passage encoder's own (``passage_encoder.precision``), also on resume.
+        """
         self.cfg.check_backbone(self.setup.backbone)
         found = ckpt.list_checkpoints(self.output)
         if found and not resume:
@@ -94,6 +98,8 @@ class Trainer:
             self._check_resumable(state)
         self.model = (load_model(str(latest / ckpt.MODEL_DIR), backbone=self.setup.backbone, device=self.device)
                       if latest else self._new_model(model))
+        if precision is not None:
+            self.model.passage_encoder.config.precision = check_precision(precision)
         self.task = (FlatPretraining(self.model, self.cfg, resume=latest is not None, ctx=self.ctx)
                      if self.setup.backbone == FLAT else GraphPretraining(self.model, self.cfg, self.output))
         self.prepare = data.PreparedMemo(self.task.prepare, self.cfg.prepared_cache_mb)
