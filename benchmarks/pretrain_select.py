@@ -1,0 +1,79 @@
+"""Choosing the pretraining settings on held-out training text, at full scale.
+
+``benchmarks/pretrain.py`` trains on the whole 20news training set, so no 20news train document is left to
+choose settings on. This script holds out a stratified ``--held-out`` of them: it trains the default model
+(frozen encoder, ``pretrain.py``'s training text and options) on the rest plus the Wikipedia and QMSum
+text, once per setting, and clusters the held-out documents (k-means k=20 on L2-normalised vectors, NMI /
+purity over ``--seeds`` seeds). Nothing is scored on the test sets. Passage vectors come through ``pretrain.py``'s
+cache layout (``--work-dir``).
+
+    python benchmarks/pretrain_select.py --settings half:0.2:20 ict:0.2:20 ict:0.1:20 half:0.1:20
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pretrain as bench  # the pretraining benchmark's data, training and scoring
+
+
+def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Namespace]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--held-out", type=int, default=1000, help="20news train documents held out (stratified)")
+    p.add_argument("--settings", nargs="+", default=["half:0.2:20", "ict:0.2:20"],
+                   metavar="OBJECTIVE:TEMPERATURE:EPOCHS")
+    own, rest = p.parse_known_args(argv)
+    return own, bench.parse_args(rest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    own, args = parse(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch.set_num_threads(args.threads)
+    from graphdoc.config import ModelConfig
+    from graphdoc.encoder import GraphDocEncoder
+    from graphdoc.training.cache import PassageVectorCache
+
+    news = bench.read_jsonl_gz(args.data_dir / "20news" / "train.jsonl.gz")
+    args.news_train = len(news) - own.held_out
+    config = ModelConfig()
+    base = GraphDocEncoder.from_pretrained(device="cpu", config=replace(
+        config, passage_encoder=replace(config.passage_encoder, precision=args.precision)))
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    d = bench.prepare_data(args, args.work_dir, base)
+    used = {r["_id"] for r in d["news_train"]}
+    held = [r for r in news if r["_id"] not in used]
+    cache = PassageVectorCache(args.work_dir / "cache", base.passage_encoder)
+    bench.pretrain_corpus(base, cache, d["sources"], args.train_passages)  # the training text, cached once
+    vectors = bench.passage_vectors(base, cache, held, args.eval_passages)
+    labels = [r["label"] for r in held]
+    rows = {"untrained (mean of passages)": (bench.clustering(bench.graph_vectors(base, vectors), labels, args.seeds),
+                                             None)}
+    for setting in own.settings:
+        objective, temperature, epochs = setting.split(":")
+        run_args = argparse.Namespace(**{**vars(args), "temperature": float(temperature), "epochs": int(epochs)})
+        run = bench.train(run_args, args.work_dir, objective, d["sources"])
+        model = GraphDocEncoder.from_pretrained(args.work_dir / "runs" / f"{objective}-frozen" / "model", device="cpu")
+        rows[f"{objective}, temperature {temperature}, {epochs} epochs"] = (
+            bench.clustering(bench.graph_vectors(model, vectors), labels, args.seeds), run)
+    lines = [(f"{len(d['news_train'])} 20news train documents (+ Wikipedia {d['wiki']}, QMSum train "
+              f"{len(d['qm_train'])}) trained on, first {args.train_passages} passages; {len(held)} held out and "
+              f"clustered (first {args.eval_passages} passages, {args.seeds} seeds)"), "",
+             "| setting | NMI | purity | steps | training s |", "|---|---:|---:|---:|---:|"]
+    for name, (c, run) in rows.items():
+        trained = f"{run['steps']} | {run['wall_s']:.0f}" if run else "- | -"
+        lines.append(f"| {name} | {c['NMI']:.3f} ({c['NMI sd']:.3f}) | {c['purity']:.3f} ({c['purity sd']:.3f}) "
+                     f"| {trained} |")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
