@@ -9,6 +9,8 @@ benchmark's cache shards where the keys match.
 * SciFact: fine-tune on the train queries (a seeded 10% held out as dev to keep the best epoch), evaluate
   on test: dense and hybrid nDCG@10 / R@100 against BM25 and the untuned model.
 * QMSum: train queries (10% held out as dev), evaluate on val; section graph (the index's) and full graph.
+  Hard negatives only from the train queries' meetings (``--qmsum-negative-pool judged``): QMSum's val
+  queries ask about other meetings, which would otherwise only ever be negatives in training.
 * 20 Newsgroups: stratified subsamples, first passages of each document; a linear head on the document
   node (graph layers trained) against the flat encoder (FirstP) and the untrained mean of passages with
   the same head; full subsample and few-shot 5 / 10 per class over 10 seeds.
@@ -55,6 +57,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--hard-negatives", type=int, default=4)
     p.add_argument("--qmsum-epochs", type=int, default=4)
     p.add_argument("--qmsum-hard-negatives", type=int, default=2)
+    p.add_argument("--qmsum-init", type=Path, default=None, metavar="MODEL_DIR",
+                   help="part qmsum: fine-tune from this saved graphdoc model (e.g. a `graphdoc pretrain` output on "
+                        "the index's encoder) instead of the index's model; its untuned scores become rows too")
+    p.add_argument("--qmsum-negative-pool", choices=("corpus", "judged"), default="judged",
+                   help="part qmsum(-full): hard negatives from all meetings, or only from the training queries' "
+                        "meetings (QMSum splits meetings between train and val queries: with corpus, the val "
+                        "meetings are only ever negatives in training)")
     p.add_argument("--qmsum-full-epochs", type=int, default=2, help="part qmsum-full: the full graph costs ~5x")
     p.add_argument("--news-train", type=int, default=1000)
     p.add_argument("--news-test", type=int, default=800)
@@ -70,8 +79,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--supcon-seeds", type=int, default=3, help="part news-supcon: training seeds per objective")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
-                   help="passage encoder precision of the 20news parts (bf16: about 1.7x as fast on CPUs "
-                        "with native bfloat16; its vectors are cached apart from fp32 ones)")
+                   help="passage encoder precision of the 20news parts, and of the ranking parts' index model "
+                        "(the precision its index was built at) (bf16: about 1.7x as fast on CPUs with native "
+                        "bfloat16; its vectors are cached apart from fp32 ones)")
     p.add_argument("--output", type=Path, default=ROOT / "docs" / "finetune.md")
     return p.parse_args(argv)
 
@@ -89,6 +99,7 @@ def peak_rss_mib() -> float:
 # ------------------------------------------------------------------ cache seeding from an index
 def seed_from_index(index: Path, model, cache, docs_by_id: dict, check: int = 3):
     """Prepared documents in index order, their vectors written to the cache as one shard."""
+    from graphdoc.device import autocast_dtype
     from graphdoc.fileio import atomic_write
     from graphdoc.training.cache import passage_key
 
@@ -110,8 +121,9 @@ def seed_from_index(index: Path, model, cache, docs_by_id: dict, check: int = 3)
             mine = cache.encoder.encode_ids(prepared[i].token_ids).float().numpy()
         diff = float(np.abs(mine - vectors[ptr[i]:ptr[i + 1]]).max())
         log(f"  check {ids[i]}: {len(mine)} passages, max |diff| {diff:.2e}")
-        if diff > 1e-4:
-            raise SystemExit("index vectors differ from the encoder's")
+        if diff > (1e-4 if autocast_dtype(torch.device("cpu"), model.passage_encoder.config.precision) is None
+                   else 1e-2):  # bf16 vectors move with the batch they were encoded in
+            raise SystemExit("index vectors differ from the encoder's (was the index built at another --precision?)")
     name = f"vectors-seed-{index.name}"
     if not (cache.folder / f"{name}.json").is_file():
         with atomic_write(cache.folder / f"{name}.npy", "wb") as h:
@@ -136,6 +148,7 @@ def ranking_setup(args, index: Path, corpus: Path, queries: dict, name: str):
 
     manifest = json.loads((index / "manifest.json").read_text())
     model = load_index_model(manifest["model"], device="cpu")
+    model.passage_encoder.config.precision = args.precision  # the index's vectors: built at this precision
     cache = open_cache(model, True, args.work_dir / "cache", args.work_dir)
     t0, misses = time.perf_counter(), cache.misses
     ids, prepared = seed_from_index(index, model, cache, read_corpus_dict(corpus))
@@ -172,7 +185,8 @@ def scores(trainer, qrels: dict, alpha_qrels: dict | None = None) -> dict:
 
 
 def ranking_task(args, name: str, index: Path, folder: Path, train_split: str, eval_split: str,
-                 variants: list[tuple[str, str | None]], epochs: int, hard_negatives: int) -> dict:
+                 variants: list[tuple[str, str | None]], epochs: int, hard_negatives: int,
+                 negative_pool: str = "corpus") -> dict:
     from graphdoc.corpus import read_qrels, read_queries
     from graphdoc.finetune.config import RankingConfig
     from graphdoc.finetune.ranking_trainer import RankingTrainer
@@ -184,7 +198,8 @@ def ranking_task(args, name: str, index: Path, folder: Path, train_split: str, e
     model, data, manifest = ranking_setup(args, index, folder / "corpus.jsonl.gz", queries, name)
     train, dev = split_dev(train_all)
     cfg = RankingConfig(epochs=epochs, lr=args.lr, batch_size=args.batch_size,
-                        hard_negatives=hard_negatives, eval_mode="hybrid", temperature=0.05,
+                        hard_negatives=hard_negatives, negative_pool=negative_pool, eval_mode="hybrid",
+                        temperature=0.05,
                         max_passages=manifest["model"]["chunker"]["max_passages"], seed=0)
     result = {"sizes": {"documents": len(data.doc_ids), "train_queries": len(train), "dev_queries": len(dev),
                         "eval_queries": len(test)}, "rows": {}, "runs": {}}
@@ -193,9 +208,18 @@ def ranking_task(args, name: str, index: Path, folder: Path, train_split: str, e
     result["rows"]["BM25"] = evaluate(ranker.bm25_run(sorted(test), [queries[q] for q in sorted(test)]), test, MEASURES)
     for row, value in scores(untuned, test).items():
         result["rows"][f"untuned {row}"] = value
+    origin = model
+    if name == "qmsum" and args.qmsum_init is not None:
+        origin = _start_from(args.qmsum_init, model)
+        label = args.qmsum_init.parent.name if args.qmsum_init.name == "model" else args.qmsum_init.name
+        pretrained = RankingTrainer(origin, cfg, data, train, args.work_dir / f"{name}-pretrained")
+        for row, value in scores(pretrained, test).items():
+            result["rows"][f"pretrained only ({label}) {row}"] = value
+        variants = [(f"{graph} from {label}", graph_type) for graph, graph_type in variants]
+        data.set_model(model)
     log(f"{name} untuned: {json.dumps(result['rows'])}")
     for label, graph_type in variants:
-        start = model if graph_type is None else _with_graph(model, graph_type)
+        start = origin if graph_type is None else _with_graph(origin, graph_type, keep_weights=origin is not model)
         out = args.work_dir / f"{name}-{label.replace(' ', '_')}"
         shutil.rmtree(out, ignore_errors=True)
         t0 = time.perf_counter()
@@ -216,11 +240,36 @@ def ranking_task(args, name: str, index: Path, folder: Path, train_split: str, e
     return result
 
 
-def _with_graph(model, graph_type: str):
+def _with_graph(model, graph_type: str, keep_weights: bool = False):
+    """``model``'s passage encoder under new graph layers over a ``graph_type`` graph (``keep_weights``: the
+    graph layers keep ``model``'s weights)."""
     from graphdoc.encoder import GraphDocEncoder
 
     config = dataclasses.replace(model.config, graph=dataclasses.replace(model.config.graph, graph_type=graph_type))
-    return GraphDocEncoder(model.passage_encoder, config)
+    out = GraphDocEncoder(model.passage_encoder, config)
+    if keep_weights:
+        out.load_state_dict(model.state_dict())
+    return out
+
+
+def _start_from(path: Path, index_model):
+    """The saved model at ``path`` with ``index_model``'s chunker and graph type (the prepared documents and
+    cached vectors are the index's); its passage encoder must compute the same vectors."""
+    from graphdoc.encoder import GraphDocEncoder
+    from graphdoc.training.cache import encoder_identity
+
+    init = GraphDocEncoder.from_pretrained(path, device="cpu")
+    same = [{k: v for k, v in encoder_identity(m.passage_encoder).items() if k not in ("model", "autocast")}
+            for m in (init, index_model)]
+    if same[0] != same[1]:  # the start runs on the index model's passage encoder (and precision)
+        raise SystemExit(f"{path}: its passage encoder is not the index's; the cached passage vectors would not apply")
+    config = dataclasses.replace(init.config, chunker=index_model.config.chunker,
+                                 graph=dataclasses.replace(init.config.graph,
+                                                           graph_type=index_model.config.graph.graph_type))
+    start = GraphDocEncoder(index_model.passage_encoder, config)
+    start.load_state_dict(init.state_dict())
+    start.passage_encoder.requires_grad_(False)
+    return start
 
 
 # ------------------------------------------------------------------ 20 Newsgroups
@@ -467,7 +516,7 @@ def main(argv=None) -> int:
             results[part] = ranking_task(args, "qmsum", args.qmsum_index, DATA / "qmsum", "train", "val",
                                          [("full graph", "full")] if full else [("section graph", None)],
                                          args.qmsum_full_epochs if full else args.qmsum_epochs,
-                                         1 if full else args.qmsum_hard_negatives)
+                                         1 if full else args.qmsum_hard_negatives, args.qmsum_negative_pool)
         elif part == "news":
             results["news"] = news_task(args)
         elif part == "news-supcon":

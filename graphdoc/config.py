@@ -16,6 +16,7 @@ from graphdoc.errors import GraphDocError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+NEGATIVE_POOLS = ("corpus", "judged")  # ranking fine-tuning: where hard negatives come from
 
 T = TypeVar("T")
 

@@ -27,8 +27,10 @@ def test_finetune_ranking_cli(tiny_bert, tmp_path):
     files = ranking_files(tmp_path)
     assert main(["-q", "finetune", "--task", "ranking", "--corpus", str(files["corpus"]), "--queries",
                  str(files["queries"]), "--qrels", str(files["qrels"]), "--output", str(tmp_path / "r"),
-                 "--model", str(tiny_bert), "--epochs", "1", "--batch-size", "4"]) == 0
+                 "--model", str(tiny_bert), "--epochs", "1", "--batch-size", "4", "--negative-pool", "judged"]) == 0
     assert (tmp_path / "r" / "model" / "model.safetensors").is_file()
+    saved = json.loads((tmp_path / "r" / "finetune_config.json").read_text())["ranking"]
+    assert saved["negative_pool"] == "judged" and (tmp_path / "r" / "negatives" / "bm25-judged.json").is_file()
 
 
 def test_error_lines(tiny_bert, tmp_path, capsys):

@@ -95,6 +95,31 @@ def test_training_uses_bm25_then_the_half_way_models_negatives(tiny_bert, tmp_pa
     assert sorted(lists) == sorted(read_qrels(files["qrels"])) and all(len(v) == 12 for v in lists.values())
 
 
+def test_judged_pool_draws_negatives_only_from_documents_some_training_query_is_judged_relevant(tiny_bert, tmp_path):
+    files = ranking_files(tmp_path)  # every "-a" document is judged relevant, "-b" only for odd topics
+    pool = {d for docs in read_qrels(files["qrels"]).values() for d in docs}
+    assert len(pool) == 9
+    for name in ("corpus", "judged"):
+        finetune_ranking(files["corpus"], files["queries"], files["qrels"], tmp_path / name,
+                         config=_config(negative_pool=name), model=str(tiny_bert))
+    everything = {source: json.loads((tmp_path / "corpus" / "negatives" / f"{source}.json").read_text())
+                  for source in ("bm25", "model")}
+    judged = {source: json.loads((tmp_path / "judged" / "negatives" / f"{source}-judged.json").read_text())
+              for source in ("bm25", "model")}
+    assert all(len(v) == 12 for v in everything["model"].values())  # the "-b" documents of even topics too
+    assert all(sorted(v) == sorted(pool) for v in judged["model"].values())
+    # BM25 lists only the documents sharing a word with the query: the same order, the pool's documents kept
+    assert judged["bm25"] == {q: [d for d in v if d in pool] for q, v in everything["bm25"].items()}
+    assert any(len(judged["bm25"][q]) < len(v) for q, v in everything["bm25"].items())
+
+
+def test_search_depth_for_a_negative_pool():
+    assert rk.search_depth(100, 197) == 100  # the whole corpus
+    assert rk.search_depth(100, 197, 162) == 122  # ceil(100 * 197 / 162)
+    assert rk.search_depth(100, 10_000, 100) == 1_000  # at most 10x
+    assert rk.search_depth(100, 50, 40) == 50  # at most the corpus
+
+
 def test_dev_evaluation_keeps_the_best_checkpoint(tiny_bert, tmp_path):
     from graphdoc.finetune.data import load_ranking_data
     from graphdoc.finetune.inputs import open_cache
@@ -157,6 +182,8 @@ def test_cross_validation_ranks_every_query_once_and_never_its_training_query(ti
 def test_config_errors_name_the_bad_value():
     with pytest.raises(GraphDocError, match="eval_mode"):
         RankingConfig(eval_mode="sparse")
+    with pytest.raises(GraphDocError, match="negative_pool must be one of corpus, judged; got 'test'"):
+        RankingConfig(negative_pool="test")
     with pytest.raises(GraphDocError, match="lr must be a number"):
         RankingConfig(lr="fast")
     assert RankingConfig(lr="5e-5").lr == 5e-5

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from graphdoc.backbones import BACKBONES
 from graphdoc.cli.common import PRECISION_HELP, logger
-from graphdoc.config import PRECISIONS
+from graphdoc.config import NEGATIVE_POOLS, PRECISIONS
 from graphdoc.errors import GraphDocError
 
 NEEDS = {"ranking": ("corpus", "queries", "qrels"), "classification": ("train", "dev")}
@@ -35,6 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     rank.add_argument("--qrels", metavar="PATH", help="training judgements")
     rank.add_argument("--dev-qrels", metavar="PATH", help="dev judgements: evaluated every epoch, best kept")
     rank.add_argument("--folds", type=int, default=None, metavar="K", help="k-fold cross-validation over queries")
+    rank.add_argument("--negative-pool", choices=NEGATIVE_POOLS, default=None,
+                      help="hard negatives from any corpus document, or only from documents judged relevant to "
+                           "some training query (for corpora whose documents are split between training and test "
+                           "queries; default: the config's, corpus)")
     cls = parser.add_argument_group("classification")
     cls.add_argument("--train", metavar="JSONL", help="labelled training documents")
     cls.add_argument("--dev", metavar="JSONL", help="labelled dev documents")
@@ -76,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if args.backbone is not None:
         setup = setup.with_backbone(args.backbone)
     if args.task == "ranking":
-        config = setup.with_overrides("ranking", **common).ranking
+        config = setup.with_overrides("ranking", negative_pool=args.negative_pool, **common).ranking
         result = finetune_ranking(args.corpus, args.queries, args.qrels, args.output, dev_qrels=args.dev_qrels,
                                   config=config, model=args.model, model_config=setup.model, folds=args.folds,
                                   resume=args.resume, device=args.device, precision=args.precision,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from graphdoc.backbones import GRAPH, BackboneSetup
-from graphdoc.config import ModelConfig, _check_choice, coerce_numbers, read_config_file
+from graphdoc.config import NEGATIVE_POOLS, ModelConfig, _check_choice, coerce_numbers, read_config_file
 from graphdoc.errors import GraphDocError
 from graphdoc.flat_config import FlatModelConfig
 
@@ -68,6 +68,11 @@ class RankingConfig(TrainingConfig):
             as the index's dense search scores (0: the document node alone).
         hard_negatives: negatives sampled per query from the top ``negative_depth`` of BM25 (first half of
             the epochs) and then of the model's own ranking with the half-way checkpoint.
+        negative_pool: where hard negatives come from: ``corpus`` (any document) or ``judged`` (only documents
+            judged relevant to some training query). ``judged`` is for collections whose documents are split
+            between training and test queries (QMSum's meetings): with ``corpus``, the test queries' documents
+            are only ever negatives in training, and the model learns to push them down. The lists are then
+            the pool's documents among a deeper search (``negative_depth * corpus / pool``, at most 10x).
         eval_mode, eval_measure, fusion_alpha, fusion_normalization: the dev score that picks the best
             checkpoint, and the hybrid fusion used for it and for hybrid runs.
         fold_seed, fold_dev_fraction: k-fold cross-validation over queries (``graphdoc finetune --folds``):
@@ -80,6 +85,7 @@ class RankingConfig(TrainingConfig):
     passage_weight: float = 0.9
     hard_negatives: int = 4
     negative_depth: int = 100
+    negative_pool: str = "corpus"
     eval_mode: str = "dense"
     eval_measure: str = "nDCG@10"
     fusion_alpha: float = 0.6
@@ -91,6 +97,7 @@ class RankingConfig(TrainingConfig):
         super().__post_init__()
         _check_choice("similarity", self.similarity, SIMILARITIES)
         _check_choice("eval_mode", self.eval_mode, EVAL_MODES)
+        _check_choice("negative_pool", self.negative_pool, NEGATIVE_POOLS)
         if self.temperature <= 0 or self.hard_negatives < 0 or self.negative_depth < 1:
             raise GraphDocError("temperature and negative_depth must be positive, hard_negatives >= 0")
         for name in ("passage_weight", "fusion_alpha", "fold_dev_fraction"):

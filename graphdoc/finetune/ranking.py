@@ -69,6 +69,14 @@ def sample_negatives(ranking: Sequence[str], positives: set[str], k: int, rng: n
     return [pool[i] for i in sorted(picks)]
 
 
+def search_depth(depth: int, corpus_size: int, pool_size: int | None = None) -> int:
+    """How deep to search for ``depth`` negatives from a pool of ``pool_size`` of the ``corpus_size`` documents
+    (``None``: the whole corpus): as deep as the pool is sparse in the corpus, at most 10x ``depth``."""
+    if pool_size is None:
+        return depth
+    return min(corpus_size, math.ceil(depth * corpus_size / max(1, pool_size)), 10 * depth)
+
+
 def batch_documents(pairs: Sequence[Pair], negatives: Sequence[Sequence[str]],
                     positives: Mapping[str, set[str]]) -> tuple[list[str], torch.Tensor, torch.Tensor]:
     """The batch's distinct documents, each pair's target column, and the columns to leave out.

@@ -5,6 +5,7 @@ Output folder layout::
     OUTPUT/finetune_config.json     the settings of the run
     OUTPUT/negatives/bm25.json      BM25's top ``negative_depth`` per training query
     OUTPUT/negatives/model.json     the model's own top ``negative_depth``, ranked with the half-way weights
+                                    (``negative_pool: judged``: bm25-judged.json, model-judged.json)
     OUTPUT/halfway/                 the half-way checkpoint's model
     OUTPUT/checkpoints/step-N/      the latest epoch checkpoint (resume)
     OUTPUT/model/                   the best model on the dev queries (the last one without dev queries)
@@ -46,6 +47,8 @@ class RankingTrainer:
         known = set(data.doc_ids)
         self.pairs = [p for p in rk.training_pairs(qrels, known) if p.query_id in data.queries]
         self.positives = {q: {d for d, r in docs.items() if r > 0} for q, docs in qrels.items()}
+        self.pool = (None if config.negative_pool == "corpus"
+                     else {d for docs in self.positives.values() for d in docs} & known)
         self.dev_qrels = {q: d for q, d in (dev_qrels or {}).items() if q in data.queries} or None
         self.steps_per_epoch = math.ceil(len(self.pairs) / config.batch_size)
         seed_everything(config.seed)
@@ -57,24 +60,32 @@ class RankingTrainer:
 
     # ------------------------------------------------------------------ negatives
     def _ranking_lists(self, source: str) -> dict[str, list[str]]:
-        """Top ``negative_depth`` per training query from ``source`` (computed once, kept in the output)."""
-        path = self.output / "negatives" / f"{source}.json"
+        """Top ``negative_depth`` per training query from ``source``, in the negative pool (computed once, kept
+        in the output)."""
+        name = source if self.pool is None else f"{source}-{self.cfg.negative_pool}"
+        path = self.output / "negatives" / f"{name}.json"
         if path.is_file():
             return json.loads(path.read_text(encoding="utf-8"))
         qids = sorted({p.query_id for p in self.pairs})
         texts = [self.data.query_texts[q] for q in qids]
         ranker = self.data.ranker(self.cfg.passage_weight, self.cfg.similarity)
+        depth = self.search_depth()
         if source == rk.BM25:
-            run = ranker.bm25_run(qids, texts, self.cfg.negative_depth)
+            run = ranker.bm25_run(qids, texts, depth)
         else:
             self.model.save_pretrained(self.output / "halfway")
             vectors = self.data.queries.embed_all(qids).document_embeddings
-            run = ranker.components(qids, texts, vectors, self.cfg.negative_depth).dense
-        lists = {q: list(run.get(q, {})) for q in qids}
+            run = ranker.components(qids, texts, vectors, depth).dense
+        lists = {q: [d for d in run.get(q, {}) if self.pool is None or d in self.pool][:self.cfg.negative_depth]
+                 for q in qids}
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_write(path, "w", encoding="utf-8") as handle:
             json.dump(lists, handle)
         return lists
+
+    def search_depth(self) -> int:
+        return rk.search_depth(self.cfg.negative_depth, len(self.data.doc_ids),
+                               None if self.pool is None else len(self.pool))
 
     # ------------------------------------------------------------------ loop
     def train(self, resume: bool = False) -> dict:
