@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from graphdoc.config import NEGATIVE_POOLS
 from pretrain import clustering, stratified  # the pretraining benchmark's sampler, so its cached passages match
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,9 +59,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--qmsum-epochs", type=int, default=4)
     p.add_argument("--qmsum-hard-negatives", type=int, default=2)
     p.add_argument("--qmsum-init", type=Path, default=None, metavar="MODEL_DIR",
-                   help="part qmsum: fine-tune from this saved graphdoc model (e.g. a `graphdoc pretrain` output on "
-                        "the index's encoder) instead of the index's model; its untuned scores become rows too")
-    p.add_argument("--qmsum-negative-pool", choices=("corpus", "judged"), default="judged",
+                   help="parts qmsum(-full): fine-tune from this saved graphdoc model (e.g. a `graphdoc pretrain` "
+                        "output on the index's encoder) instead of the index's model; its untuned scores become "
+                        "rows too")
+    p.add_argument("--qmsum-negative-pool", choices=NEGATIVE_POOLS, default="judged",
                    help="part qmsum(-full): hard negatives from all meetings, or only from the training queries' "
                         "meetings (QMSum splits meetings between train and val queries: with corpus, the val "
                         "meetings are only ever negatives in training)")
@@ -208,18 +210,20 @@ def ranking_task(args, name: str, index: Path, folder: Path, train_split: str, e
     result["rows"]["BM25"] = evaluate(ranker.bm25_run(sorted(test), [queries[q] for q in sorted(test)]), test, MEASURES)
     for row, value in scores(untuned, test).items():
         result["rows"][f"untuned {row}"] = value
-    origin = model
     if name == "qmsum" and args.qmsum_init is not None:
-        origin = _start_from(args.qmsum_init, model)
         label = args.qmsum_init.parent.name if args.qmsum_init.name == "model" else args.qmsum_init.name
-        pretrained = RankingTrainer(origin, cfg, data, train, args.work_dir / f"{name}-pretrained")
+        pretrained = RankingTrainer(_start_from(args.qmsum_init, model), cfg, data, train,
+                                    args.work_dir / f"{name}-pretrained")
         for row, value in scores(pretrained, test).items():
             result["rows"][f"pretrained only ({label}) {row}"] = value
         variants = [(f"{graph} from {label}", graph_type) for graph, graph_type in variants]
         data.set_model(model)
     log(f"{name} untuned: {json.dumps(result['rows'])}")
     for label, graph_type in variants:
-        start = origin if graph_type is None else _with_graph(origin, graph_type, keep_weights=origin is not model)
+        if name == "qmsum" and args.qmsum_init is not None:
+            start = _start_from(args.qmsum_init, model, graph_type)
+        else:
+            start = model if graph_type is None else _with_graph(model, graph_type)
         out = args.work_dir / f"{name}-{label.replace(' ', '_')}"
         shutil.rmtree(out, ignore_errors=True)
         t0 = time.perf_counter()
@@ -240,21 +244,17 @@ def ranking_task(args, name: str, index: Path, folder: Path, train_split: str, e
     return result
 
 
-def _with_graph(model, graph_type: str, keep_weights: bool = False):
-    """``model``'s passage encoder under new graph layers over a ``graph_type`` graph (``keep_weights``: the
-    graph layers keep ``model``'s weights)."""
+def _with_graph(model, graph_type: str):
     from graphdoc.encoder import GraphDocEncoder
 
     config = dataclasses.replace(model.config, graph=dataclasses.replace(model.config.graph, graph_type=graph_type))
-    out = GraphDocEncoder(model.passage_encoder, config)
-    if keep_weights:
-        out.load_state_dict(model.state_dict())
-    return out
+    return GraphDocEncoder(model.passage_encoder, config)
 
 
-def _start_from(path: Path, index_model):
-    """The saved model at ``path`` with ``index_model``'s chunker and graph type (the prepared documents and
-    cached vectors are the index's); its passage encoder must compute the same vectors."""
+def _start_from(path: Path, index_model, graph_type: str | None = None):
+    """The saved model at ``path`` with ``index_model``'s chunker and ``graph_type`` (``None``: the index
+    model's), its passage encoder ``index_model``'s (the prepared documents and cached vectors are the
+    index's): the two encoders must compute the same vectors."""
     from graphdoc.encoder import GraphDocEncoder
     from graphdoc.training.cache import encoder_identity
 
@@ -263,9 +263,8 @@ def _start_from(path: Path, index_model):
             for m in (init, index_model)]
     if same[0] != same[1]:  # the start runs on the index model's passage encoder (and precision)
         raise SystemExit(f"{path}: its passage encoder is not the index's; the cached passage vectors would not apply")
-    config = dataclasses.replace(init.config, chunker=index_model.config.chunker,
-                                 graph=dataclasses.replace(init.config.graph,
-                                                           graph_type=index_model.config.graph.graph_type))
+    graph = dataclasses.replace(init.config.graph, graph_type=graph_type or index_model.config.graph.graph_type)
+    config = dataclasses.replace(init.config, chunker=index_model.config.chunker, graph=graph)
     start = GraphDocEncoder(index_model.passage_encoder, config)
     start.load_state_dict(init.state_dict())
     start.passage_encoder.requires_grad_(False)

@@ -69,7 +69,8 @@ class RankingTrainer:
         qids = sorted({p.query_id for p in self.pairs})
         texts = [self.data.query_texts[q] for q in qids]
         ranker = self.data.ranker(self.cfg.passage_weight, self.cfg.similarity)
-        depth = self.search_depth()
+        depth = rk.search_depth(self.cfg.negative_depth, len(self.data.doc_ids),
+                                None if self.pool is None else len(self.pool))
         if source == rk.BM25:
             run = ranker.bm25_run(qids, texts, depth)
         else:
@@ -82,10 +83,6 @@ class RankingTrainer:
         with atomic_write(path, "w", encoding="utf-8") as handle:
             json.dump(lists, handle)
         return lists
-
-    def search_depth(self) -> int:
-        return rk.search_depth(self.cfg.negative_depth, len(self.data.doc_ids),
-                               None if self.pool is None else len(self.pool))
 
     # ------------------------------------------------------------------ loop
     def train(self, resume: bool = False) -> dict:
