@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
@@ -49,6 +50,7 @@ class ChunkerConfig:
     title: str = "first"
 
     def __post_init__(self) -> None:
+        check_types(self, "chunker")
         if self.max_words < 1:
             raise GraphDocError(f"chunker.max_words must be at least 1; got {self.max_words}")
         if self.max_passages is not None and self.max_passages < 1:
@@ -74,6 +76,7 @@ class PassageEncoderConfig:
     precision: str = "auto"
 
     def __post_init__(self) -> None:
+        check_types(self, "passage_encoder")
         if self.pooling is not None:
             _check_choice("passage_encoder.pooling", self.pooling, ("cls", "mean", "max"))
         _check_choice("passage_encoder.precision", self.precision, PRECISIONS)
@@ -101,6 +104,7 @@ class GraphConfig:
     attention_dropout: float = 0.1
 
     def __post_init__(self) -> None:
+        check_types(self, "graph")
         _check_choice("graph.graph_type", self.graph_type, ("full", "section"))
         if self.num_layers < 0 or self.heads < 1:
             raise GraphDocError("graph.num_layers must be >= 0 and graph.heads >= 1")
@@ -144,28 +148,43 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
         raise GraphDocError(f"bad config for {where or cls.__name__}: {exc}") from None
 
 
-def coerce_numbers(config: Any, where: str = "") -> None:
-    """Check a dataclass's numeric settings in place; accept YAML strings such as ``5e-5``.
+#: a field's annotated type -> how an error names it
+TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "a boolean (true or false)", "str": "a string"}
 
-    PyYAML reads ``5e-5`` (no dot) as text; a value that is not a number is a one-line error.
+
+def check_types(config: Any, where: str = "") -> None:
+    """Check a dataclass's settings against their annotated types in place; one-line error naming the key.
+
+    Numbers accept YAML strings such as ``5e-5`` (PyYAML reads one without a dot as text) and floats
+    accept integers; booleans must be YAML booleans (the string ``"no"`` is true) and strings strings.
+    ``None`` passes only where the type allows it.
     """
     prefix = f"{where}." if where else ""
     for f in dataclasses.fields(config):
-        kind = str(f.type)
-        want = float if kind.startswith("float") else int if kind.startswith("int") else None
+        kind, _, rest = str(f.type).partition(" |")
         value = getattr(config, f.name)
-        if want is None or value is None:
+        if kind not in TYPE_NAMES or (value is None and "None" in rest):
             continue
-        if isinstance(value, str):
-            try:
-                value = want(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                (want is int and not isinstance(value, int)):
-            what = "an integer" if want is int else "a number"
-            raise GraphDocError(f"{prefix}{f.name} must be {what}; got {getattr(config, f.name)!r}")
-        setattr(config, f.name, want(value))
+        checked = _as_type(kind, value)
+        if checked is None:
+            raise GraphDocError(f"{prefix}{f.name} must be {TYPE_NAMES[kind]}; got {value!r}")
+        setattr(config, f.name, checked)
+
+
+def _as_type(kind: str, value: Any) -> Any:
+    """``value`` as a ``kind`` (a key of :data:`TYPE_NAMES`), or ``None`` when it is not one."""
+    if kind == "str" and isinstance(value, os.PathLike):
+        return os.fspath(value)  # a path setting given as a Path
+    if kind in ("bool", "str"):
+        return value if isinstance(value, bool if kind == "bool" else str) else None
+    if isinstance(value, str):
+        try:
+            value = float(value) if kind == "float" else int(value)
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, int if kind == "int" else (int, float)):
+        return None
+    return float(value) if kind == "float" else value
 
 
 def read_config_file(path: str | Path) -> Any:

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from graphdoc.config import ChunkerConfig, PassageEncoderConfig, _check_choice, from_dict
+from graphdoc.config import ChunkerConfig, PassageEncoderConfig, _check_choice, check_types, from_dict
 from graphdoc.errors import GraphDocError
 
 FLAT_GRAPH_TYPE = "flat"
@@ -36,6 +36,7 @@ class FlatConfig:
     document: str = "first"
 
     def __post_init__(self) -> None:
+        check_types(self, "graph")
         if self.graph_type != FLAT_GRAPH_TYPE:
             raise GraphDocError(f"a flat backbone builds no graph: graph.graph_type must be "
                                 f"{FLAT_GRAPH_TYPE!r}; got {self.graph_type!r}")

@@ -91,7 +91,7 @@ def load(cls: type["GraphDocEncoder"], name_or_path, config: ModelConfig | None,
         return model
     config = config or config_class_of(cls)()
     pe_config = replace(config.passage_encoder, model_name_or_path=name)
-    passage_encoder = PassageEncoder.load(str(path), pe_config)
+    passage_encoder = PassageEncoder.load(resolve_model_name(name), pe_config)  # as typed: ./x names a folder
     model = cls(passage_encoder, replace(config, passage_encoder=passage_encoder.config), device=device)
     model.name_or_path = str(path.resolve()) if path.is_dir() and name not in DEFAULT_MODEL_ALIASES else name
     return model

@@ -57,8 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", force=True)
-    _quiet_third_party(args.verbose)
+    handler = logging.StreamHandler()
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", handlers=[handler], force=True)
+    _quiet_third_party(args.verbose, handler)
     try:
         return int(args.func(args) or 0)
     except GraphDocError as exc:
@@ -69,11 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _quiet_third_party(verbose: bool) -> None:
-    """Keep transformers' own loading bars and notices out of graphdoc's output unless verbose."""
+def _quiet_third_party(verbose: bool, handler: logging.Handler) -> None:
+    """Keep bm25s's notices and transformers' own loading bars and notices out of graphdoc's output unless verbose."""
     if verbose:
         return
-    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    # bm25s sets its logger to DEBUG when imported (lazily, after any level set here): filter its records instead
+    handler.addFilter(lambda record: record.levelno >= logging.WARNING or not record.name.startswith("bm25s"))
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

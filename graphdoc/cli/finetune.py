@@ -18,6 +18,9 @@ from graphdoc.config import NEGATIVE_POOLS, PRECISIONS
 from graphdoc.errors import GraphDocError
 
 NEEDS = {"ranking": ("corpus", "queries", "qrels"), "classification": ("train", "dev")}
+#: each task's own options: giving one to the other task is an error
+OPTIONS = {"ranking": ("corpus", "queries", "qrels", "dev_qrels", "folds", "negative_pool"),
+           "classification": ("train", "dev", "test", "few_shot", "repeats", "objective", "temperature")}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -69,9 +72,7 @@ def run(args: argparse.Namespace) -> int:
         load_finetune_setup,
     )
 
-    missing = [f"--{name.replace('_', '-')}" for name in NEEDS[args.task] if getattr(args, name) is None]
-    if missing:
-        raise GraphDocError(f"--task {args.task} needs {', '.join(missing)}")
+    _check_task_options(args)
     if args.output.exists() and not args.output.is_dir():
         raise GraphDocError(f"--output {args.output} exists and is not a folder")
     common = {"frozen_encoder": args.frozen_encoder, "epochs": args.epochs, "batch_size": args.batch_size,
@@ -94,6 +95,26 @@ def run(args: argparse.Namespace) -> int:
                                          device=args.device, precision=args.precision, backbone=args.backbone)
     _report(result)
     return 0
+
+
+def _check_task_options(args: argparse.Namespace) -> None:
+    """One error line for a missing option of ``--task``, one of the other task, or bad ``--folds``."""
+    missing = [_flag(name) for name in NEEDS[args.task] if getattr(args, name) is None]
+    if missing:
+        raise GraphDocError(f"--task {args.task} needs {', '.join(missing)}")
+    other = next(task for task in OPTIONS if task != args.task)
+    stray = [_flag(name) for name in OPTIONS[other] if getattr(args, name) is not None]
+    if stray:
+        raise GraphDocError(f"--task {args.task} does not take {', '.join(stray)} (for --task {other} only)")
+    if args.folds is not None and args.folds < 2:
+        raise GraphDocError(f"--folds must be at least 2; got {args.folds}")
+    if args.folds is not None and args.dev_qrels is not None:
+        raise GraphDocError("--folds does not take --dev-qrels: k-fold cross-validation holds out its own dev share "
+                            "of each fold's training queries (ranking.fold_dev_fraction)")
+
+
+def _flag(name: str) -> str:
+    return f"--{name.replace('_', '-')}"
 
 
 def _report(result: dict) -> None:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from graphdoc.cli.common import logger
+from graphdoc.errors import GraphDocError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -23,6 +24,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from graphdoc.finetune import predict
 
+    for flag, value in (("--batch-size", args.batch_size), ("--max-passages", args.max_passages)):
+        if value is not None and value < 1:
+            raise GraphDocError(f"{flag} must be a positive integer; got {value}")
+    if args.output.is_dir():
+        raise GraphDocError(f"--output {args.output} is a folder")
     count = predict(args.model, args.input, args.output, args.batch_size, args.max_passages, args.device)
     logger.info("%d documents classified into %s", count, args.output)
     return 0

@@ -86,10 +86,12 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
     Returns the summary also written as ``output/finetune.json`` (``crossval.json`` with ``folds``).
     """
     from graphdoc.finetune.crossval import cross_validate
-    from graphdoc.finetune.data import load_ranking_data, read_qrels_arg
+    from graphdoc.finetune.data import load_ranking_data, read_known_qrels
     from graphdoc.finetune.inputs import open_cache
     from graphdoc.finetune.ranking_trainer import RankingTrainer
 
+    if folds is not None and folds < 2:
+        raise GraphDocError(f"folds must be at least 2; got {folds}")
     config = config or RankingConfig()
     output = Path(output)
     model = load_start_model(model, model_config, device, backbone, precision)
@@ -98,10 +100,10 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
                             "frozen_encoder false (--no-frozen-encoder) or use a graph model")
     cache = open_cache(model, config.frozen_encoder, config.cache_dir, output)
     data = load_ranking_data(model, corpus, queries, cache, config.max_passages, split, bm25)
-    train = read_qrels_arg(qrels)
-    if folds:
+    train = read_known_qrels(qrels, data, train=True)
+    if folds is not None:
         return cross_validate(model, config, data, train, output, folds, resume)
-    dev = read_qrels_arg(dev_qrels) if dev_qrels is not None else None
+    dev = read_known_qrels(dev_qrels, data) if dev_qrels is not None else None
     return RankingTrainer(model, config, data, train, output, dev).train(resume)
 
 
@@ -140,6 +142,11 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     splits = {"train": read_labelled(train, "train"), "dev": read_labelled(dev, "dev")}
     if test is not None:
         splits["test"] = read_labelled(test, "test")
+    known = set(labels_of(splits["train"]))
+    for source, name in ((dev, "dev"), (test, "test")):
+        unknown = sorted(set(labels_of(splits.get(name, []))) - known)
+        if unknown:
+            raise GraphDocError(f"{source}: labels not in the training set: {', '.join(map(repr, unknown))}")
     encoder = load_start_model(model, model_config, device, backbone, precision)
     if config.objective == "supcon" and config.frozen_encoder and not hasattr(encoder, "forward_passage_vectors"):
         raise GraphDocError(SUPCON_NEEDS_LAYERS)  # before the passages are encoded
@@ -149,7 +156,7 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     classifier = DocumentClassifier(encoder, sorted(set(labels_of(splits["train"]))), config.dropout)
     if config.shots is not None:
         return few_shot(classifier, config, data, keys["train"], keys.get("test", keys["dev"]), output,
-                        config.shots, config.repeats)
+                        config.shots, config.repeats, resume)
     trainer = ClassificationTrainer(classifier, config, data, keys["train"], output, keys["dev"])
     summary = trainer.train(resume)
     best = DocumentClassifier.from_pretrained(output / "model", device=device)

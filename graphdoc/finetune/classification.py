@@ -24,7 +24,7 @@ from graphdoc.errors import GraphDocError
 from graphdoc.finetune.classifier import DocumentClassifier
 from graphdoc.finetune.config import ClassificationConfig
 from graphdoc.finetune.inputs import GraphInputs
-from graphdoc.finetune.loop import EpochLoop, seed_everything
+from graphdoc.finetune.loop import EpochLoop, data_fingerprint, seed_everything
 from graphdoc.finetune.supcon import supcon_losses
 from graphdoc.outputs import GraphOutput
 
@@ -149,8 +149,11 @@ class ClassificationTrainer:
         groups = [{"params": head, "lr": config.head_lr, "weight_decay": 0.0}]
         if body:
             groups.append({"params": body, "lr": config.lr, "weight_decay": config.weight_decay})
+        fingerprint = data_fingerprint({"train": [[k, data.labels[k]] for k in self.train_keys],
+                                        "dev": [[k, data.labels[k]] for k in self.dev_keys],
+                                        "labels": list(classifier.labels)})
         self.loop = EpochLoop(classifier, config, self.output, config.epochs * self.steps_per_epoch, groups,
-                              clip_per_group=config.objective == "supcon")
+                              clip_per_group=config.objective == "supcon", data=fingerprint)
 
     def train(self, resume: bool = False) -> dict:
         self.loop.start_or_resume(resume)

@@ -15,11 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from graphdoc.documents import as_document
-from graphdoc.errors import GraphDocError
+from graphdoc.errors import GraphDocError, ModelLoadError
 from graphdoc.fileio import atomic_directory
 from graphdoc.models.classification_head import ClassificationHead
 
@@ -73,14 +74,28 @@ class DocumentClassifier(nn.Module):
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device | None = None) -> DocumentClassifier:
         from graphdoc.backbones import load_model
+        from graphdoc.config import read_config_file
 
         path = Path(path)
         if not (path / HEAD_WEIGHTS).is_file() or not (path / LABELS).is_file():
             raise GraphDocError(f"{path} is not a saved classifier (no {HEAD_WEIGHTS} or {LABELS})")
-        head = json.loads((path / HEAD_CONFIG).read_text(encoding="utf-8"))
-        model = cls(load_model(str(path / ENCODER_DIR), device=device),
-                    json.loads((path / LABELS).read_text(encoding="utf-8")), head["dropout"])
-        model.head.load_state_dict(load_file(str(path / HEAD_WEIGHTS)))
+        head, labels = read_config_file(path / HEAD_CONFIG), read_config_file(path / LABELS)
+        if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+            raise ModelLoadError(f"{path / LABELS}: not a JSON list of label strings")
+        num_classes = head.get("num_classes") if isinstance(head, dict) else None
+        if num_classes != len(labels):
+            raise ModelLoadError(f"{path / LABELS} lists {len(labels)} labels; {path / HEAD_CONFIG} "
+                                 f"has num_classes {num_classes!r}")
+        try:
+            weights = load_file(str(path / HEAD_WEIGHTS))
+        except (OSError, SafetensorError) as exc:
+            raise ModelLoadError(f"{path / HEAD_WEIGHTS}: unreadable safetensors file ({exc})") from None
+        model = cls(load_model(str(path / ENCODER_DIR), device=device), labels, head.get("dropout", 0.0))
+        try:
+            model.head.load_state_dict(weights)
+        except RuntimeError:
+            raise ModelLoadError(f"{path / HEAD_WEIGHTS} does not fit {path / HEAD_CONFIG}: not the weights of a "
+                                 f"{model.encoder.dimension} -> {num_classes} head") from None
         return model.to(model.encoder.device)
 
     def extra_repr(self) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from graphdoc.backbones import GRAPH, BackboneSetup
-from graphdoc.config import NEGATIVE_POOLS, ModelConfig, _check_choice, coerce_numbers, read_config_file
+from graphdoc.config import NEGATIVE_POOLS, ModelConfig, _check_choice, check_types, read_config_file
 from graphdoc.errors import GraphDocError
 from graphdoc.flat_config import FlatModelConfig
 
@@ -48,9 +48,10 @@ class TrainingConfig:
     cache_dir: str | None = None
     max_grad_norm: float | None = 1.0
     seed: int = 42
+    section = ""  # the YAML section, naming the keys in errors (a class attribute, not a field)
 
     def __post_init__(self) -> None:
-        coerce_numbers(self)
+        check_types(self, self.section)
         for name in ("lr", "epochs", "batch_size", "max_passages"):
             if not getattr(self, name) > 0:
                 raise GraphDocError(f"{name} must be positive; got {getattr(self, name)!r}")
@@ -80,6 +81,7 @@ class RankingConfig(TrainingConfig):
             pick the best epoch and the fusion alpha (a model scores its own training queries too well).
     """
 
+    section = "ranking"
     similarity: str = "cosine"
     temperature: float = 0.05
     passage_weight: float = 0.9
@@ -120,6 +122,7 @@ class ClassificationConfig(TrainingConfig):
         similarity, temperature: ``s(a, b) / temperature`` of the ``supcon`` loss (cosine or dot product).
     """
 
+    section = "classification"
     lr: float = 1e-4
     head_lr: float = 1e-2
     dropout: float = 0.1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,8 @@ from graphdoc.finetune.inputs import GraphInputs
 from graphdoc.finetune.retriever import CorpusRanker
 from graphdoc.retrieval.bm25 import BM25Index
 from graphdoc.training.cache import PassageVectorCache
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -57,3 +60,31 @@ def load_ranking_data(model, corpus: str | Path | Iterable[Document], queries: s
 def read_qrels_arg(qrels: str | Path | Mapping[str, Mapping[str, int]], split: str | None = None) -> dict:
     """Qrels from a path (BEIR ``.tsv`` or TREC) or as given."""
     return read_qrels(qrels, split) if isinstance(qrels, (str, Path)) else {q: dict(d) for q, d in qrels.items()}
+
+
+def read_known_qrels(qrels: str | Path | Mapping[str, Mapping[str, int]], data: RankingData, *,
+                     train: bool = False) -> dict:
+    """:func:`read_qrels_arg` without the judgements of queries or documents that ``data`` does not hold (usual
+    for TREC qrels over part of a collection), with one warning that counts them. For training (``train``),
+    an error when no relevant judgement is left."""
+    name = str(qrels) if isinstance(qrels, (str, Path)) else "the training qrels" if train else "the dev qrels"
+    docs = set(data.doc_ids)
+    kept, no_query, no_doc = {}, [], []
+    for qid, judged in read_qrels_arg(qrels).items():
+        if qid not in data.query_texts:
+            no_query += [qid] * len(judged)
+            continue
+        no_doc += [d for d in judged if d not in docs]
+        if any(d in docs for d in judged):
+            kept[qid] = {d: rel for d, rel in judged.items() if d in docs}
+    parts = []
+    for ids, what in ((no_query, "a query not in the queries"), (no_doc, "a document not in the corpus")):
+        if ids:
+            noun = "" if parts else " judgement" if len(ids) == 1 else " judgements"
+            parts.append(f"{len(ids)}{noun} of {what} ({ids[0]})")
+    if parts:
+        logger.warning("%s: %s; ignored", name, ", ".join(parts))
+    if train and not any(rel > 0 for judged in kept.values() for rel in judged.values()):
+        raise GraphDocError(f"{name}: no relevant judgement of a query in the queries and a document in the corpus "
+                            "to train on")
+    return kept

@@ -43,8 +43,11 @@ def sample_per_class(labels: Mapping[str, str], k: int, seed: int) -> list[str]:
 
 def few_shot(classifier: DocumentClassifier, config: ClassificationConfig, data: LabelledInputs,
              train_keys: Sequence[str], test_keys: Sequence[str], output: Path, shots: int,
-             repeats: int = 10) -> dict:
-    """Fine-tune ``repeats`` copies on ``shots`` examples per class; mean and std of test accuracy and macro-F1."""
+             repeats: int = 10, resume: bool = False) -> dict:
+    """Fine-tune ``repeats`` copies on ``shots`` examples per class; mean and std of test accuracy and macro-F1.
+
+    ``resume``: continue each seed's run (``OUTPUT/seed-N``) from its latest checkpoint; seeds not begun start.
+    """
     train_labels = {k: data.labels[k] for k in train_keys}
     runs = []
     for r in range(repeats):
@@ -53,7 +56,7 @@ def few_shot(classifier: DocumentClassifier, config: ClassificationConfig, data:
         run_cfg = dataclasses.replace(config, seed=seed)
         trainer = ClassificationTrainer(copy.deepcopy(classifier), run_cfg, data, keys,
                                         Path(output) / f"seed-{seed}")
-        summary = trainer.train()
+        summary = trainer.train(resume)
         scores = evaluate_classifier(trainer.classifier, data, list(test_keys))
         runs.append({"seed": seed, "train": keys, **scores, "wall_s": summary["wall_s"]})
     result = {"shots": shots, "repeats": repeats, "runs": runs}

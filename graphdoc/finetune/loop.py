@@ -8,7 +8,9 @@ schedule and random states, so a resumed run ends where an uninterrupted one wou
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import logging
 import random
 import time
 from pathlib import Path
@@ -23,9 +25,16 @@ from graphdoc.training import checkpoint as ckpt
 from graphdoc.training.metrics import peak_memory_mib
 from graphdoc.training.optim import build_optimizer, build_scheduler
 
+logger = logging.getLogger(__name__)
+
 SUMMARY_NAME = "finetune.json"
 #: settings that may change on resume: they do not change what is learned
 OPERATIONAL = ("cache_dir",)
+
+
+def data_fingerprint(data: Any) -> str:
+    """A digest of what a run trains on (ids, labels, judgements: anything JSON), checked on resume."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
 def seed_everything(seed: int) -> None:
@@ -38,12 +47,14 @@ class EpochLoop:
     """Optimiser, schedule and epoch checkpoints of one run into ``output``.
 
     ``clip_per_group`` clips each parameter group's gradients on its own (a probe head trained alongside
-    must not scale the model's gradients); else all of them together.
+    must not scale the model's gradients); else all of them together. ``data``: the
+    :func:`data_fingerprint` of the training data; a run resumes only over the same data.
     """
 
     def __init__(self, model: torch.nn.Module, config, output: Path, total_steps: int, param_groups=None,
-                 clip_per_group: bool = False) -> None:
+                 clip_per_group: bool = False, data: str | None = None) -> None:
         self.model, self.config, self.output, self.clip_per_group = model, config, output, clip_per_group
+        self.data = data
         self.optimizer = (torch.optim.AdamW(param_groups) if param_groups is not None
                           else build_optimizer(model, config))
         self.scheduler = build_scheduler(self.optimizer, config, total_steps)
@@ -57,8 +68,14 @@ class EpochLoop:
             raise GraphDocError(f"{self.output} already holds a fine-tuning run; pass --resume to continue it "
                                 "or choose another --output")
         self.output.mkdir(parents=True, exist_ok=True)
+        if resume and not found:
+            logger.warning("nothing to resume in %s: starting from scratch", self.output)
         if not (resume and found):
             return
+        state = json.loads((found[-1] / ckpt.STATE_NAME).read_text(encoding="utf-8"))
+        if state.get("data", self.data) != self.data:
+            raise GraphDocError(f"cannot resume {self.output} over different training data (document ids, "
+                                "labels, queries or judgements): use the run's inputs or another --output")
         loaded = type(self.model).from_pretrained(found[-1] / ckpt.MODEL_DIR, device=self.model.device)
         self.model.load_state_dict(loaded.state_dict())
         rng, state = ckpt.load_checkpoint(found[-1], self.optimizer, self.scheduler)
@@ -69,6 +86,8 @@ class EpochLoop:
                 raise GraphDocError(f"cannot resume with {key}={now[key]!r}: the run was started with "
                                     f"{saved.get(key)!r}")
         self.state = state
+        if state["history"]:  # wall time counts the epochs before the interruption
+            self.start -= state["history"][-1]["elapsed_s"]
 
     def step(self, loss: torch.Tensor) -> float:
         """Backward, clip, optimiser and schedule step; returns the loss."""
@@ -93,6 +112,7 @@ class EpochLoop:
                                           elapsed_s=round(time.perf_counter() - self.start, 2)))
         self.state["epoch"] += 1
         self.state["config"] = dataclasses.asdict(self.config)
+        self.state["data"] = self.data
         ckpt.save_checkpoint(ckpt.checkpoint_dir(self.output, self.state["step"]), self.model, self.optimizer,
                              self.scheduler, {"torch_cpu.rank0": torch.get_rng_state()}, self.state)
         ckpt.prune_checkpoints(self.output, 1)

@@ -28,7 +28,7 @@ from graphdoc.fileio import atomic_write
 from graphdoc.finetune import ranking as rk
 from graphdoc.finetune.config import RankingConfig
 from graphdoc.finetune.data import RankingData
-from graphdoc.finetune.loop import EpochLoop, seed_everything
+from graphdoc.finetune.loop import EpochLoop, data_fingerprint, seed_everything
 from graphdoc.retrieval.evaluation import evaluate
 from graphdoc.retrieval.fusion import FusionConfig
 
@@ -52,7 +52,12 @@ class RankingTrainer:
         self.dev_qrels = {q: d for q, d in (dev_qrels or {}).items() if q in data.queries} or None
         self.steps_per_epoch = math.ceil(len(self.pairs) / config.batch_size)
         seed_everything(config.seed)
-        self.loop = EpochLoop(model, config, self.output, config.epochs * self.steps_per_epoch)
+        used = sorted({p.query_id for p in self.pairs} | set(self.dev_qrels or {}))
+        fingerprint = data_fingerprint({"pairs": [[p.query_id, p.doc_id] for p in self.pairs],
+                                        "queries": {q: data.query_texts[q] for q in used},
+                                        "dev": {q: dict(d) for q, d in (self.dev_qrels or {}).items()},
+                                        "documents": list(data.doc_ids)})
+        self.loop = EpochLoop(model, config, self.output, config.epochs * self.steps_per_epoch, data=fingerprint)
         self.negatives: dict[str, dict[str, list[str]]] = {}
 
     def fusion(self) -> FusionConfig:

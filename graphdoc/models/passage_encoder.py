@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -57,10 +58,7 @@ class PassageEncoder(nn.Module):
             tokenizer = AutoTokenizer.from_pretrained(name_or_path)
             model = AutoModel.from_pretrained(name_or_path)
         except (OSError, ValueError) as exc:
-            where = "local folder" if Path(name_or_path).exists() else "Hugging Face hub model"
-            raise ModelLoadError(
-                f"cannot load {where} {name_or_path!r}: {_first_line(exc)} "
-                "(name a local model folder, or a hub id once it is cached)") from None
+            raise ModelLoadError(_load_error(name_or_path, exc)) from None
         resolved = resolve_settings(name_or_path, config, tokenizer, model.config)
         return cls(model, tokenizer, resolved)
 
@@ -177,6 +175,33 @@ def _sentence_transformers_settings(folder: Path) -> dict:
     if sbert.is_file():
         settings["max_seq_length"] = json.loads(sbert.read_text(encoding="utf-8")).get("max_seq_length")
     return settings
+
+
+def _load_error(name_or_path: str, exc: BaseException) -> str:
+    """Why ``name_or_path`` did not load, in one line: a saved classifier, a missing folder, or the loader's words."""
+    from graphdoc.finetune.classifier import ENCODER_DIR, HEAD_WEIGHTS
+
+    path = Path(name_or_path)
+    if (path / HEAD_WEIGHTS).is_file() and (path / ENCODER_DIR).is_dir():
+        return f"{path} is a saved classifier; use {path / ENCODER_DIR} for its encoder"
+    if not path.exists() and _is_path_name(name_or_path):
+        return f"no model folder at {name_or_path}"
+    where = "local folder" if path.exists() else "Hugging Face hub model"
+    return (f"cannot load {where} {name_or_path!r}: {_first_line(exc)} "
+            "(name a local model folder, or a hub id once it is cached)")
+
+
+def _is_path_name(name: str) -> bool:
+    """Whether ``name`` can only mean a folder: absolute, ``./``, ``../`` or ``~``, or a separator no hub id has."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if Path(name).is_absolute() or name.startswith(("./", "../", "~")):
+        return True
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return any(sep and sep in name for sep in (os.sep, os.altsep))
+    return False
 
 
 def _first_line(exc: BaseException) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from graphdoc.backbones import BACKBONES, FLAT, GRAPH, BackboneSetup
-from graphdoc.config import ModelConfig, _check_choice, coerce_numbers, read_config_file
+from graphdoc.config import ModelConfig, _check_choice, check_types, read_config_file
 from graphdoc.errors import GraphDocError
 from graphdoc.flat_config import FlatModelConfig
 
@@ -102,7 +102,7 @@ class PretrainConfig:
     seed: int = 42
 
     def __post_init__(self) -> None:
-        coerce_numbers(self, "pretrain")
+        check_types(self, "pretrain")
         _check_choice("pretrain.objective", self.objective, OBJECTIVES)
         _check_choice("pretrain.similarity", self.similarity, SIMILARITIES)
         positive = {"temperature": self.temperature, "lr": self.lr, "batch_size": self.batch_size,
@@ -112,6 +112,9 @@ class PretrainConfig:
         for name, value in positive.items():
             if not value > 0:
                 raise GraphDocError(f"pretrain.{name} must be positive; got {value!r}")
+        if self.batch_size < 2:  # every objective is contrastive: a document's negatives are the batch's others
+            raise GraphDocError(f"pretrain.batch_size must be at least 2 (the other documents of a batch are the "
+                                f"negatives; batch_size counts over all processes); got {self.batch_size}")
         if self.max_passages < 2:
             raise GraphDocError(f"pretrain.max_passages must be at least 2; got {self.max_passages}")
         if self.max_seconds is not None and not self.max_seconds > 0:

@@ -57,6 +57,23 @@ OPERATIONAL = ("checkpoint_every", "keep_checkpoints", "log_every", "tensorboard
                "prepared_cache_mb")
 
 
+def corpus_identity(sources: list[str]) -> list[list]:
+    """``[name, bytes]`` of every source (a named corpus: ``[name, None]``); a resumed run must read the same."""
+    out = []
+    for source in sources:
+        path = Path(source)
+        if not path.exists():
+            out.append([source, None])
+            continue
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        out.append([path.name, sum(f.stat().st_size for f in files)])
+    return out
+
+
+def _describe(identity: list[list]) -> str:
+    return ", ".join(name if size is None else f"{name} ({size:,} bytes)" for name, size in identity)
+
+
 class Trainer:
     """One pretraining run into ``output`` over ``sources``; see :func:`graphdoc.training.pretrain`."""
 
@@ -155,6 +172,10 @@ class Trainer:
             if key not in OPERATIONAL and saved.get(key) != now[key]:
                 raise GraphDocError(f"cannot resume with pretrain.{key}={now[key]!r}: the run was started "
                                     f"with {saved.get(key)!r}")
+        corpus = corpus_identity(self.sources)
+        if state.get("corpus", corpus) != corpus:
+            raise GraphDocError(f"cannot resume over a different corpus: the run read {_describe(state['corpus'])}, "
+                                f"now {_describe(corpus)}")
 
     def _seed(self) -> None:
         torch.manual_seed(self.cfg.seed + self.ctx.rank)
@@ -278,7 +299,7 @@ class Trainer:
         return {"step": self.step, "epoch": self.position.epoch, "offset": self.position.offset,
                 "stats": dataclasses.asdict(self.stats), "total_steps": self.total_steps,
                 "world_size": self.ctx.world_size, "backbone": self.setup.backbone,
-                "loop_seconds": self.loop_seconds(),
+                "loop_seconds": self.loop_seconds(), "corpus": corpus_identity(self.sources),
                 "pretrain": dataclasses.asdict(self.cfg),
                 "scaler": self.scaler.state_dict() if self.scaler is not None else None}
 

@@ -1,0 +1,150 @@
+"""``graphdoc predict`` and model loading: bad arguments, broken classifier folders and wrong model paths are
+one error line (exit 1), and nothing is written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from _finetune_helpers import labelled_files
+from safetensors.torch import save_file
+
+from graphdoc.cli import main
+
+KEPT = '{"id": "earlier"}\n'
+
+
+@pytest.fixture(autouse=True)
+def restore_global_state(restore_cli_state):
+    """``main`` configures logging and quiets transformers for the process (see conftest)."""
+    yield
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(tiny_bert, tmp_path_factory) -> Path:
+    """An untrained two-label classifier on tiny_bert, saved as ``graphdoc finetune`` saves one."""
+    from graphdoc.encoder import GraphDocEncoder
+    from graphdoc.finetune import DocumentClassifier
+
+    folder = tmp_path_factory.mktemp("classifier") / "model"
+    DocumentClassifier(GraphDocEncoder.from_pretrained(str(tiny_bert)), ["animals", "numbers"]).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def docs(tmp_path) -> Path:
+    return labelled_files(tmp_path)["dev"]
+
+
+def error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err  # one line, no traceback
+    return err.strip()
+
+
+def predict(model, source, output, *extra: str) -> int:
+    return main(["-q", "predict", "--model", str(model), "--input", str(source), "--output", str(output), *extra])
+
+
+@pytest.mark.parametrize("flag, value", [("--batch-size", "-1"), ("--batch-size", "0"),
+                                         ("--max-passages", "0"), ("--max-passages", "-2")])
+def test_non_positive_sizes_are_refused_before_the_model_loads(flag, value, docs, tmp_path, capsys):
+    # the model folder does not exist: the argument is checked first
+    assert predict(tmp_path / "nomodel", docs, tmp_path / "p.jsonl", flag, value) == 1
+    assert error_line(capsys) == f"graphdoc predict: error: {flag} must be a positive integer; got {value}"
+    assert not (tmp_path / "p.jsonl").exists()
+
+
+def test_output_folder_is_refused(docs, tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    assert predict(tmp_path / "nomodel", docs, tmp_path / "out") == 1
+    assert error_line(capsys) == f"graphdoc predict: error: --output {tmp_path / 'out'} is a folder"
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def broken_copy(classifier_dir: Path, tmp_path: Path, file: str, content: bytes) -> Path:
+    folder = shutil.copytree(classifier_dir, tmp_path / "broken")
+    (folder / file).write_bytes(content)
+    return folder
+
+
+@pytest.mark.parametrize("file, content, problem", [
+    ("head.safetensors", b"\xff" * 64, ("head.safetensors: unreadable safetensors file (Error while deserializing "
+                                        "header: header too large)")),
+    ("labels.json", b'["animals",\n', "labels.json: invalid JSON (Expecting value at line 2)"),
+    ("labels.json", b'{"animals": 0}', "labels.json: not a JSON list of label strings"),
+    ("labels.json", b'["a", "b", "c"]', "labels.json lists 3 labels; {dir}/head_config.json has num_classes 2"),
+], ids=["garbage-weights", "invalid-json", "not-a-list", "more-labels-than-outputs"])
+def test_broken_classifier_files_are_one_line(file, content, problem, classifier_dir, docs, tmp_path, capsys):
+    folder = broken_copy(classifier_dir, tmp_path, file, content)
+    (tmp_path / "p.jsonl").write_text(KEPT)
+    assert predict(folder, docs, tmp_path / "p.jsonl") == 1
+    assert error_line(capsys) == f"graphdoc predict: error: {folder}/{problem.format(dir=folder)}"
+    assert (tmp_path / "p.jsonl").read_text() == KEPT
+
+
+def test_head_weights_that_do_not_fit_the_head(classifier_dir, docs, tmp_path, capsys):
+    import torch
+
+    weights = {"linear.weight": torch.zeros(2, 7), "linear.bias": torch.zeros(2)}  # a 7-d head on a 32-d encoder
+    save_file(weights, str(tmp_path / "w.safetensors"))
+    folder = broken_copy(classifier_dir, tmp_path, "head.safetensors", (tmp_path / "w.safetensors").read_bytes())
+    assert predict(folder, docs, tmp_path / "p.jsonl") == 1
+    assert error_line(capsys) == (f"graphdoc predict: error: {folder}/head.safetensors does not fit "
+                                  f"{folder}/head_config.json: not the weights of a 32 -> 2 head")
+    assert not (tmp_path / "p.jsonl").exists()
+
+
+def test_empty_input_is_an_error(classifier_dir, tmp_path, capsys):
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "p.jsonl").write_text(KEPT)
+    assert predict(classifier_dir, tmp_path / "empty.jsonl", tmp_path / "p.jsonl") == 1
+    assert error_line(capsys) == f"graphdoc predict: error: no documents in {tmp_path / 'empty.jsonl'}"
+    assert (tmp_path / "p.jsonl").read_text() == KEPT
+
+
+def test_the_api_checks_its_arguments_too(docs, tmp_path):
+    from graphdoc.errors import GraphDocError
+    from graphdoc.finetune import predict as predict_api
+
+    with pytest.raises(GraphDocError, match=r"^batch_size and max_passages must be at least 1; got 0, None$"):
+        predict_api(tmp_path / "nomodel", docs, tmp_path / "p.jsonl", batch_size=0)
+    with pytest.raises(GraphDocError, match=r"is a folder$"):
+        predict_api(tmp_path / "nomodel", docs, tmp_path)
+
+
+def test_predict_still_writes_one_line_per_document(classifier_dir, docs, tmp_path):
+    assert predict(classifier_dir, docs, tmp_path / "p.jsonl", "--batch-size", "5", "--max-passages", "1") == 0
+    records = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert len(records) == 12 and {r["label"] for r in records} <= {"animals", "numbers"}
+
+
+def embed_error(model: str, tmp_path: Path, capsys) -> str:
+    corpus = labelled_files(tmp_path)["dev"]
+    assert main(["-q", "embed", "--corpus", str(corpus), "--output", str(tmp_path / "e.npy"), "--model", model]) == 1
+    assert not (tmp_path / "e.npy").exists()
+    return error_line(capsys)
+
+
+@pytest.mark.parametrize("name", ["{tmp}/nomodel", "./nomodel", "../nomodel", "~/graphdoc-no-such-model",
+                                  "runs/a/nomodel"])
+def test_a_missing_model_path_is_not_a_hub_id(name, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    name = name.format(tmp=tmp_path)
+    assert embed_error(name, tmp_path, capsys) == f"graphdoc embed: error: no model folder at {name}"
+
+
+def test_a_hub_id_keeps_the_hub_message(tmp_path, capsys):
+    err = embed_error("graphdoc-test/no-such-model", tmp_path, capsys)
+    assert err.startswith("graphdoc embed: error: cannot load Hugging Face hub model 'graphdoc-test/no-such-model': ")
+
+
+def test_a_classifier_folder_is_not_an_encoder(classifier_dir, tmp_path, capsys):
+    assert embed_error(str(classifier_dir), tmp_path, capsys) == \
+        f"graphdoc embed: error: {classifier_dir} is a saved classifier; use {classifier_dir / 'encoder'} for its encoder"
+    assert main(["-q", "pretrain", "--model", str(classifier_dir), "--corpus", str(labelled_files(tmp_path)["train"]),
+                 "--output", str(tmp_path / "pt")]) == 1
+    assert error_line(capsys) == \
+        f"graphdoc pretrain: error: {classifier_dir} is a saved classifier; use {classifier_dir / 'encoder'} for its encoder"

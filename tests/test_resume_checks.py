@@ -1,0 +1,126 @@
+"""``resume`` continues only the run it was given (same data, every few-shot seed, any fold); bad folds."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from _finetune_helpers import labelled_files, ranking_files
+from test_pretrain_checkpoint import tiny_setup, write_corpus
+
+from graphdoc.errors import GraphDocError
+from graphdoc.finetune import (
+    ClassificationConfig,
+    RankingConfig,
+    finetune_classification,
+    finetune_ranking,
+)
+from graphdoc.training import pretrain
+
+RANKING = {"epochs": 2, "batch_size": 4, "hard_negatives": 1, "lr": 5e-3, "max_passages": 4, "temperature": 0.1}
+CLASSIFICATION = {"epochs": 2, "batch_size": 4, "lr": 1e-2, "head_lr": 0.05, "dropout": 0.0, "max_passages": 2}
+
+
+def _fewer_judgements(files, tmp_path):
+    """The training judgements less the last line."""
+    lines = files["qrels"].read_text(encoding="utf-8").splitlines()
+    path = tmp_path / "fewer.tsv"
+    path.write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
+    return path
+
+
+def test_ranking_resume_refuses_other_judgements_and_leaves_the_run_alone(tiny_bert, tmp_path):
+    files = ranking_files(tmp_path)
+    config = RankingConfig(**RANKING)
+    finetune_ranking(files["corpus"], files["queries"], files["qrels"], tmp_path / "run", config=config,
+                     model=str(tiny_bert))
+    before = (tmp_path / "run" / "finetune.json").read_bytes()
+    with pytest.raises(GraphDocError, match=r"^cannot resume .*run over different training data"):
+        finetune_ranking(files["corpus"], files["queries"], _fewer_judgements(files, tmp_path), tmp_path / "run",
+                         config=config, model=str(tiny_bert), resume=True)
+    assert (tmp_path / "run" / "finetune.json").read_bytes() == before
+    again = finetune_ranking(files["corpus"], files["queries"], files["qrels"], tmp_path / "run", config=config,
+                             model=str(tiny_bert), resume=True)  # the same inputs: finished, nothing to do
+    assert again["epochs"] == 2
+
+
+def test_cross_validation_resume_with_other_folds_is_refused(tiny_bert, tmp_path):
+    files = ranking_files(tmp_path)
+    args = (files["corpus"], files["queries"], files["qrels"], tmp_path / "cv")
+    config = RankingConfig(**RANKING, fold_dev_fraction=0.25)
+    finetune_ranking(*args, config=config, model=str(tiny_bert), folds=3)
+    before = (tmp_path / "cv" / "crossval.json").read_bytes()
+    with pytest.raises(GraphDocError, match=r"fold-0 over different training data"):
+        finetune_ranking(*args, config=config, model=str(tiny_bert), folds=2, resume=True)
+    assert (tmp_path / "cv" / "crossval.json").read_bytes() == before
+
+
+def test_classification_resume_refuses_other_training_documents(tiny_bert, tmp_path):
+    files = labelled_files(tmp_path)
+    config = ClassificationConfig(**CLASSIFICATION)
+    finetune_classification(files["train"], files["dev"], tmp_path / "run", config=config, model=str(tiny_bert))
+    before = (tmp_path / "run" / "finetune.json").read_bytes()
+    (tmp_path / "other").mkdir()
+    other = labelled_files(tmp_path / "other", per_class=4)
+    with pytest.raises(GraphDocError, match=r"over different training data \(document ids, labels"):
+        finetune_classification(other["train"], other["dev"], tmp_path / "run", config=config,
+                                model=str(tiny_bert), resume=True)
+    assert (tmp_path / "run" / "finetune.json").read_bytes() == before
+
+
+def test_few_shot_resume_continues_every_seed(tiny_bert, tmp_path, monkeypatch):
+    from graphdoc.finetune.classification import ClassificationTrainer
+
+    files = labelled_files(tmp_path)
+    config = ClassificationConfig(**CLASSIFICATION, shots=2, repeats=3)
+    whole = finetune_classification(files["train"], files["dev"], tmp_path / "a", config=config, model=str(tiny_bert))
+    real, calls = ClassificationTrainer.train, []
+
+    def killed_in_the_second_seed(self, resume=False):
+        calls.append(self.output.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, resume)
+
+    monkeypatch.setattr(ClassificationTrainer, "train", killed_in_the_second_seed)
+    with pytest.raises(KeyboardInterrupt):
+        finetune_classification(files["train"], files["dev"], tmp_path / "b", config=config, model=str(tiny_bert))
+    monkeypatch.setattr(ClassificationTrainer, "train", real)
+    with pytest.raises(GraphDocError, match="seed-42 already holds a fine-tuning run; pass --resume"):
+        finetune_classification(files["train"], files["dev"], tmp_path / "b", config=config, model=str(tiny_bert))
+    resumed = finetune_classification(files["train"], files["dev"], tmp_path / "b", config=config,
+                                      model=str(tiny_bert), resume=True)
+    assert [r["seed"] for r in resumed["runs"]] == [42, 43, 44]
+    for a, b in zip(whole["runs"], resumed["runs"]):
+        assert (a["train"], a["accuracy"], a["macro_f1"]) == (b["train"], b["accuracy"], b["macro_f1"])
+    saved = json.loads((tmp_path / "b" / "fewshot.json").read_text(encoding="utf-8"))
+    assert saved["accuracy"] == whole["accuracy"]
+
+
+def test_resume_with_nothing_to_resume_says_so(tiny_bert, tmp_path, caplog):
+    files = ranking_files(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="graphdoc.finetune.loop"):
+        summary = finetune_ranking(files["corpus"], files["queries"], files["qrels"], tmp_path / "new",
+                                   config=RankingConfig(**RANKING), model=str(tiny_bert), resume=True)
+    assert summary["epochs"] == 2
+    assert f"nothing to resume in {tmp_path / 'new'}: starting from scratch" in caplog.messages
+
+
+def test_pretrain_resume_refuses_another_corpus(tiny_bert, tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    other = write_corpus(tmp_path / "other.jsonl", n=10, seed=1)
+    setup = tiny_setup(tiny_bert, max_steps=2, frozen_encoder=True)
+    pretrain(corpus, tmp_path / "run", setup, device="cpu")
+    size, other_size = corpus.stat().st_size, other.stat().st_size
+    with pytest.raises(GraphDocError, match=rf"^cannot resume over a different corpus: the run read corpus.jsonl "
+                                            rf"\({size:,} bytes\), now other.jsonl \({other_size:,} bytes\)$"):
+        pretrain(other, tmp_path / "run", setup, resume=True, device="cpu")
+    assert pretrain(corpus, tmp_path / "run", setup, resume=True, device="cpu").steps == 2
+
+
+@pytest.mark.parametrize("folds", [0, 1])
+def test_fewer_than_two_folds_is_an_error_before_anything_loads(tmp_path, folds):
+    with pytest.raises(GraphDocError, match=rf"^folds must be at least 2; got {folds}$"):
+        finetune_ranking(tmp_path / "missing-corpus", tmp_path / "q", tmp_path / "r", tmp_path / "run", folds=folds)
+    assert not (tmp_path / "run").exists()
