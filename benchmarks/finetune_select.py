@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import finetune as bench  # the fine-tuning benchmark's setup and scoring
@@ -49,17 +50,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def parse_setting(spec: str, max_passages: int):
+    from graphdoc.errors import GraphDocError
     from graphdoc.finetune.config import RankingConfig
 
     name, _, pairs = spec.partition(":")
     values = dict(DEFAULTS, max_passages=max_passages)
-    types = {f.name: type(f.default) for f in dataclasses.fields(RankingConfig)}
+    fields = {f.name for f in dataclasses.fields(RankingConfig)}
     for item in filter(None, pairs.split(",")):
         key, _, value = item.partition("=")
-        if key not in types:
+        if key not in fields:
             raise SystemExit(f"{spec}: {key!r} is not a RankingConfig field")
-        values[key] = types[key](value)
-    return name, RankingConfig(**values)
+        values[key] = yaml.safe_load(value)  # as in a config file: RankingConfig checks the type
+    try:
+        return name, RankingConfig(**values)
+    except GraphDocError as exc:
+        raise SystemExit(f"{spec}: {exc}") from None
 
 
 def grouped_dev(qrels: dict, share: float, seed: int = 0) -> tuple[dict, dict, int]:
