@@ -210,3 +210,16 @@ def test_path_settings_accept_a_path_object(tmp_path):
 
     assert RankingConfig(cache_dir=tmp_path / "cache").cache_dir == str(tmp_path / "cache")
     assert PassageEncoderConfig(model_name_or_path=tmp_path).model_name_or_path == str(tmp_path)
+
+
+@pytest.mark.parametrize("which", ["qrels", "dev_qrels", "queries", "corpus"])
+def test_missing_ranking_inputs_are_reported_before_the_model_loads(tmp_path, which):
+    from graphdoc.finetune import finetune_ranking
+
+    files = ranking_files(tmp_path)
+    args = {"corpus": files["corpus"], "queries": files["queries"], "qrels": files["qrels"], "dev_qrels": None,
+            which: tmp_path / "missing.tsv"}
+    with pytest.raises(GraphDocError, match=r"missing\.tsv: no such file or folder, and not a named corpus"):
+        finetune_ranking(args["corpus"], args["queries"], args["qrels"], tmp_path / "run",
+                         dev_qrels=args["dev_qrels"], model=str(tmp_path / "no-model"))  # never loaded
+    assert not (tmp_path / "run").exists()

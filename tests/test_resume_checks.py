@@ -45,11 +45,14 @@ def test_ranking_resume_refuses_other_judgements_and_leaves_the_run_alone(tiny_b
     assert again["epochs"] == 2
 
 
-def test_cross_validation_resume_with_other_folds_is_refused(tiny_bert, tmp_path):
+def test_cross_validation_resume_with_other_folds_is_refused(tiny_bert, tmp_path, caplog):
     files = ranking_files(tmp_path)
     args = (files["corpus"], files["queries"], files["qrels"], tmp_path / "cv")
     config = RankingConfig(**RANKING, fold_dev_fraction=0.25)
-    finetune_ranking(*args, config=config, model=str(tiny_bert), folds=3)
+    with caplog.at_level(logging.INFO, logger="graphdoc.finetune.crossval"):
+        finetune_ranking(*args, config=config, model=str(tiny_bert), folds=3)
+    assert [m for m in caplog.messages if m.startswith("fold ")] == [
+        f"fold {f}/3: 3 training, 1 dev, 2 test queries" for f in (1, 2, 3)]
     before = (tmp_path / "cv" / "crossval.json").read_bytes()
     with pytest.raises(GraphDocError, match=r"fold-0 over different training data"):
         finetune_ranking(*args, config=config, model=str(tiny_bert), folds=2, resume=True)
@@ -69,7 +72,7 @@ def test_classification_resume_refuses_other_training_documents(tiny_bert, tmp_p
     assert (tmp_path / "run" / "finetune.json").read_bytes() == before
 
 
-def test_few_shot_resume_continues_every_seed(tiny_bert, tmp_path, monkeypatch):
+def test_few_shot_resume_continues_every_seed(tiny_bert, tmp_path, monkeypatch, caplog):
     from graphdoc.finetune.classification import ClassificationTrainer
 
     files = labelled_files(tmp_path)
@@ -89,8 +92,11 @@ def test_few_shot_resume_continues_every_seed(tiny_bert, tmp_path, monkeypatch):
     monkeypatch.setattr(ClassificationTrainer, "train", real)
     with pytest.raises(GraphDocError, match="seed-42 already holds a fine-tuning run; pass --resume"):
         finetune_classification(files["train"], files["dev"], tmp_path / "b", config=config, model=str(tiny_bert))
-    resumed = finetune_classification(files["train"], files["dev"], tmp_path / "b", config=config,
-                                      model=str(tiny_bert), resume=True)
+    with caplog.at_level(logging.INFO, logger="graphdoc.finetune.fewshot"):
+        resumed = finetune_classification(files["train"], files["dev"], tmp_path / "b", config=config,
+                                          model=str(tiny_bert), resume=True)
+    assert [m for m in caplog.messages if m.startswith("few-shot")] == [
+        f"few-shot run {r}/3 (seed {41 + r}): 4 training documents" for r in (1, 2, 3)]
     assert [r["seed"] for r in resumed["runs"]] == [42, 43, 44]
     for a, b in zip(whole["runs"], resumed["runs"]):
         assert (a["train"], a["accuracy"], a["macro_f1"]) == (b["train"], b["accuracy"], b["macro_f1"])

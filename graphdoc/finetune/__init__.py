@@ -85,13 +85,21 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
         bm25: a :class:`BM25Index` over the corpus in its order (default: built here).
     Returns the summary also written as ``output/finetune.json`` (``crossval.json`` with ``folds``).
     """
+    from graphdoc.corpus import read_corpus, read_queries
     from graphdoc.finetune.crossval import cross_validate
-    from graphdoc.finetune.data import load_ranking_data, read_known_qrels
+    from graphdoc.finetune.data import load_ranking_data, read_known_qrels, read_qrels_arg
     from graphdoc.finetune.inputs import open_cache
     from graphdoc.finetune.ranking_trainer import RankingTrainer
 
     if folds is not None and folds < 2:
         raise GraphDocError(f"folds must be at least 2; got {folds}")
+    # every input read or found now: a missing file is one line before a model loads or a passage is encoded
+    judged = {"train": read_qrels_arg(qrels), "dev": read_qrels_arg(dev_qrels) if dev_qrels is not None else None}
+    names = {"train": str(qrels) if isinstance(qrels, (str, Path)) else None,
+             "dev": str(dev_qrels) if isinstance(dev_qrels, (str, Path)) else None}
+    for source, read in ((queries, read_queries), (corpus, read_corpus)):
+        if isinstance(source, (str, Path)):
+            read(source)  # finds the file and its format; nothing read yet
     config = config or RankingConfig()
     output = Path(output)
     model = load_start_model(model, model_config, device, backbone, precision)
@@ -100,10 +108,10 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
                             "frozen_encoder false (--no-frozen-encoder) or use a graph model")
     cache = open_cache(model, config.frozen_encoder, config.cache_dir, output)
     data = load_ranking_data(model, corpus, queries, cache, config.max_passages, split, bm25)
-    train = read_known_qrels(qrels, data, train=True)
+    train = read_known_qrels(judged["train"], data, train=True, name=names["train"])
     if folds is not None:
         return cross_validate(model, config, data, train, output, folds, resume)
-    dev = read_known_qrels(dev_qrels, data) if dev_qrels is not None else None
+    dev = read_known_qrels(judged["dev"], data, name=names["dev"]) if dev_qrels is not None else None
     return RankingTrainer(model, config, data, train, output, dev).train(resume)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from graphdoc.retrieval.trec import write_run
 from graphdoc.retrieval.tuning import DEFAULT_ALPHAS, assign_folds
 
 Qrels = Mapping[str, Mapping[str, int]]
+logger = logging.getLogger(__name__)
 
 
 def choose_alpha(parts: ComponentRuns, qrels: Qrels, normalization: str, measure: str,
@@ -63,6 +65,7 @@ def cross_validate(model, config: RankingConfig, data: RankingData, qrels: Qrels
     for f, test in enumerate(groups):
         train_q = {q: qrels[q] for g, group in enumerate(groups) if g != f for q in group}
         fit, dev = split_off(train_q, config.fold_dev_fraction, config.fold_seed + f)
+        logger.info("fold %d/%d: %d training, %d dev, %d test queries", f + 1, folds, len(fit), len(dev), len(test))
         trainer = RankingTrainer(copy.deepcopy(model), config, data, fit, output / f"fold-{f}", dev or None)
         summary = trainer.train(resume)
         if dev:  # the best epoch's weights, as saved

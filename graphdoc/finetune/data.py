@@ -63,11 +63,12 @@ def read_qrels_arg(qrels: str | Path | Mapping[str, Mapping[str, int]], split: s
 
 
 def read_known_qrels(qrels: str | Path | Mapping[str, Mapping[str, int]], data: RankingData, *,
-                     train: bool = False) -> dict:
+                     train: bool = False, name: str | None = None) -> dict:
     """:func:`read_qrels_arg` without the judgements of queries or documents that ``data`` does not hold (usual
     for TREC qrels over part of a collection), with one warning that counts them. For training (``train``),
-    an error when no relevant judgement is left."""
-    name = str(qrels) if isinstance(qrels, (str, Path)) else "the training qrels" if train else "the dev qrels"
+    an error when no relevant judgement is left. ``name`` names the qrels in messages (default: the path)."""
+    name = name or (str(qrels) if isinstance(qrels, (str, Path)) else "the training qrels" if train
+                    else "the dev qrels")
     docs = set(data.doc_ids)
     kept, no_query, no_doc = {}, [], []
     for qid, judged in read_qrels_arg(qrels).items():

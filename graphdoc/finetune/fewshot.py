@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from graphdoc.finetune.classification import (
 )
 from graphdoc.finetune.classifier import DocumentClassifier
 from graphdoc.finetune.config import ClassificationConfig
+
+logger = logging.getLogger(__name__)
 
 
 def sample_per_class(labels: Mapping[str, str], k: int, seed: int) -> list[str]:
@@ -53,6 +56,7 @@ def few_shot(classifier: DocumentClassifier, config: ClassificationConfig, data:
     for r in range(repeats):
         seed = config.seed + r
         keys = sample_per_class(train_labels, shots, seed)
+        logger.info("few-shot run %d/%d (seed %d): %d training documents", r + 1, repeats, seed, len(keys))
         run_cfg = dataclasses.replace(config, seed=seed)
         trainer = ClassificationTrainer(copy.deepcopy(classifier), run_cfg, data, keys,
                                         Path(output) / f"seed-{seed}")

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
@@ -60,6 +61,8 @@ class EpochLoop:
         self.scheduler = build_scheduler(self.optimizer, config, total_steps)
         self.start = time.perf_counter()
         self.state: dict[str, Any] = {"epoch": 0, "step": 0, "best": None, "history": []}
+        self.steps_per_epoch = max(1, total_steps // max(1, config.epochs))
+        self.bar = None  # this epoch's progress bar (shown on a terminal only)
 
     def start_or_resume(self, resume: bool) -> None:
         """Continue after the latest checkpoint (``resume``), or refuse to overwrite an existing run."""
@@ -100,10 +103,24 @@ class EpochLoop:
         self.optimizer.step()
         self.scheduler.step()
         self.state["step"] += 1
-        return float(loss.detach())
+        value = float(loss.detach())
+        if self.bar is None:
+            self.bar = tqdm(total=self.steps_per_epoch, unit="step", leave=False, disable=None,
+                            desc=f"{self.output.name}: epoch {self.state['epoch'] + 1}/{self.config.epochs}")
+        self.bar.set_postfix(loss=f"{value:.4f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}", refresh=False)
+        self.bar.update()
+        if self.bar.n >= self.steps_per_epoch:  # closed before the epoch's dev score and log line
+            self._close_bar()
+        return value
+
+    def _close_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
     def end_epoch(self, row: dict[str, Any], score: float | None) -> bool:
         """Record the epoch, checkpoint it (only the latest is kept); True when ``score`` is the best yet."""
+        self._close_bar()
         improved = score is not None and (self.state["best"] is None or score > self.state["best"])
         if improved:
             self.state["best"] = score
