@@ -192,7 +192,10 @@ def read_config_file(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
         raise GraphDocError(f"config file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise GraphDocError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     if path.suffix in (".yaml", ".yml"):
         import yaml
 

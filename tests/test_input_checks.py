@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -223,3 +224,13 @@ def test_missing_ranking_inputs_are_reported_before_the_model_loads(tmp_path, wh
         finetune_ranking(args["corpus"], args["queries"], args["qrels"], tmp_path / "run",
                          dev_qrels=args["dev_qrels"], model=str(tmp_path / "no-model"))  # never loaded
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "labels.json"])
+def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path, name):
+    from graphdoc.config import read_config_file
+
+    path = tmp_path / name
+    path.write_bytes("epochs: 3 # é\n".encode("utf-16"))
+    with pytest.raises(GraphDocError, match=rf"^{re.escape(str(path))}: not UTF-8 text \(byte 0\)$"):
+        read_config_file(path)
