@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -49,3 +50,23 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     os.replace(tmp, path)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+#: what :func:`atomic_write` and :func:`atomic_directory` leave when a process is killed mid-write
+_STALE = re.compile(r"^\..+\.(?:[A-Za-z0-9_]+\.tmp|old-\d+)$")
+
+
+def remove_stale_temporaries(folder: str | Path) -> list[Path]:
+    """Delete the temporary files and folders that a killed atomic write left in ``folder``; returns them.
+
+    Call it only where no other process is writing (a run's own folder, at its start).
+    """
+    folder = Path(folder)
+    stale = [p for p in folder.iterdir() if _STALE.match(p.name)] if folder.is_dir() else []
+    for path in stale:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+    return stale

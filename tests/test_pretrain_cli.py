@@ -78,7 +78,9 @@ def test_pretrain_writes_a_loadable_model_and_a_log(tiny_bert, corpus, tmp_path,
 def test_several_corpora_and_max_steps(tiny_bert, corpus, tmp_path):
     config = write_config(tmp_path / "c.yaml", tiny_bert)
     out = tmp_path / "run"
-    assert pretrain_cli("--corpus", str(corpus), "--corpus", str(corpus), "--output", str(out), "--config",
+    second = tmp_path / "second.jsonl"
+    second.write_bytes(corpus.read_bytes())
+    assert pretrain_cli("--corpus", str(corpus), "--corpus", str(second), "--output", str(out), "--config",
                         str(config), "--max-steps", "4", "--no-frozen-encoder", "--device", "cpu") == 0
     summary = json.loads((out / "pretrain.json").read_text())
     assert summary["steps"] == summary["total_steps"] == 4 and summary["cache_hits"] is None

@@ -130,3 +130,44 @@ def test_fewer_than_two_folds_is_an_error_before_anything_loads(tmp_path, folds)
     with pytest.raises(GraphDocError, match=rf"^folds must be at least 2; got {folds}$"):
         finetune_ranking(tmp_path / "missing-corpus", tmp_path / "q", tmp_path / "r", tmp_path / "run", folds=folds)
     assert not (tmp_path / "run").exists()
+
+
+def test_pretrain_refuses_a_corpus_twice_and_an_output_inside_the_corpus(tiny_bert, tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    setup = tiny_setup(tiny_bert, max_steps=2, frozen_encoder=True)
+    with pytest.raises(GraphDocError, match=r"^corpus .*corpus.jsonl is given twice: its documents would be read"):
+        pretrain([str(corpus), str(tmp_path / "." / "corpus.jsonl")], tmp_path / "run", setup, device="cpu")
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"{i}.txt").write_text("A first sentence here. A second one there.\n", encoding="utf-8")
+    with pytest.raises(GraphDocError, match=r"^--output .*texts/run is inside the corpus folder .*texts: the run's"):
+        pretrain(folder, folder / "run", setup, device="cpu")
+    assert not (tmp_path / "run").exists() and not (folder / "run").exists()
+
+
+def test_unfinished_writes_of_a_killed_run_are_removed_on_resume(tiny_bert, tmp_path, caplog):
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    setup = tiny_setup(tiny_bert, max_steps=2, frozen_encoder=True)
+    pretrain(corpus, tmp_path / "run", setup, device="cpu")
+    stale = [tmp_path / "run" / "checkpoints" / ".step-00000003.k2x_9q.tmp", tmp_path / "run" / ".model.old-77"]
+    for path in stale:
+        (path / "passage_encoder").mkdir(parents=True)
+    (tmp_path / "run" / ".pretrain.json.ab12cd.tmp").write_text("{", encoding="utf-8")
+    kept = tmp_path / "run" / ".notes"  # not something a write leaves
+    kept.write_text("mine", encoding="utf-8")
+    with caplog.at_level(logging.INFO, logger="graphdoc.training.checkpoint"):
+        pretrain(corpus, tmp_path / "run", setup, resume=True, device="cpu")
+    assert not any(p.exists() for p in stale) and not (tmp_path / "run" / ".pretrain.json.ab12cd.tmp").exists()
+    assert kept.read_text(encoding="utf-8") == "mine"
+    assert any(m.startswith("removed 3 unfinished write(s) of an interrupted run") for m in caplog.messages)
+
+
+def test_a_spent_time_budget_stops_a_resumed_run_before_any_step(tiny_bert, tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    setup = tiny_setup(tiny_bert, max_steps=6, frozen_encoder=True, max_seconds=1e-6)
+    first = pretrain(corpus, tmp_path / "run", setup, device="cpu")
+    assert (first.steps, first.time_up) == (1, True)  # the budget is checked after each step
+    assert json.loads((tmp_path / "run" / "pretrain.json").read_text(encoding="utf-8"))["time_up"] is True
+    again = pretrain(corpus, tmp_path / "run", setup, resume=True, device="cpu")
+    assert (again.steps, again.time_up) == (1, True)

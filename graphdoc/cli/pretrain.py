@@ -8,6 +8,7 @@ Graph models train with ``half``, ``ict`` or ``docsplit``; flat models (``--back
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from graphdoc.backbones import BACKBONES
@@ -66,9 +67,14 @@ def run(args: argparse.Namespace) -> int:
         raise GraphDocError(f"--output {args.output} exists and is not a folder")
     result = pretrain(args.corpus, args.output, setup, model=args.model, resume=args.resume, device=args.device,
                       precision=args.precision, show_progress_bar=not args.quiet)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0  # under torchrun, process 0 reports
     logger.info("%d steps over %d documents (%d empty and %d too short documents skipped); "
                 "%.1f documents/s, %.2f steps/s, peak memory %.0f MiB", result.steps, result.documents_used,
                 result.empty_skipped, result.one_passage_skipped, result.documents_per_s, result.steps_per_s,
                 result.peak_cuda_mib or result.peak_rss_mib)
+    if result.time_up:
+        logger.warning("stopped by the time budget (max_seconds) after step %d of %d", result.steps,
+                       result.total_steps)
     logger.info("model saved in %s", result.model_dir)
     return 0

@@ -71,6 +71,7 @@ class EpochLoop:
             raise GraphDocError(f"{self.output} already holds a fine-tuning run; pass --resume to continue it "
                                 "or choose another --output")
         self.output.mkdir(parents=True, exist_ok=True)
+        ckpt.remove_stale(self.output)
         if resume and not found:
             logger.warning("nothing to resume in %s: starting from scratch", self.output)
         if not (resume and found):

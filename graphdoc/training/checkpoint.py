@@ -16,6 +16,7 @@ no partial folder behind)::
 from __future__ import annotations
 
 import json
+import logging
 import random
 import re
 from pathlib import Path
@@ -26,7 +27,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import atomic_directory
+from graphdoc.fileio import atomic_directory, remove_stale_temporaries
+
+logger = logging.getLogger(__name__)
 
 CHECKPOINTS_DIR = "checkpoints"
 MODEL_DIR = "model"
@@ -121,6 +124,14 @@ def load_checkpoint(folder: Path, optimizer: torch.optim.Optimizer,
     except (OSError, ValueError, KeyError) as exc:
         raise GraphDocError(f"checkpoint {folder} is unreadable ({type(exc).__name__}: {exc})") from None
     return rng_states, state
+
+
+def remove_stale(output: Path) -> None:
+    """Delete what writes killed mid-way left in a run's folder and its checkpoints (temporary copies)."""
+    stale = remove_stale_temporaries(output) + remove_stale_temporaries(output / CHECKPOINTS_DIR)
+    if stale:
+        logger.info("removed %d unfinished write(s) of an interrupted run: %s", len(stale),
+                    ", ".join(str(p) for p in stale))
 
 
 def prune_checkpoints(output: Path, keep: int) -> None:

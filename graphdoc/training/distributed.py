@@ -76,13 +76,29 @@ def gather_with_grad(z: torch.Tensor, ctx: DistContext) -> torch.Tensor:
     """
     if not ctx.enabled:
         return z
-    from torch.distributed.nn.functional import all_gather
-
     sizes = gather_tensors(torch.tensor([len(z)], device=z.device), ctx)
     longest = int(max(s.item() for s in sizes))
     padded = torch.cat([z, z.new_zeros((longest - len(z), *z.shape[1:]))]) if len(z) < longest else z
-    blocks = all_gather(padded)
+    blocks = _AllGather.apply(padded)
     return torch.cat([block[:int(size.item())] for block, size in zip(blocks, sizes)])
+
+
+class _AllGather(torch.autograd.Function):
+    """Every process's tensor; the backward pass sums each block's gradient over the processes and hands
+    each process its own block's (as ``torch.distributed.nn.functional.all_gather``, deprecated in torch
+    2.13 for a private replacement)."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+        dist.all_gather(out, tensor.contiguous())
+        return tuple(out)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor) -> torch.Tensor:
+        stacked = torch.stack([g.contiguous() for g in grads])  # [world, ...]
+        dist.all_reduce(stacked)
+        return stacked[dist.get_rank()]
 
 
 def gather_tensors(t: torch.Tensor, ctx: DistContext) -> list[torch.Tensor]:

@@ -18,7 +18,8 @@ class PretrainResult:
     ``documents_per_s`` and ``steps_per_s`` cover this process's training loop (not model loading or
     the counting pass); a resumed run counts from its resumption. ``loss`` is the last step's whole
     objective, ``mlm_loss`` its masked-language-model term (``None`` without one). ``loop_seconds`` is
-    the training loop's time over the whole run, resumptions included (what ``max_seconds`` limits). ``peak_rss_mib`` is the process's
+    the training loop's time over the whole run, resumptions included (what ``max_seconds`` limits);
+    ``time_up`` says the run stopped because that budget was spent. ``peak_rss_mib`` is the process's
     peak resident memory, ``peak_cuda_mib`` the peak CUDA memory allocated (``None`` on the CPU).
     """
 
@@ -39,6 +40,7 @@ class PretrainResult:
     cache_misses: int | None = None
     mlm_loss: float | None = None
     loop_seconds: float | None = None
+    time_up: bool = False
 
     @classmethod
     def from_run(cls, trainer: "Trainer", peak_rss_mib: float, peak_cuda_mib: float | None) -> "PretrainResult":
@@ -49,7 +51,7 @@ class PretrainResult:
                    trainer.stats.used, trainer.stats.empty_skipped, trainer.stats.one_passage_skipped,
                    trainer.last_loss, seconds, t.documents / max(seconds, 1e-9), t.steps / max(seconds, 1e-9),
                    peak_rss_mib, peak_cuda_mib, cache.hits if cache else None, cache.misses if cache else None,
-                   trainer.last_mlm, trainer.loop_seconds())
+                   trainer.last_mlm, trainer.loop_seconds(), trainer.time_up)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import random
 from pathlib import Path
 
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from graphdoc.backbones import FLAT, load_model
 from graphdoc.config import check_precision
@@ -103,10 +105,13 @@ class Trainer:
         ``precision`` replaces the passage encoder's own (``passage_encoder.precision``), also on resume.
         """
         self.cfg.check_backbone(self.setup.backbone)
+        self._check_sources()
         found = ckpt.list_checkpoints(self.output)
         if found and not resume:
             raise GraphDocError(f"{self.output} already holds a training run; pass --resume to continue it "
                                 "or choose another --output")
+        if self.ctx.is_main:
+            ckpt.remove_stale(self.output)
         if resume and not found:
             logger.warning("nothing to resume in %s: starting from scratch", self.output)
         latest = found[-1] if resume and found else None
@@ -136,6 +141,21 @@ class Trainer:
         barrier(self.ctx)
         self.log = TrainLog(self.output, self.step if latest else None, self.cfg.tensorboard) \
             if self.ctx.is_main else None
+
+    def _check_sources(self) -> None:
+        """Each source once; the run's folders (output, passage cache) outside every corpus folder."""
+        seen: set[str] = set()
+        for source in self.sources:
+            key = str(Path(source).resolve()) if os.path.exists(source) else source
+            if key in seen:
+                raise GraphDocError(f"corpus {source} is given twice: its documents would be read twice an epoch")
+            seen.add(key)
+            if not os.path.isdir(source):
+                continue
+            for flag, folder in (("--output", self.output), ("--cache-dir", self.cfg.cache_dir)):
+                if folder is not None and Path(folder).resolve().is_relative_to(Path(source).resolve()):
+                    raise GraphDocError(f"{flag} {folder} is inside the corpus folder {source}: the run's files "
+                                        "would be read as documents")
 
     def _new_model(self, model: nn.Module | str | None) -> nn.Module:
         backbone = self.setup.backbone
@@ -185,22 +205,23 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def train(self) -> PretrainResult:
         """Run until ``total_steps``, ``epochs`` or ``max_seconds``, checkpointing on the way; save the model."""
-        bar = tqdm(total=self.total_steps, initial=self.step, desc="Pretraining", unit="step",
-                   disable=not self.show_progress_bar)
         self.throughput = Throughput()  # the loop's own rates: model loading and counting are left out
-        while self.step < self.total_steps and self.position.epoch < self.cfg.epochs and not self.time_up:
-            for batch in self._epoch_batches():
-                self.last_loss, self.last_mlm = self._train_step(batch)
-                self.step += 1
-                self.position.offset = batch.end
-                self._after_step(len(batch.examples), bar)
-                if self.step >= self.total_steps or self._check_time():
-                    break
-            else:
-                self._end_epoch()
-                continue
-            self.stats.empty_skipped += self._read_stats.empty_skipped  # stopped inside an epoch
-        bar.close()
+        if self.step:
+            self._check_time()  # a resumed run whose budget is already spent takes no step
+        with logging_redirect_tqdm(), tqdm(total=self.total_steps, initial=self.step, desc="Pretraining",
+                                           unit="step", disable=not self.show_progress_bar) as bar:
+            while self.step < self.total_steps and self.position.epoch < self.cfg.epochs and not self.time_up:
+                for batch in self._epoch_batches():
+                    self.last_loss, self.last_mlm = self._train_step(batch)
+                    self.step += 1
+                    self.position.offset = batch.end
+                    self._after_step(len(batch.examples), bar)
+                    if self.step >= self.total_steps or self._check_time():
+                        break
+                else:
+                    self._end_epoch()
+                    continue
+                self.stats.empty_skipped += self._read_stats.empty_skipped  # stopped inside an epoch
         return self._finish()
 
     def loop_seconds(self) -> float:
