@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from pathlib import Path
 from typing import Any, Mapping
 
 from graphdoc.errors import GraphDocError, ModelLoadError
@@ -102,12 +103,22 @@ def load_model(name_or_path: str | None = None, backbone: str | None = None, con
     saved = saved_backbone(name_or_path)
     if saved is not None and backbone is not None and saved != backbone:
         raise ModelLoadError(f"{name_or_path} is a saved {saved} model; it cannot be loaded as a {backbone} one")
+    if saved is None and name_or_path is not None:
+        _refuse_classifier(Path(name_or_path))
     name = saved or backbone or DEFAULT_BACKBONE
     cls = backbone_class(name)
     expected = config_class_of(cls)
     if config is not None and not isinstance(config, expected):
         raise GraphDocError(f"a {name} model takes a {expected.__name__}; got a {type(config).__name__}")
     return cls.from_pretrained(name_or_path, config=config, device=device)
+
+
+def _refuse_classifier(path: Path) -> None:
+    """A saved classifier (``graphdoc finetune --task classification``) holds its encoder in a subfolder."""
+    from graphdoc.finetune.classifier import ENCODER_DIR, HEAD_WEIGHTS
+
+    if (path / HEAD_WEIGHTS).is_file() and (path / ENCODER_DIR).is_dir():
+        raise ModelLoadError(f"{path} is a saved classifier; use {path / ENCODER_DIR} for its encoder")
 
 
 def load_index_model(identity: Mapping[str, Any], device=None):

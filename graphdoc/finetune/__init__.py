@@ -94,9 +94,7 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
     if folds is not None and folds < 2:
         raise GraphDocError(f"folds must be at least 2; got {folds}")
     # every input read or found now: a missing file is one line before a model loads or a passage is encoded
-    judged = {"train": read_qrels_arg(qrels), "dev": read_qrels_arg(dev_qrels) if dev_qrels is not None else None}
-    names = {"train": str(qrels) if isinstance(qrels, (str, Path)) else None,
-             "dev": str(dev_qrels) if isinstance(dev_qrels, (str, Path)) else None}
+    train, dev = read_qrels_arg(qrels), read_qrels_arg(dev_qrels) if dev_qrels is not None else None
     for source, read in ((queries, read_queries), (corpus, read_corpus)):
         if isinstance(source, (str, Path)):
             read(source)  # finds the file and its format; nothing read yet
@@ -108,11 +106,16 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
                             "frozen_encoder false (--no-frozen-encoder) or use a graph model")
     cache = open_cache(model, config.frozen_encoder, config.cache_dir, output)
     data = load_ranking_data(model, corpus, queries, cache, config.max_passages, split, bm25)
-    train = read_known_qrels(judged["train"], data, train=True, name=names["train"])
+    train = read_known_qrels(train, data, train=True, name=_name(qrels))
     if folds is not None:
         return cross_validate(model, config, data, train, output, folds, resume)
-    dev = read_known_qrels(judged["dev"], data, name=names["dev"]) if dev_qrels is not None else None
+    dev = read_known_qrels(dev, data, name=_name(dev_qrels)) if dev is not None else None
     return RankingTrainer(model, config, data, train, output, dev).train(resume)
+
+
+def _name(source) -> str | None:
+    """A path's name for messages (``None`` for data given in memory)."""
+    return str(source) if isinstance(source, (str, Path)) else None
 
 
 def finetune_classification(train, dev, output: str | Path, *, test=None, config: ClassificationConfig | None = None,
@@ -161,7 +164,7 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     cache = open_cache(encoder, config.frozen_encoder, config.cache_dir, output)
     data = prepare_inputs(encoder, [d for docs in splits.values() for d in docs], cache, config.max_passages)
     keys = {name: [d.id for d in docs] for name, docs in splits.items()}
-    classifier = DocumentClassifier(encoder, sorted(set(labels_of(splits["train"]))), config.dropout)
+    classifier = DocumentClassifier(encoder, sorted(known), config.dropout)
     if config.shots is not None:
         return few_shot(classifier, config, data, keys["train"], keys.get("test", keys["dev"]), output,
                         config.shots, config.repeats, resume)

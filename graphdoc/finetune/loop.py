@@ -76,19 +76,19 @@ class EpochLoop:
             logger.warning("nothing to resume in %s: starting from scratch", self.output)
         if not (resume and found):
             return
-        state = json.loads((found[-1] / ckpt.STATE_NAME).read_text(encoding="utf-8"))
-        if state.get("data", self.data) != self.data:
+        saved = json.loads((found[-1] / ckpt.STATE_NAME).read_text(encoding="utf-8"))  # checked before loading
+        if saved.get("data", self.data) != self.data:
             raise GraphDocError(f"cannot resume {self.output} over different training data (document ids, "
                                 "labels, queries or judgements): use the run's inputs or another --output")
+        now = dataclasses.asdict(self.config)
+        for key in now:
+            if key not in OPERATIONAL and saved["config"].get(key) != now[key]:
+                raise GraphDocError(f"cannot resume with {key}={now[key]!r}: the run was started with "
+                                    f"{saved['config'].get(key)!r}")
         loaded = type(self.model).from_pretrained(found[-1] / ckpt.MODEL_DIR, device=self.model.device)
         self.model.load_state_dict(loaded.state_dict())
         rng, state = ckpt.load_checkpoint(found[-1], self.optimizer, self.scheduler)
         torch.set_rng_state(rng["torch_cpu.rank0"])
-        saved, now = state["config"], dataclasses.asdict(self.config)
-        for key in now:
-            if key not in OPERATIONAL and saved.get(key) != now[key]:
-                raise GraphDocError(f"cannot resume with {key}={now[key]!r}: the run was started with "
-                                    f"{saved.get(key)!r}")
         self.state = state
         if state["history"]:  # wall time counts the epochs before the interruption
             self.start -= state["history"][-1]["elapsed_s"]

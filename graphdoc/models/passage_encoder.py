@@ -178,12 +178,8 @@ def _sentence_transformers_settings(folder: Path) -> dict:
 
 
 def _load_error(name_or_path: str, exc: BaseException) -> str:
-    """Why ``name_or_path`` did not load, in one line: a saved classifier, a missing folder, or the loader's words."""
-    from graphdoc.finetune.classifier import ENCODER_DIR, HEAD_WEIGHTS
-
+    """Why ``name_or_path`` did not load, in one line: a missing folder, or the loader's words."""
     path = Path(name_or_path)
-    if (path / HEAD_WEIGHTS).is_file() and (path / ENCODER_DIR).is_dir():
-        return f"{path} is a saved classifier; use {path / ENCODER_DIR} for its encoder"
     if not path.exists() and _is_path_name(name_or_path):
         return f"no model folder at {name_or_path}"
     where = "local folder" if path.exists() else "Hugging Face hub model"

@@ -91,6 +91,7 @@ class Trainer:
         self.last_mlm: float | None = None
         self.last_lr = self.last_grad_norm = 0.0
         self.seconds_before = 0.0  # training-loop seconds of the run before a resumption
+        self.corpus: list[list] = []  # corpus_identity of the sources, set by start()
         self.time_up = False
 
     @property
@@ -106,6 +107,7 @@ class Trainer:
         """
         self.cfg.check_backbone(self.setup.backbone)
         self._check_sources()
+        self.corpus = corpus_identity(self.sources)
         found = ckpt.list_checkpoints(self.output)
         if found and not resume:
             raise GraphDocError(f"{self.output} already holds a training run; pass --resume to continue it "
@@ -192,10 +194,9 @@ class Trainer:
             if key not in OPERATIONAL and saved.get(key) != now[key]:
                 raise GraphDocError(f"cannot resume with pretrain.{key}={now[key]!r}: the run was started "
                                     f"with {saved.get(key)!r}")
-        corpus = corpus_identity(self.sources)
-        if state.get("corpus", corpus) != corpus:
+        if state.get("corpus", self.corpus) != self.corpus:
             raise GraphDocError(f"cannot resume over a different corpus: the run read {_describe(state['corpus'])}, "
-                                f"now {_describe(corpus)}")
+                                f"now {_describe(self.corpus)}")
 
     def _seed(self) -> None:
         torch.manual_seed(self.cfg.seed + self.ctx.rank)
@@ -320,7 +321,7 @@ class Trainer:
         return {"step": self.step, "epoch": self.position.epoch, "offset": self.position.offset,
                 "stats": dataclasses.asdict(self.stats), "total_steps": self.total_steps,
                 "world_size": self.ctx.world_size, "backbone": self.setup.backbone,
-                "loop_seconds": self.loop_seconds(), "corpus": corpus_identity(self.sources),
+                "loop_seconds": self.loop_seconds(), "corpus": self.corpus,
                 "pretrain": dataclasses.asdict(self.cfg),
                 "scaler": self.scaler.state_dict() if self.scaler is not None else None}
 
