@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -158,6 +160,21 @@ def test_user_errors_are_one_line(tiny_bert, corpus, tmp_path, capsys):
     capsys.readouterr()
     assert pretrain_cli("--corpus", str(corpus), *base, "--max-steps", "2") == 1
     assert "already holds a training run; pass --resume" in error_line(capsys)
+
+
+def test_unreachable_named_corpus_stops_before_anything_is_written(tiny_bert, tmp_path, capsys, monkeypatch):
+    def load_dataset(path: str, split: str, streaming: bool):
+        raise ConnectionError(f"Couldn't reach '{path}' on the Hub (LocalEntryNotFoundError)")
+
+    module = types.ModuleType("datasets")
+    module.load_dataset = load_dataset
+    monkeypatch.setitem(sys.modules, "datasets", module)
+    out = tmp_path / "run"
+    assert pretrain_cli("--corpus", "openwebtext", "--output", str(out), "--model", str(tiny_bert),
+                        "--frozen-encoder", "--max-steps", "2", "--device", "cpu") == 1
+    assert ("named corpus 'openwebtext' could not be downloaded (Couldn't reach 'Skylion007/openwebtext' on the "
+            "Hub") in error_line(capsys)
+    assert not out.exists()
 
 
 def test_api_rejects_no_corpus(tmp_path):

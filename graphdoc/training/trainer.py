@@ -53,6 +53,8 @@ from graphdoc.training.result import PretrainResult
 logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "pretrain_config.json"
+#: The progress bar: steps, time left, loss and documents/s (no steps/s), so that it fits 80 columns.
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
 SUMMARY_NAME = "pretrain.json"
 #: settings that may change on resume: they do not change what is learned
 OPERATIONAL = ("checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "cache_dir", "max_seconds",
@@ -107,6 +109,7 @@ class Trainer:
         """
         self.cfg.check_backbone(self.setup.backbone)
         self._check_sources()
+        self._open_named_sources()
         self.corpus = corpus_identity(self.sources)
         found = ckpt.list_checkpoints(self.output)
         if found and not resume:
@@ -159,6 +162,16 @@ class Trainer:
                     raise GraphDocError(f"{flag} {folder} is inside the corpus folder {source}: the run's files "
                                         "would be read as documents")
 
+    def _open_named_sources(self) -> None:
+        """Read the first document of each named (streamed) corpus, so that a missing package or an unreachable
+        hub stops the run before a model loads or a file is written."""
+        named = [s for s in self.sources if data.is_named_corpus(s)]
+        if named and self.cfg.max_steps is None:
+            raise GraphDocError(f"corpus {named[0]!r} streams with no known length: set pretrain.max_steps "
+                                "(--max-steps)")
+        for source in named:
+            next(data.open_corpus([source], ReadStats()), None)
+
     def _new_model(self, model: nn.Module | str | None) -> nn.Module:
         backbone = self.setup.backbone
         if isinstance(model, nn.Module):
@@ -172,10 +185,6 @@ class Trainer:
     def _count_steps(self) -> int:
         if self.cfg.max_steps is not None:
             return self.cfg.max_steps
-        named = [s for s in self.sources if data.is_named_corpus(s)]
-        if named:
-            raise GraphDocError(f"corpus {named[0]!r} streams with no known length: set pretrain.max_steps "
-                                "(--max-steps)")
         count = data.count_examples(self.sources, self.prepare, self.task.usable)
         if count == 0:
             raise GraphDocError(f"no document with {self.task.requirement} in {', '.join(self.sources)}")
@@ -210,7 +219,8 @@ class Trainer:
         if self.step:
             self._check_time()  # a resumed run whose budget is already spent takes no step
         with logging_redirect_tqdm(), tqdm(total=self.total_steps, initial=self.step, desc="Pretraining",
-                                           unit="step", disable=not self.show_progress_bar) as bar:
+                                           unit="step", bar_format=BAR_FORMAT,
+                                           disable=not self.show_progress_bar) as bar:
             while self.step < self.total_steps and self.position.epoch < self.cfg.epochs and not self.time_up:
                 for batch in self._epoch_batches():
                     self.last_loss, self.last_mlm = self._train_step(batch)
@@ -286,9 +296,9 @@ class Trainer:
     def _after_step(self, documents: int, bar) -> None:
         self.throughput.update(documents)
         lr = self.last_lr
+        rate = self.throughput.documents / max(self.throughput.elapsed, 1e-9)
+        bar.set_postfix_str(f"loss {self.last_loss:.3f}, {rate:.0f} doc/s", refresh=False)  # lr: in log.csv
         bar.update(1)
-        bar.set_postfix(loss=f"{self.last_loss:.4f}", lr=f"{lr:.2e}",
-                        docs_s=f"{self.throughput.documents / max(self.throughput.elapsed, 1e-9):.1f}")
         if self.log is not None and (self.step % self.cfg.log_every == 0 or self.step == self.total_steps):
             docs_s, steps_s = self.throughput.window()
             rss, cuda = peak_memory_mib(self.device)
