@@ -8,16 +8,54 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
+
+from graphdoc.errors import GraphDocError
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _target(path: str | Path) -> Path:
+    """``path`` made absolute (so that ``.`` has a name and a parent), its parent folder created."""
+    path = Path(os.path.abspath(path))
+    if path.parent == path:
+        raise GraphDocError(f"cannot write to {path}: it is the root folder")
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.is_dir():
+            raise GraphDocError(f"cannot write {path}: {parent} is a file, not a folder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def check_output_file(path: str | Path, flag: str = "--output") -> None:
+    """Refuse, before any work, an output file path that is a folder or lies under a file."""
+    if Path(path).is_dir():
+        raise GraphDocError(f"{flag} {path} is a folder; name a file")
+    for parent in Path(os.path.abspath(path)).parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise GraphDocError(f"{flag} {path}: {parent} is a file, not a folder")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise GraphDocError(f"{flag} {path}: cannot write in {parent}")
+            break
 
 
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "wb", encoding: str | None = None) -> Iterator[IO]:
-    """Open a temporary file beside ``path``; on success it replaces ``path`` (fsynced), else it is removed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Open a temporary file beside ``path``; on success it replaces ``path`` (fsynced), else it is removed.
+
+    The file gets the permissions a plain ``open`` would give it (0666 less the umask), not ``mkstemp``'s 0600.
+    """
+    path = _target(path)
+    if path.is_dir():
+        raise GraphDocError(f"cannot write {path}: it is a folder")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, mode, encoding=encoding) as handle:
             yield handle
             handle.flush()
@@ -33,23 +71,52 @@ def atomic_write(path: str | Path, mode: str = "wb", encoding: str | None = None
 def atomic_directory(path: str | Path) -> Iterator[Path]:
     """Build a folder in a temporary sibling; on success it takes the place of ``path``.
 
-    An existing folder at ``path`` is moved aside first and deleted only once the new one is in place.
+    An existing folder at ``path`` is moved aside first and deleted only once the new one is in place, so
+    callers must make sure it holds nothing but what they write (see :func:`check_replaceable`). The folder
+    gets the permissions a plain ``mkdir`` would give it (0777 less the umask), not ``mkdtemp``'s 0700.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = _target(path)
+    if path.exists() and not path.is_dir():
+        raise GraphDocError(f"cannot write the folder {path}: a file of that name exists")
+    if Path.cwd().resolve().is_relative_to(path.resolve()):
+        raise GraphDocError(f"cannot replace {path}: it holds the current working folder")
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
+        _plain_permissions(tmp)
+        old = None
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            os.replace(path, old)
+        os.replace(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = None
-    if path.exists():
-        old = path.with_name(f".{path.name}.old-{os.getpid()}")
-        os.replace(path, old)
-    os.replace(tmp, path)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _plain_permissions(folder: Path) -> None:
+    """Give ``folder`` and everything in it the modes a plain ``mkdir``/``open`` would (``mkdtemp`` makes 0700
+    folders, and safetensors writes 0600 files)."""
+    mask = _umask()
+    folder.chmod(0o777 & ~mask)
+    for root, dirs, files in os.walk(folder):
+        for names, mode in ((dirs, 0o777 & ~mask), (files, 0o666 & ~mask)):
+            for name in names:
+                if not os.path.islink(os.path.join(root, name)):  # a link's target is not ours to change
+                    os.chmod(os.path.join(root, name), mode)
+
+
+def check_replaceable(path: str | Path, is_ours: Callable[[Path], bool], what: str) -> None:
+    """Refuse to replace ``path`` unless it is missing, an empty folder, or a folder ``is_ours`` recognises.
+
+    :func:`atomic_directory` replaces a folder whole: a folder of the user's other files must not be lost.
+    """
+    path = Path(path)
+    if path.is_dir() and any(path.iterdir()) and not is_ours(path):
+        raise GraphDocError(f"{path} is a folder of other files, not {what}: save into a new or empty folder "
+                            "(saving replaces the whole folder)")
 
 
 #: what :func:`atomic_write` and :func:`atomic_directory` leave when a process is killed mid-write

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from graphdoc.backbones import GRAPH
 from graphdoc.config import ModelConfig
 from graphdoc.default_model import DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_NAME, resolve_model_name
 from graphdoc.errors import ModelLoadError
-from graphdoc.fileio import atomic_directory
+from graphdoc.fileio import atomic_directory, check_replaceable
 from graphdoc.models.passage_encoder import PassageEncoder
 
 if TYPE_CHECKING:
@@ -69,7 +70,11 @@ def is_graphdoc_model(path: Path) -> bool:
 
 
 def save(model: "GraphDocEncoder", path: str | Path) -> None:
-    """Write the model folder atomically: an interrupted save leaves any earlier one intact."""
+    """Write the model folder atomically: an interrupted save leaves any earlier one intact.
+
+    ``path`` must be new, empty, or an earlier saved graphdoc model (it is replaced whole).
+    """
+    check_replaceable(path, is_graphdoc_model, "a saved graphdoc model")
     with atomic_directory(path) as tmp:
         model.passage_encoder.save(tmp / PASSAGE_ENCODER_DIR)
         tensors = {k: v.detach().cpu().contiguous() for k, v in model.head_state_dict().items()}
@@ -111,7 +116,12 @@ def _load_saved(cls, path: Path, device) -> "GraphDocEncoder":
     weights = path / WEIGHTS_NAME
     if not weights.is_file():
         raise ModelLoadError(f"{path} has no {WEIGHTS_NAME}")
-    missing, unexpected = model.load_state_dict(load_file(str(weights)), strict=False)
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError) as err:
+        raise ModelLoadError(f"cannot read {weights}: {str(err).strip() or type(err).__name__} "
+                             "(the file is damaged or incomplete)") from None
+    missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.startswith("passage_encoder.")]
     if missing or unexpected:
         raise ModelLoadError(f"{weights} does not match its config.json: "

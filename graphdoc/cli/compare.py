@@ -74,15 +74,19 @@ def read_from_corpus(corpus: str, ids: list[str]) -> list:
 
 def run(args: argparse.Namespace) -> int:
     from graphdoc.explain import compare_documents, render_comparison
+    from graphdoc.explain.compare import check_has_text
+    from graphdoc.fileio import atomic_write, check_output_file
 
     if args.top < 0:
         raise GraphDocError(f"--top must be at least 0; got {args.top}")
+    if args.html is not None:
+        check_output_file(args.html, "--html")
     docs = (read_from_corpus(args.corpus, [args.a, args.b]) if args.corpus
             else [read_document_file(Path(args.a)), read_document_file(Path(args.b))])
+    for doc in docs:  # before the model loads
+        check_has_text(doc)
     comparison = compare_documents(load_model(args), docs[0], docs[1], top=args.top)
     if args.html is not None:
-        from graphdoc.fileio import atomic_write
-
         with atomic_write(args.html, "w", encoding="utf-8") as handle:
             handle.write(render_comparison(comparison))
     if args.json:

@@ -10,7 +10,7 @@ from tqdm.auto import tqdm
 
 from graphdoc.cli.common import add_model_arguments, load_model, logger
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import atomic_write
+from graphdoc.fileio import atomic_write, check_output_file
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
         raise GraphDocError(f"--output must end in .npy; got {args.output}")
     if args.batch_size < 1:
         raise GraphDocError(f"--batch-size must be at least 1; got {args.batch_size}")
+    check_output_file(args.output)
+    check_output_file(ids_path(args.output), "the ids file")
     stats = ReadStats()
     documents = read_corpus(args.corpus, stats=stats)  # a missing or unknown corpus fails here, at once
     model = load_model(args)
@@ -57,10 +59,11 @@ def run(args: argparse.Namespace) -> int:
     if not ids:
         raise GraphDocError(f"no documents to embed in {args.corpus}")
     matrix = np.concatenate(rows).astype(np.float32, copy=False)
-    with atomic_write(ids_path(args.output), "w", encoding="utf-8") as handle:
-        handle.write("".join(f"{i}\n" for i in ids))
-    with atomic_write(args.output, "wb") as handle:
-        np.save(handle, matrix)
+    # both written before either replaces its file: the matrix goes in first, then its ids
+    with atomic_write(ids_path(args.output), "w", encoding="utf-8") as id_file, \
+            atomic_write(args.output, "wb") as matrix_file:
+        id_file.write("".join(f"{i}\n" for i in ids))
+        np.save(matrix_file, matrix)
     if model.chunker.passages_cut:
         logger.info("the passage cap (%s per document) cut %d passages of %d documents",
                     model.config.chunker.max_passages, model.chunker.passages_cut, model.chunker.documents_cut)

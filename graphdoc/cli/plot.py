@@ -14,6 +14,7 @@ from pathlib import Path
 
 from graphdoc.cli.common import add_model_arguments, load_model, logger
 from graphdoc.errors import GraphDocError
+from graphdoc.fileio import check_output_file
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _check_output(path: Path) -> None:
     if path.suffix.lower() != ".png":
         raise GraphDocError(f"--output must end in .png; got {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    check_output_file(path)
 
 
 def run_embeddings(args: argparse.Namespace) -> int:
@@ -59,6 +60,7 @@ def run_embeddings(args: argparse.Namespace) -> int:
         raise GraphDocError(f"no document of {args.corpus} has a {field!r} field")
     labels = [d.metadata.get(field) for d in docs] if field else None
     vectors = load_model(args).encode(docs, batch_size=args.batch_size, show_progress_bar=not args.quiet)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
     plot_embeddings(vectors, labels, args.output, method=args.method, seed=args.seed)
     logger.info("mapped %d documents", len(docs))
     print(f"wrote {args.output}")
@@ -77,6 +79,7 @@ def run_attention(args: argparse.Namespace) -> int:
     require_plotting()
     document = read_from_corpus(args.corpus, [args.doc_id])[0]
     weights, passages = document_attention_layers(load_model(args), document)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
     plot_attention(weights, args.output, passages, title=f"{document.title or document.id}: "
                    "document node attention over passages")
     print(f"wrote {args.output}")

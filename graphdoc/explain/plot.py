@@ -17,6 +17,7 @@ import torch
 
 from graphdoc.documents import Passage, as_document
 from graphdoc.errors import GraphDocError
+from graphdoc.fileio import atomic_write, check_output_file
 
 INSTALL_HINT = "pip install 'graphdoc[plot]'"
 METHODS = ("auto", "tsne", "umap")
@@ -103,7 +104,9 @@ def _save(figure, path: str | Path, dpi: int) -> Path:
     path = Path(path)
     if not path.parent.is_dir():
         raise GraphDocError(f"folder not found for {path}")
-    figure.savefig(path, dpi=dpi, format="png")
+    check_output_file(path, "the plot")
+    with atomic_write(path, "wb") as handle:
+        figure.savefig(handle, dpi=dpi, format="png")
     return path
 
 

@@ -21,7 +21,7 @@ from torch import nn
 
 from graphdoc.documents import as_document
 from graphdoc.errors import GraphDocError, ModelLoadError
-from graphdoc.fileio import atomic_directory
+from graphdoc.fileio import atomic_directory, check_replaceable
 from graphdoc.models.classification_head import ClassificationHead
 
 ENCODER_DIR, HEAD_WEIGHTS, HEAD_CONFIG, LABELS = "encoder", "head.safetensors", "head_config.json", "labels.json"
@@ -62,6 +62,8 @@ class DocumentClassifier(nn.Module):
         return torch.cat(out) if out else torch.zeros((0, len(self.labels)))
 
     def save_pretrained(self, path: str | Path) -> None:
+        """Write the classifier folder atomically; ``path`` must be new, empty or an earlier classifier."""
+        check_replaceable(path, lambda p: (p / HEAD_WEIGHTS).is_file(), "a saved classifier")
         with atomic_directory(path) as tmp:
             self.encoder.save_pretrained(tmp / ENCODER_DIR)
             save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},

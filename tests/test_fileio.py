@@ -1,0 +1,139 @@
+"""Atomic writes: plain permissions, folders of other files kept, output paths checked before any work."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+
+import numpy as np
+import pytest
+
+from graphdoc.cli import main
+from graphdoc.encoder import GraphDocEncoder
+from graphdoc.errors import GraphDocError, ModelLoadError
+from graphdoc.fileio import atomic_directory, atomic_write, check_output_file
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_atomic_writes_get_the_modes_of_a_plain_open(tmp_path, umask_022):
+    with atomic_write(tmp_path / "a.txt", "w", encoding="utf-8") as handle:
+        handle.write("x")
+    with atomic_directory(tmp_path / "folder") as tmp:
+        (tmp / "sub").mkdir(mode=0o700)
+        (tmp / "sub" / "f").write_text("y")
+        os.chmod(tmp / "sub" / "f", 0o600)  # as safetensors writes its files
+    assert mode(tmp_path / "a.txt") == 0o644
+    assert [mode(tmp_path / "folder"), mode(tmp_path / "folder" / "sub")] == [0o755, 0o755]
+    assert mode(tmp_path / "folder" / "sub" / "f") == 0o644
+
+
+def test_atomic_writes_refuse_a_folder_or_a_path_under_a_file(tmp_path):
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("keep")
+    with pytest.raises(GraphDocError, match="it is a folder"), atomic_write(tmp_path / "dir"):
+        pass
+    with pytest.raises(GraphDocError, match="file, not a folder"), atomic_write(tmp_path / "file" / "x"):
+        pass
+    with pytest.raises(GraphDocError, match="a file of that name exists"), atomic_directory(tmp_path / "file"):
+        pass
+    assert (tmp_path / "file").read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "file"]  # no temporaries left
+
+
+def test_a_failed_replace_leaves_no_temporary(tmp_path, monkeypatch):
+    target = tmp_path / "out"
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk gone"), atomic_directory(target) as tmp:
+        (tmp / "f").write_text("x")
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_output_file(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "f").write_text("x")
+    check_output_file(tmp_path / "new" / "deeper" / "out.npy")  # missing folders are made at write time
+    with pytest.raises(GraphDocError, match=r"^--output .*/d is a folder; name a file$"):
+        check_output_file(tmp_path / "d")
+    with pytest.raises(GraphDocError, match=r"^--html .*/f/x.html: .*/f is a file, not a folder$"):
+        check_output_file(tmp_path / "f" / "x.html", "--html")
+    assert not (tmp_path / "new").exists()
+
+
+def test_save_pretrained_keeps_a_folder_of_other_files(tiny_bert, tmp_path, monkeypatch):
+    model = GraphDocEncoder.from_pretrained(tiny_bert, device="cpu")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("mine")
+    with pytest.raises(GraphDocError, match=r"project is a folder of other files, not a saved graphdoc model: "
+                                            r"save into a new or empty folder"):
+        model.save_pretrained(project)
+    assert [p.name for p in project.iterdir()] == ["notes.txt"]
+    monkeypatch.chdir(project)
+    with pytest.raises(GraphDocError, match=r"^\. is a folder of other files"):
+        model.save_pretrained(".")
+    (tmp_path / "empty").mkdir()
+    model.save_pretrained(tmp_path / "empty")
+    model.save_pretrained(tmp_path / "empty")  # an earlier save is replaced
+    monkeypatch.chdir(tmp_path / "empty")
+    with pytest.raises(GraphDocError, match="it holds the current working folder"):
+        model.save_pretrained(".")
+    assert sorted(p.name for p in (tmp_path / "empty").iterdir()) == ["config.json", "model.safetensors",
+                                                                      "passage_encoder"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "project"]
+
+
+def test_a_truncated_weights_file_is_one_line(tiny_bert, tmp_path):
+    model = GraphDocEncoder.from_pretrained(tiny_bert, device="cpu")
+    model.save_pretrained(tmp_path / "m")
+    with open(tmp_path / "m" / "model.safetensors", "r+b") as handle:
+        handle.truncate(100)
+    with pytest.raises(ModelLoadError, match=r"^cannot read .*model.safetensors: .*\(the file is damaged or "
+                                             r"incomplete\)$"):
+        GraphDocEncoder.from_pretrained(tmp_path / "m", device="cpu")
+
+
+def test_embed_checks_its_output_before_reading_the_corpus(tiny_bert, tmp_path, capsys, restore_cli_state):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"_id": "a", "text": "one passage."}) + "\n", encoding="utf-8")
+    (tmp_path / "dir.npy").mkdir()
+    (tmp_path / "old.ids.txt").mkdir()
+    for output, message in [("dir.npy", "dir.npy is a folder; name a file"),
+                            ("c.jsonl/x.npy", "c.jsonl is a file, not a folder"),
+                            ("old.npy", "the ids file .*old.ids.txt is a folder")]:
+        assert main(["embed", "--corpus", str(corpus), "--output", str(tmp_path / output),
+                     "--model", str(tiny_bert)]) == 1
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.startswith("graphdoc embed: error: ") and re.search(message, line), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "dir.npy", "old.ids.txt"]
+    assert main(["-q", "embed", "--corpus", str(corpus), "--output", str(tmp_path / "ok.npy"),
+                 "--model", str(tiny_bert)]) == 0
+    assert np.load(tmp_path / "ok.npy").shape == (1, 32)
+    assert (tmp_path / "ok.ids.txt").read_text() == "a\n"
+
+
+def test_compare_checks_its_html_output_before_loading_a_model(tmp_path, capsys, restore_cli_state):
+    doc = tmp_path / "a.md"
+    doc.write_text("# A\n\nSome text here.\n", encoding="utf-8")
+    (tmp_path / "page.html").mkdir()
+    assert main(["compare", str(doc), str(doc), "--html", str(tmp_path / "page.html"),
+                 "--model", str(tmp_path / "no-such-model")]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"graphdoc compare: error: --html {tmp_path / 'page.html'} is a folder; name a file"]
