@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import numbers
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from graphdoc.errors import InputError
 
@@ -24,7 +26,9 @@ class Section:
 class Document:
     """A document to embed or index.
 
-    ``sections`` are character spans of ``text``; ``None`` means the whole text is one untitled section.
+    ``sections`` are character spans of ``text``, in order, not overlapping, and covering all of it but
+    whitespace; ``None`` (or ``[]``) means the whole text is one untitled section. Other sections, an id
+    with a line break, or a string that is not valid Unicode are refused with an :class:`InputError`.
     """
 
     id: str
@@ -32,6 +36,22 @@ class Document:
     title: str = ""
     sections: list[Section] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Refuse what would crash or silently lose text later, in one :class:`InputError` line."""
+        if not isinstance(self.id, str):
+            raise InputError(f"document id must be a string, got {type(self.id).__name__} ({self.id!r})")
+        if has_line_break(self.id):
+            raise InputError(f"document id {self.id!r} {LINE_BREAK}")
+        for what, value in (("text", self.text), ("title", self.title)):
+            if not isinstance(value, str):
+                raise InputError(f"document {self.id!r}: {what} must be a string, got {type(value).__name__}")
+        if self.sections:  # an empty list, like None, means one untitled section
+            check_sections(self.id, self.text, self.sections)
+        for what, value in (("id", self.id), ("title", self.title), ("text", self.text)):
+            surrogate = lone_surrogate(value)
+            if surrogate:
+                raise InputError(f"document {self.id!r}: {what} is not valid Unicode (lone surrogate {surrogate})")
 
     def section_spans(self) -> list[Section]:
         """The sections to chunk: the explicit ones, or one untitled section covering the text."""
@@ -43,14 +63,14 @@ class Document:
     def from_dict(cls, record: Mapping[str, Any], default_id: str | None = None) -> "Document":
         """Build a document from a JSON-style record.
 
-        Accepts ``_id``/``id``/``docid`` for the id, ``text``/``contents`` for the text, an optional
-        ``title`` and an optional ``sections`` list of ``{"title", "text"}`` whose texts, joined with
-        ``"\\n"``, make the document text. Raises :class:`InputError` naming the problem.
+        Accepts ``_id``/``id``/``docid`` (a string or an integer) for the id, ``text``/``contents`` for the
+        text, an optional ``title`` and an optional ``sections`` list of ``{"title", "text"}`` whose texts,
+        joined with ``"\\n"``, make the document text. Raises :class:`InputError` naming the problem.
         """
-        doc_id = next((record[k] for k in ID_KEYS if record.get(k) not in (None, "")), default_id)
-        if doc_id is None:
+        key = next((k for k in ID_KEYS if record.get(k) not in (None, "")), None)
+        if key is None and default_id is None:
             raise InputError(f"record has no id field (expected one of {', '.join(ID_KEYS)})")
-        doc_id = str(doc_id)
+        doc_id = scalar_id(record[key], key) if key is not None else default_id
         title = record.get("title") or ""
         if not isinstance(title, str):
             raise InputError(f"document {doc_id!r}: 'title' must be a string")
@@ -83,6 +103,107 @@ def _sections_from_records(doc_id: str, raw: Any, text: str | None) -> tuple[str
     if text is not None and text != joined:
         raise InputError(f"document {doc_id!r}: section texts joined with '\\n' do not equal 'text'")
     return joined, sections
+
+
+#: Why an id with a line break is refused; line breaks are whatever :meth:`str.splitlines` splits on.
+LINE_BREAK = "has a line break (ids are stored one per line)"
+
+
+def has_line_break(text: str) -> bool:
+    """Whether ``text`` holds a line break: ``\\n``, ``\\r``, U+2028 or else what ``str.splitlines`` splits on."""
+    return bool(text) and text.splitlines() != [text]
+
+
+def id_problem(item_id: str, single_token: bool = False) -> str | None:
+    """Why ``item_id`` cannot be the id of a document or query read from a file, or ``None`` when it can.
+
+    Ids are stored one per line (ids files, an index's ``doc_ids.txt``), so they must be non-empty and
+    without a line break. ``single_token``: no whitespace either, for the ids of queries and judgements, which
+    live in whitespace-separated TREC run and qrels files. (Document ids may hold spaces, as file names do;
+    a TREC run of such a corpus is refused when it is asked for.) A :class:`Document` built in Python may be
+    blank (a query is one, with id ``''``): only a line break is refused there.
+    """
+    if not item_id.strip():
+        return "is empty" if not item_id else "is only whitespace"
+    if has_line_break(item_id):
+        return LINE_BREAK
+    if single_token and item_id.split() != [item_id]:  # split() splits on all that isspace() calls whitespace
+        return "has whitespace (TREC run and qrels files are whitespace-separated)"
+    return None
+
+
+def scalar_id(value: Any, key: str) -> str:
+    """A JSON id as a string: a string as it is, an integer in decimal; anything else is an :class:`InputError`.
+
+    A float is refused too: ``1.0`` and ``1`` would name different documents, and large ones lose digits.
+    """
+    if isinstance(value, str):
+        return value
+    if _is_int(value):
+        return str(int(value))
+    shown = json.dumps(value, ensure_ascii=False, default=repr)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    raise InputError(f"id field {key!r} must be a string or an integer, got {shown}")
+
+
+def lone_surrogate(text: str) -> str | None:
+    """The first lone surrogate in ``text`` as ``\\udXXX`` (JSON's ``"\\ud800"`` escape makes one), or ``None``.
+
+    Cheap: an ASCII string is known to be one without a scan; other text is encoded once.
+    """
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:  # UTF-8 encodes every code point but the surrogates
+        return f"\\u{ord(text[err.start]):04x}"
+    return None
+
+
+def check_sections(doc_id: str, text: str, sections: Sequence[Section]) -> None:
+    """Refuse sections that are not in-order, non-overlapping spans of ``text`` covering all its words.
+
+    The chunker reads only what sections cover, so text outside them would be lost; whitespace between
+    them (the ``"\\n"`` that :meth:`Document.from_dict` puts between section texts) may be left out.
+    """
+    if not isinstance(sections, (list, tuple)):
+        raise InputError(f"document {doc_id!r}: sections must be a list of graphdoc.Section, "
+                         f"got {type(sections).__name__}")
+    covered = 0
+    for i, section in enumerate(sections):
+        where = f"document {doc_id!r}: section {i}"
+        if not isinstance(section, Section):
+            raise InputError(f"{where} must be a graphdoc.Section(title, start, end), got {type(section).__name__}")
+        start, end, title = section.start, section.end, section.title
+        if not (_is_int(start) and _is_int(end) and isinstance(title, str)):
+            raise InputError(f"{where} must have a string title and integer start and end, got {section!r}")
+        if start > end:
+            raise InputError(f"{where} ({title!r}) ends before it starts ([{start}, {end}))")
+        if start < 0 or end > len(text):
+            raise InputError(f"{where} ({title!r}) span [{start}, {end}) is outside the text (0 to {len(text)})")
+        if start < covered:
+            raise InputError(f"{where} ({title!r}) starts at {start}, before section {i - 1} ends (at {covered}): "
+                             "sections must be in order and not overlap")
+        surrogate = lone_surrogate(title)
+        if surrogate:
+            raise InputError(f"{where} title is not valid Unicode (lone surrogate {surrogate})")
+        covered = end
+    gaps = zip([0] + [s.end for s in sections], [s.start for s in sections] + [len(text)])
+    for start, end in gaps:
+        _check_uncovered(doc_id, text, start, end)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_uncovered(doc_id: str, text: str, start: int, end: int) -> None:
+    """Text between sections must be whitespace: the chunker would drop its words."""
+    if start < end and not text[start:end].isspace():
+        words = " ".join(text[start:end].split())
+        shown = words if len(words) <= 30 else words[:27] + "..."
+        raise InputError(f"document {doc_id!r}: text[{start}:{end}] ({shown!r}) is in no section "
+                         "(sections must cover all the text but whitespace)")
 
 
 def as_document(item: "Document | str | Mapping[str, Any]", index: int) -> Document:

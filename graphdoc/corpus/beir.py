@@ -8,7 +8,7 @@ from typing import Iterator
 from graphdoc.documents import Document
 from graphdoc.errors import InputError
 from graphdoc.corpus.files import iter_lines
-from graphdoc.corpus.jsonl import read_jsonl_corpus, read_jsonl_queries
+from graphdoc.corpus.jsonl import check_id, read_jsonl_corpus, read_jsonl_queries
 
 DEFAULT_SPLIT = "test"
 QRELS_HEADER = ("query-id", "corpus-id", "score")
@@ -67,6 +67,7 @@ def read_beir_qrels(folder: Path, split: str | None = None) -> Qrels:
 def read_tsv_qrels(path: Path) -> Qrels:
     """A BEIR qrels file: ``query-id<TAB>corpus-id<TAB>score`` lines after an optional header."""
     qrels: Qrels = {}
+    judgements = Judgements(path, qrels)
     for lineno, line in iter_lines(path):
         if not line.strip():
             continue
@@ -77,8 +78,25 @@ def read_tsv_qrels(path: Path) -> Qrels:
             raise InputError(f"{path}:{lineno}: expected 3 tab-separated fields "
                              f"(query-id, corpus-id, score), got {len(fields)}")
         qid, doc_id, score = (f.strip() for f in fields)
-        qrels.setdefault(qid, {})[doc_id] = parse_relevance(path, lineno, score)
+        check_id(path, lineno, "query", qid)
+        check_id(path, lineno, "judged document", doc_id)
+        judgements.add(qid, doc_id, parse_relevance(path, lineno, score), lineno)
     return qrels
+
+
+class Judgements:
+    """Builds :data:`Qrels` from lines of ``path``; a pair judged twice with two grades is an error."""
+
+    def __init__(self, path: Path, qrels: Qrels) -> None:
+        self.path, self.qrels, self.line_of = path, qrels, {}
+
+    def add(self, qid: str, doc_id: str, grade: int, lineno: int) -> None:
+        grades = self.qrels.setdefault(qid, {})
+        first = self.line_of.setdefault((qid, doc_id), lineno)
+        if first != lineno and grades[doc_id] != grade:
+            raise InputError(f"{self.path}:{lineno}: query {qid!r} and document {doc_id!r} are judged "
+                             f"{grade} here and {grades[doc_id]} on line {first}")
+        grades[doc_id] = grade
 
 
 def parse_relevance(path: Path, lineno: int, value: str) -> int:

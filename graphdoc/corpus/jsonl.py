@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from graphdoc.documents import Document
+from graphdoc.documents import Document, id_problem, lone_surrogate, scalar_id
 from graphdoc.errors import InputError
 from graphdoc.corpus.files import iter_lines
 
@@ -33,14 +33,22 @@ def iter_json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield lineno, record
 
 
+def check_id(path: Path, lineno: int, what: str, item_id: str) -> None:
+    """Raise :class:`InputError` naming the line if ``item_id`` cannot be an id (see :func:`id_problem`)."""
+    problem = id_problem(item_id, single_token=what != "document")
+    if problem:
+        raise InputError(f"{path}:{lineno}: {what} id {item_id!r} {problem}")
+
+
 class IdTracker:
-    """Remembers the line each id was first seen on, to report duplicates with both lines."""
+    """Checks each id and remembers the line it was first seen on, to report duplicates with both lines."""
 
     def __init__(self, path: Path, what: str) -> None:
         self.path, self.what, self.first_line = path, what, {}
 
     def check(self, item_id: str, lineno: int) -> None:
-        """Raise :class:`InputError` if ``item_id`` was seen on an earlier line."""
+        """Raise :class:`InputError` if ``item_id`` cannot be an id or was seen on an earlier line."""
+        check_id(self.path, lineno, self.what, item_id)
         first = self.first_line.setdefault(item_id, lineno)
         if first != lineno:
             raise InputError(f"{self.path}:{lineno}: duplicate {self.what} id {item_id!r} "
@@ -66,14 +74,24 @@ def read_jsonl_queries(path: Path) -> Iterator[tuple[str, str]]:
     """Yield ``(query id, text)`` from a JSON lines file of ``{"_id", "text"}`` objects."""
     ids = IdTracker(path, "query")
     for lineno, record in iter_json_objects(path):
-        query_id = _first_field(record, QUERY_ID_KEYS, path, lineno, "id")
-        text = _first_field(record, QUERY_TEXT_KEYS, path, lineno, "text")
-        ids.check(str(query_id), lineno)
-        yield str(query_id), str(text)
+        id_key = _first_field(record, QUERY_ID_KEYS, path, lineno, "id")
+        text = str(record[_first_field(record, QUERY_TEXT_KEYS, path, lineno, "text")])
+        try:
+            query_id = scalar_id(record[id_key], id_key)
+        except InputError as err:
+            raise InputError(f"{path}:{lineno}: {err}") from None
+        ids.check(query_id, lineno)
+        for what, value in (("id", query_id), ("text", text)):
+            surrogate = lone_surrogate(value)
+            if surrogate:
+                raise InputError(f"{path}:{lineno}: query {query_id!r}: {what} is not valid Unicode "
+                                 f"(lone surrogate {surrogate})")
+        yield query_id, text
 
 
-def _first_field(record: dict[str, Any], keys: tuple[str, ...], path: Path, lineno: int, what: str) -> Any:
-    value = next((record[k] for k in keys if record.get(k) not in (None, "")), None)
-    if value is None:
+def _first_field(record: dict[str, Any], keys: tuple[str, ...], path: Path, lineno: int, what: str) -> str:
+    """The first of ``keys`` with a non-empty value in ``record``."""
+    key = next((k for k in keys if record.get(k) not in (None, "")), None)
+    if key is None:
         raise InputError(f"{path}:{lineno}: query has no {what} (expected a non-empty field: {', '.join(keys)})")
-    return value
+    return key

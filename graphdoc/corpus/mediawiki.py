@@ -1,6 +1,7 @@
 """MediaWiki XML dumps (``.xml``, ``.xml.bz2``): articles as clean text with their ``== Heading ==`` sections.
 
-The dump is streamed with :func:`xml.etree.ElementTree.iterparse`; each ``<page>`` is dropped once read.
+The dump is streamed with :func:`xml.etree.ElementTree.iterparse`; each ``<page>`` is dropped once read
+(only the article ids are kept, to refuse a duplicate).
 Only namespace-0 articles are kept, redirects are skipped, and the wikitext is turned into plain text
 with ``mwparserfromhell`` after templates, references, tables, files, categories and interlanguage
 links have been removed.
@@ -14,7 +15,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from graphdoc.documents import Document
+from graphdoc.documents import Document, id_problem
 from graphdoc.errors import InputError
 from graphdoc.corpus.files import READ_ERRORS, open_binary
 from graphdoc.corpus.markup import wikitext_headings
@@ -56,7 +57,7 @@ def read_mediawiki(path: Path) -> Iterator[Document]:
 
 
 def _pages(stream: Any, source: str) -> Iterator[Document]:
-    root, articles, skipped = None, 0, 0
+    root, articles, skipped, ids = None, 0, 0, set()
     for event, elem in ET.iterparse(stream, events=("start", "end")):
         if root is None:
             root = elem
@@ -69,11 +70,25 @@ def _pages(stream: Any, source: str) -> Iterator[Document]:
         namespace = _text(page["ns"]) if "ns" in page else ("0" if ":" not in title else "")
         if namespace == "0" and "redirect" not in page:
             articles += 1
-            yield article_document(_text(page.get("id")), title, _text(revision.get("text")))
+            yield article_document(_article_id(page, title, source, ids), title, _text(revision.get("text")))
         else:
             skipped += 1
-        root.clear()  # drop the pages read so far; memory stays flat on a full dump
+        root.clear()  # drop the pages read so far; but for the ids, memory stays flat on a full dump
     logger.debug("%s: %d articles, %d other pages (redirects, other namespaces) skipped", source, articles, skipped)
+
+
+def _article_id(page: dict[str, ET.Element], title: str, source: str, seen: set[str]) -> str:
+    """The ``<id>`` of an article page, refused when missing, unusable as an id, or an earlier article's."""
+    page_id = _text(page.get("id")).strip()
+    if not page_id:
+        raise InputError(f"{source}: page {title!r} has no <id>")
+    problem = id_problem(page_id)
+    if problem:
+        raise InputError(f"{source}: page {title!r}: page id {page_id!r} {problem}")
+    if page_id in seen:
+        raise InputError(f"{source}: duplicate page id {page_id!r} (page {title!r})")
+    seen.add(page_id)
+    return page_id
 
 
 def _text(elem: ET.Element | None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterator
 
-from graphdoc.documents import Document, Section
+from graphdoc.documents import Document, Section, id_problem, lone_surrogate
 from graphdoc.errors import InputError
 from graphdoc.corpus.files import decode_text
 from graphdoc.corpus.markup import markdown_sections, markdown_title
@@ -31,11 +31,26 @@ def text_files(folder: Path) -> list[Path]:
 
 def read_text_file(path: Path, doc_id: str | None = None) -> Document:
     """One file as a document: sections from its headings; title from its first ``#`` heading, else its stem."""
+    doc_id = file_id(path, doc_id if doc_id is not None else path.stem)
     text = decode_text(path, path.read_bytes()).replace("\r\n", "\n")
     sections_of, title_of = TEXT_FILE_TYPES[path.suffix.lower()]
-    return Document(id=doc_id if doc_id is not None else path.stem, text=text,
-                    title=title_of(text) or path.stem, sections=sections_of(text),
+    return Document(id=doc_id, text=text, title=title_of(text) or path.stem, sections=sections_of(text),
                     metadata={"path": str(path)})
+
+
+def file_id(path: Path, doc_id: str) -> str:
+    """``doc_id``, made from the name of ``path``, or an :class:`InputError` if it cannot be an id."""
+    if lone_surrogate(doc_id):  # Python escapes the bytes of a file name that are not UTF-8 as surrogates
+        raise InputError(f"{_shown(path)}: file name is not valid UTF-8 (it makes the document id); rename the file")
+    problem = id_problem(doc_id)
+    if problem:
+        raise InputError(f"{_shown(path)}: document id {doc_id!r} (from the file name) {problem}; rename the file")
+    return doc_id
+
+
+def _shown(path: Path) -> str:
+    """``path`` for a one-line message: quoted with escapes if its name has a line break or undecodable bytes."""
+    return str(path) if str(path).isprintable() else repr(str(path))
 
 
 def read_text_folder(folder: Path) -> Iterator[Document]:
@@ -53,7 +68,7 @@ def read_text_folder(folder: Path) -> Iterator[Document]:
 def _read_files(folder: Path, files: list[Path]) -> Iterator[Document]:
     first_file: dict[str, Path] = {}
     for path in files:
-        doc_id = path.relative_to(folder).with_suffix("").as_posix()
+        doc_id = file_id(path, path.relative_to(folder).with_suffix("").as_posix())
         first = first_file.setdefault(doc_id, path)
         if first != path:
             raise InputError(f"{path}: duplicate document id {doc_id!r} (also from {first.name})")

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Iterator
 
 from graphdoc.errors import InputError
-from graphdoc.corpus.beir import Qrels, parse_relevance
+from graphdoc.corpus.beir import Judgements, Qrels, parse_relevance
 from graphdoc.corpus.files import iter_lines
+from graphdoc.corpus.jsonl import check_id
 
 _NUM = re.compile(r"<num>\s*(?:Number:)?\s*(\S+)", re.IGNORECASE)
 _TITLE = re.compile(r"<title>\s*(?:Topic:)?\s*(.*?)\s*(?=<desc>|<narr>|</top>|\Z)", re.IGNORECASE | re.DOTALL)
@@ -47,6 +48,7 @@ def _parse_topic(path: Path, lineno: int, block: str) -> tuple[str, str]:
 def read_trec_qrels(path: Path) -> Qrels:
     """A TREC qrels file: whitespace-separated ``query-id iteration doc-id relevance`` lines."""
     qrels: Qrels = {}
+    judgements = Judgements(path, qrels)
     for lineno, line in iter_lines(path):
         fields = line.split()
         if not fields:
@@ -55,7 +57,7 @@ def read_trec_qrels(path: Path) -> Qrels:
             raise InputError(f"{path}:{lineno}: expected 4 fields (query-id iteration doc-id relevance), "
                              f"got {len(fields)}")
         qid, _, doc_id, rel = fields
-        qrels.setdefault(qid, {})[doc_id] = parse_relevance(path, lineno, rel)
+        judgements.add(qid, doc_id, parse_relevance(path, lineno, rel), lineno)
     return qrels
 
 
@@ -69,6 +71,7 @@ def read_tsv_queries(path: Path) -> Iterator[tuple[str, str]]:
             raise InputError(f"{path}:{lineno}: expected 'query-id<TAB>text', found no tab")
         if lineno == 1 and qid.strip().lower() in TSV_HEADER_IDS:
             continue
+        check_id(path, lineno, "query", qid.strip())
         yield qid.strip(), text.strip()
 
 
