@@ -27,6 +27,17 @@ def _check_choice(name: str, value: Any, choices: tuple) -> None:
         raise GraphDocError(f"{name} must be one of {', '.join(map(str, choices))}; got {value!r}")
 
 
+def _check_positive_or_null(name: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise GraphDocError(f"{name} must be at least 1 or null; got {value}")
+
+
+def _check_probability(name: str, value: float) -> None:
+    """A dropout rate: 1 or more would drop everything."""
+    if not 0 <= value < 1:
+        raise GraphDocError(f"{name} must be at least 0 and below 1; got {value}")
+
+
 def check_precision(precision: str) -> str:
     """``precision`` if it is one of :data:`PRECISIONS`, else a one-line error."""
     _check_choice("precision", precision, PRECISIONS)
@@ -80,6 +91,9 @@ class PassageEncoderConfig:
         if self.pooling is not None:
             _check_choice("passage_encoder.pooling", self.pooling, ("cls", "mean", "max"))
         _check_choice("passage_encoder.precision", self.precision, PRECISIONS)
+        # 0 is an error, not "unset": only null means "as the checkpoint was trained" / "no projection"
+        _check_positive_or_null("passage_encoder.max_seq_length", self.max_seq_length)
+        _check_positive_or_null("passage_encoder.projection_dim", self.projection_dim)
         if self.max_tokens_per_batch < 1:
             raise GraphDocError("passage_encoder.max_tokens_per_batch must be positive")
 
@@ -108,6 +122,8 @@ class GraphConfig:
         _check_choice("graph.graph_type", self.graph_type, ("full", "section"))
         if self.num_layers < 0 or self.heads < 1:
             raise GraphDocError("graph.num_layers must be >= 0 and graph.heads >= 1")
+        _check_probability("graph.dropout", self.dropout)
+        _check_probability("graph.attention_dropout", self.attention_dropout)
 
 
 @dataclass

@@ -13,16 +13,30 @@ from graphdoc.errors import GraphDocError
 logger = logging.getLogger(__name__)
 
 
+#: the device types graphdoc runs on
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
 def resolve_device(device: str | torch.device | None = None) -> torch.device:
-    """``None`` picks CUDA when present, else the CPU; a named device must exist."""
+    """``None`` picks CUDA when present, else the CPU; a named device must exist on this machine."""
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    name = str(device)
     try:
         resolved = torch.device(device)
-    except RuntimeError:
-        raise GraphDocError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise GraphDocError(f"device {device!r} requested but CUDA is not available")
+    except (RuntimeError, TypeError):
+        raise GraphDocError(f"unknown device {name!r}; use cpu, cuda, cuda:N or mps") from None
+    if resolved.type not in DEVICE_TYPES:
+        raise GraphDocError(f"device {name!r} is not supported; use cpu, cuda, cuda:N or mps")
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise GraphDocError(f"device {name!r} requested but CUDA is not available")
+        count = torch.cuda.device_count()
+        if resolved.index is not None and resolved.index >= count:
+            raise GraphDocError(f"device {name!r} requested but this machine has {count} CUDA device(s) "
+                                f"(cuda:0 to cuda:{count - 1})")
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise GraphDocError(f"device {name!r} requested but MPS is not available on this machine")
     return resolved
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import numbers
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -18,6 +19,7 @@ from graphdoc.chunker import Chunker, fit_to_token_limit
 from graphdoc.config import ModelConfig
 from graphdoc.device import resolve_device
 from graphdoc.documents import Document, Passage, as_document
+from graphdoc.errors import GraphDocError, ModelLoadError
 from graphdoc.graph import document_graph
 from graphdoc.models import DocumentGraphEncoder, PassageEncoder, Projection
 from graphdoc.outputs import GraphOutput, PreparedDocument
@@ -26,7 +28,7 @@ from graphdoc import serialization
 logger = logging.getLogger(__name__)
 
 DocumentLike = Document | str | Mapping[str, Any]
-TITLE_MAX_WORDS = 32
+TITLE_MAX_WORDS = 32  # and at most half of the encoder's token limit: a title must leave room for text
 
 
 class GraphDocEncoder(nn.Module):
@@ -53,6 +55,8 @@ class GraphDocEncoder(nn.Module):
         proj_dim = self.config.passage_encoder.projection_dim
         hidden = passage_encoder.hidden_size
         g = self.config.graph
+        check_heads(g.heads, proj_dim or hidden, "passage_encoder.projection_dim" if proj_dim else
+                    "the encoder's hidden size")
         # a fixed seed: the same untrained model (and weights fingerprint) on every load
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
@@ -79,9 +83,16 @@ class GraphDocEncoder(nn.Module):
         """The text the passage encoder sees for a passage (title prepended per ``chunker.title``)."""
         mode = self.config.chunker.title
         if document.title and (mode == "all" or (mode == "first" and passage.index == 0)):
-            title = " ".join(document.title.split()[:TITLE_MAX_WORDS])  # a title must leave room for text
-            return f"{title} {passage.text}" if passage.text else title
+            title = self.title_input(document.title)
+            if title:
+                return f"{title} {passage.text}" if passage.text else title
         return passage.text
+
+    def title_input(self, title: str) -> str:
+        """A title as passage inputs carry it: at most :data:`TITLE_MAX_WORDS` words and half of the
+        encoder's token limit (a title without spaces, CJK text or a URL, is cut by tokens)."""
+        words = " ".join(title.split()[:TITLE_MAX_WORDS])
+        return self.passage_encoder.clip(words, self.passage_encoder.max_seq_length // 2)
 
     def prepare(self, document: Document, max_passages: int | None = None) -> PreparedDocument:
         """Chunk and tokenize one document, re-splitting passages over the encoder's token limit."""
@@ -132,6 +143,7 @@ class GraphDocEncoder(nn.Module):
                      return_attention_weights: bool = False,
                      max_passages: int | None = None) -> Iterator[GraphOutput]:
         """Stream :class:`GraphOutput` batches of ``batch_size`` documents (inference mode)."""
+        check_batch_size(batch_size)
         was_training = self.training
         self.eval()
         try:
@@ -157,6 +169,7 @@ class GraphDocEncoder(nn.Module):
 
         Returns a ``[n, dimension]`` float32 array (or tensor); a single document gives ``[dimension]``.
         """
+        check_batch_size(batch_size)
         single = isinstance(documents, (str, Document, Mapping))
         docs = [documents] if single else list(documents)
         cut_before = self.chunker.passages_cut
@@ -176,6 +189,7 @@ class GraphDocEncoder(nn.Module):
                        show_progress_bar: bool | None = None, normalize_embeddings: bool = False,
                        convert_to_numpy: bool = True, convert_to_tensor: bool = False, **_: Any):
         """Embed queries as single-node graphs (BEIR-compatible signature)."""
+        check_batch_size(batch_size)
         single = isinstance(queries, str)
         texts = [queries] if single else list(queries)
         was_training = self.training
@@ -206,12 +220,12 @@ class GraphDocEncoder(nn.Module):
         ``None`` (or ``"all-MiniLM-L6-v2"``) is the built-in default model. ``config`` sets the
         chunker, graph and pooling settings of a model built on a plain encoder.
         """
-        return serialization.load(cls, name_or_path, config, device)
+        return load_pretrained(cls, name_or_path, config, device)
 
     @classmethod
     def from_config(cls, config: ModelConfig, device: str | torch.device | None = None) -> "GraphDocEncoder":
         """Build an untrained model on ``config.passage_encoder.model_name_or_path``."""
-        return serialization.load(cls, config.passage_encoder.model_name_or_path, config, device)
+        return load_pretrained(cls, config.passage_encoder.model_name_or_path, config, device)
 
     def save_pretrained(self, path: str | Path) -> None:
         """Write ``config.json``, ``model.safetensors`` and ``passage_encoder/`` into ``path``."""
@@ -220,6 +234,36 @@ class GraphDocEncoder(nn.Module):
     def head_state_dict(self) -> dict[str, torch.Tensor]:
         """The weights graphdoc adds on top of the passage encoder (projection and GAT layers)."""
         return {k: v for k, v in self.state_dict().items() if not k.startswith("passage_encoder.")}
+
+
+def load_pretrained(cls: type, name_or_path: str | Path | None, config, device):
+    """:func:`graphdoc.serialization.load` for any backbone.
+
+    A device that is not there is reported before anything loads; a saved model without its passage
+    encoder folder is reported as such (loading that folder's path would otherwise try it as a hub id).
+    """
+    resolve_device(device)
+    path = Path(name_or_path) if name_or_path is not None else None
+    if path is not None and serialization.is_graphdoc_model(path) \
+            and not (path / serialization.PASSAGE_ENCODER_DIR).is_dir():
+        raise ModelLoadError(f"{path} is a saved graphdoc model without its {serialization.PASSAGE_ENCODER_DIR}/ "
+                             "folder (copy the whole model folder)")
+    return serialization.load(cls, name_or_path, config, device)
+
+
+def check_batch_size(batch_size: int) -> None:
+    """``batch_size`` documents or queries are encoded together: a positive integer."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+        raise GraphDocError(f"batch_size must be an integer; got {batch_size!r}")
+    if batch_size < 1:
+        raise GraphDocError(f"batch_size must be at least 1; got {batch_size}")
+
+
+def check_heads(heads: int, size: int, source: str) -> None:
+    """GAT heads split the node vectors evenly: ``heads`` must divide their ``size`` (from ``source``)."""
+    if size % heads:
+        valid = ", ".join(str(d) for d in range(1, size + 1) if size % d == 0)
+        raise GraphDocError(f"graph.heads must divide the node size {size} ({source}): one of {valid}; got {heads}")
 
 
 def _show(flag: bool | None) -> bool:

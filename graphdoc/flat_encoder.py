@@ -9,12 +9,11 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from graphdoc import serialization
 from graphdoc.backbones import FLAT
 from graphdoc.chunker import Chunker
 from graphdoc.device import resolve_device
 from graphdoc.documents import Document, Passage
-from graphdoc.encoder import GraphDocEncoder
+from graphdoc.encoder import GraphDocEncoder, load_pretrained
 from graphdoc.flat_config import FlatModelConfig
 from graphdoc.models import PassageEncoder
 from graphdoc.outputs import GraphOutput, PreparedDocument
@@ -61,6 +60,7 @@ class FlatEncoder(nn.Module):
     device = GraphDocEncoder.device
     get_sentence_embedding_dimension = GraphDocEncoder.get_sentence_embedding_dimension
     passage_input = GraphDocEncoder.passage_input
+    title_input = GraphDocEncoder.title_input
     prepare = GraphDocEncoder.prepare
     prepare_query = GraphDocEncoder.prepare_query
     iter_forward = GraphDocEncoder.iter_forward
@@ -103,12 +103,12 @@ class FlatEncoder(nn.Module):
                         device: str | torch.device | None = None) -> "FlatEncoder":
         """Load a saved flat model, or build one on any Hugging Face encoder (``None``: the built-in
         all-MiniLM-L6-v2); ``config`` sets the chunker, pooling and document mode of a new one."""
-        return serialization.load(cls, name_or_path, config, device)
+        return load_pretrained(cls, name_or_path, config, device)
 
     @classmethod
     def from_config(cls, config: FlatModelConfig, device: str | torch.device | None = None) -> "FlatEncoder":
         """Build a model on ``config.passage_encoder.model_name_or_path``."""
-        return serialization.load(cls, config.passage_encoder.model_name_or_path, config, device)
+        return load_pretrained(cls, config.passage_encoder.model_name_or_path, config, device)
 
     def extra_repr(self) -> str:
         return f"document={self.config.graph.document!r}, dimension={self.dimension}"

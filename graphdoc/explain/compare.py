@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from graphdoc.documents import Document, Passage, as_document
-from graphdoc.errors import GraphDocError
+from graphdoc.errors import GraphDocError, InputError
 from graphdoc.explain.passages import snippet
 
 
@@ -125,11 +125,20 @@ def compare_vectors(doc_a: np.ndarray, doc_b: np.ndarray, passages_a: np.ndarray
     return doc, passage, section, top_pairs(passage, top)
 
 
+def check_has_text(document: Document) -> None:
+    """An empty document has no passages to compare (its vector would be its title's, or nothing's)."""
+    if not document.text.strip():
+        path = document.metadata.get("path")  # a document read from a file
+        raise InputError(f"{path}: document has no text" if path else f"document {document.id!r} has no text")
+
+
 def compare_documents(model, a, b, top: int = 5, max_passages: int | None = None) -> Comparison:
     """Compare two documents (strings, dicts or :class:`Document`) with a GraphDocEncoder in one pass."""
     if top < 0:
         raise GraphDocError(f"the number of passage pairs must be at least 0; got {top}")
     docs = [as_document(a, 0), as_document(b, 1)]
+    for doc in docs:
+        check_has_text(doc)
     # attention asked for: a model whose document vector needs no passages (flat FirstP) still gives them
     out = next(iter(model.iter_forward(docs, batch_size=2, return_attention_weights=True,
                                        max_passages=max_passages)))

@@ -3,8 +3,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -13,11 +15,12 @@ from torch import nn
 from graphdoc.batching import token_budget_batches
 from graphdoc.config import PassageEncoderConfig
 from graphdoc.device import autocast
-from graphdoc.errors import ModelLoadError
+from graphdoc.errors import GraphDocError, ModelLoadError
 
 logger = logging.getLogger(__name__)
 
 MAX_BATCH_SEQUENCES = 512
+_LAST_WORD = re.compile(r"\s+\S*$")  # the spaces before the last (partial) word
 
 #: architectures (``config.model_type``) whose attention is local unless a token is marked global
 GLOBAL_FIRST_TOKEN = frozenset({"longformer"})
@@ -44,6 +47,7 @@ class PassageEncoder(nn.Module):
         self.normalize = bool(config.normalize)
         self.max_seq_length = config.max_seq_length or 512
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self._last_clip: tuple[tuple[str, int], str] | None = None  # clip()'s last question and answer
 
     @property
     def hidden_size(self) -> int:
@@ -52,14 +56,16 @@ class PassageEncoder(nn.Module):
     @classmethod
     def load(cls, name_or_path: str, config: PassageEncoderConfig) -> "PassageEncoder":
         """Load a Hugging Face encoder and tokenizer; unset pooling settings come from the checkpoint."""
+        from safetensors import SafetensorError
         from transformers import AutoModel, AutoTokenizer
 
+        _check_local_path(name_or_path)
         try:
             tokenizer = AutoTokenizer.from_pretrained(name_or_path)
             model = AutoModel.from_pretrained(name_or_path)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, SafetensorError) as exc:
             raise ModelLoadError(_load_error(name_or_path, exc)) from None
-        resolved = resolve_settings(name_or_path, config, tokenizer, model.config)
+        resolved = resolve_settings(name_or_path, config, tokenizer, model.config, position_limit(model))
         return cls(model, tokenizer, resolved)
 
     def tokenize(self, texts: list[str], truncate: bool = False) -> list[list[int]]:
@@ -68,6 +74,27 @@ class PassageEncoder(nn.Module):
             return []
         kwargs = {"truncation": True, "max_length": self.max_seq_length} if truncate else {}
         return self.tokenizer(texts, add_special_tokens=True, verbose=False, **kwargs)["input_ids"]
+
+    def clip(self, text: str, max_tokens: int) -> str:
+        """The longest prefix of ``text`` of at most ``max_tokens`` tokens (special tokens not counted), cut
+        between words, or between tokens in a text without spaces. The last answer is kept: each passage of a
+        document asks for its title."""
+        if self._last_clip is not None and self._last_clip[0] == (text, max_tokens):
+            return self._last_clip[1]
+        try:
+            offsets = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
+                                     verbose=False).get("offset_mapping")
+        except NotImplementedError:  # a Python tokenizer has no offsets (transformers 5 leaves them out)
+            offsets = None
+        if offsets is None:
+            clipped = _word_prefix(text, len(_longest_prefix(text, max_tokens, self._count_tokens)))
+        else:  # cut where the first token past the budget starts: no character is left half-encoded
+            clipped = text if len(offsets) <= max_tokens else _word_prefix(text, offsets[max_tokens][0])
+        self._last_clip = ((text, max_tokens), clipped)
+        return clipped
+
+    def _count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The encoder's last-layer token vectors: ``[B, L]`` -> ``[B, L, hidden_size]``."""
@@ -140,17 +167,37 @@ def global_first_token(input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"global_attention_mask": mask}
 
 
-def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer,
-                     model_config) -> PassageEncoderConfig:
-    """Fill unset pooling / normalize / max_seq_length from the checkpoint's own files."""
+def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer, model_config,
+                     positions: int | None = None) -> PassageEncoderConfig:
+    """Fill unset pooling / normalize / max_seq_length from the checkpoint's own files.
+
+    ``positions`` (see :func:`position_limit`) bounds ``max_seq_length``: a larger setting is an error, a
+    larger limit read from the checkpoint is lowered to it.
+    """
+    if config.max_seq_length is not None and positions is not None and config.max_seq_length > positions:
+        raise GraphDocError(f"passage_encoder.max_seq_length must be at most {positions}, the token positions "
+                            f"of {name_or_path}; got {config.max_seq_length}")
     st = _sentence_transformers_settings(Path(name_or_path))
     pooling = config.pooling or st.get("pooling") or "cls"
     normalize = config.normalize if config.normalize is not None else st.get("normalize", False)
-    max_len = config.max_seq_length or st.get("max_seq_length")
+    max_len = config.max_seq_length if config.max_seq_length is not None else st.get("max_seq_length")
     if max_len is None:
         limit = getattr(tokenizer, "model_max_length", None)
         max_len = limit if limit and limit < 100_000 else getattr(model_config, "max_position_embeddings", 512)
+    if positions is not None:
+        max_len = min(int(max_len), positions)
     return replace(config, pooling=pooling, normalize=bool(normalize), max_seq_length=int(max_len))
+
+
+def position_limit(model: nn.Module) -> int | None:
+    """How many tokens an encoder with a learned absolute position table takes; ``None`` without one.
+
+    A RoBERTa-style table starts its positions after its padding index (514 rows: 512 tokens).
+    """
+    table = getattr(getattr(model, "embeddings", None), "position_embeddings", None)
+    if not isinstance(table, nn.Embedding):
+        return None
+    return table.num_embeddings - (table.padding_idx + 1 if table.padding_idx is not None else 0)
 
 
 def _sentence_transformers_settings(folder: Path) -> dict:
@@ -159,11 +206,15 @@ def _sentence_transformers_settings(folder: Path) -> dict:
     modules_file = folder / "modules.json"
     if not modules_file.is_file():
         return settings
-    modules = json.loads(modules_file.read_text(encoding="utf-8"))
+    modules = _read_json(modules_file, list)
     for module in modules:
-        kind = module.get("type", "")
+        if not isinstance(module, dict):
+            raise ModelLoadError(f"{modules_file}: each module must be a JSON object; got {module!r}")
+        kind = str(module.get("type", ""))
         if kind.endswith("Pooling"):
-            pooling_cfg = json.loads((folder / module["path"] / "config.json").read_text(encoding="utf-8"))
+            if not isinstance(module.get("path"), str):
+                raise ModelLoadError(f"{modules_file}: the {kind} module has no 'path'")
+            pooling_cfg = _read_json(folder / module["path"] / "config.json", dict, modules_file)
             for mode in ("cls", "mean", "max"):
                 key = "pooling_mode_cls_token" if mode == "cls" else f"pooling_mode_{mode}_tokens"
                 if pooling_cfg.get(key):
@@ -173,8 +224,56 @@ def _sentence_transformers_settings(folder: Path) -> dict:
             settings["normalize"] = True
     sbert = folder / "sentence_bert_config.json"
     if sbert.is_file():
-        settings["max_seq_length"] = json.loads(sbert.read_text(encoding="utf-8")).get("max_seq_length")
+        settings["max_seq_length"] = _read_json(sbert, dict).get("max_seq_length")
     return settings
+
+
+def _read_json(path: Path, kind: type, named_in: Path | None = None) -> Any:
+    """A sentence-transformers settings file holding a JSON ``kind`` (``dict`` or ``list``); a missing or
+    broken one is a :class:`ModelLoadError` naming it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelLoadError(f"{path} is missing" + (f" (named in {named_in})" if named_in else "")) from None
+    except OSError as exc:
+        raise ModelLoadError(f"{path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ModelLoadError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, kind):
+        raise ModelLoadError(f"{path}: expected a JSON {'object' if kind is dict else 'array'}")
+    return data
+
+
+def _check_local_path(name_or_path: str) -> None:
+    """A file, or a folder without ``config.json``, holds no Hugging Face model: say so before the loaders try."""
+    path = Path(name_or_path)
+    if path.is_file():
+        raise ModelLoadError(f"{name_or_path} is a file, not a model folder")
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise ModelLoadError(f"no model in {name_or_path} (no config.json)")
+
+
+def _longest_prefix(text: str, max_tokens: int, count: Callable[[str], int]) -> str:
+    """The longest prefix of ``text`` with at most ``max_tokens`` tokens by ``count`` (a binary search)."""
+    low, high = 0, len(text)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if count(text[:mid]) <= max_tokens:
+            low = mid
+        else:
+            high = mid - 1
+    return text[:low]
+
+
+def _word_prefix(text: str, end: int) -> str:
+    """``text[:end]``, back at the last space when ``end`` falls inside a word that is not the first."""
+    if end < len(text) and not text[end].isspace():
+        inside = _LAST_WORD.search(text, 0, end)
+        if inside is not None and inside.start() > 0:
+            end = inside.start()
+    return text[:end].rstrip()
 
 
 def _load_error(name_or_path: str, exc: BaseException) -> str:
@@ -182,8 +281,9 @@ def _load_error(name_or_path: str, exc: BaseException) -> str:
     path = Path(name_or_path)
     if not path.exists() and _is_path_name(name_or_path):
         return f"no model folder at {name_or_path}"
-    where = "local folder" if path.exists() else "Hugging Face hub model"
-    return (f"cannot load {where} {name_or_path!r}: {_first_line(exc)} "
+    if path.exists():  # a folder with a config.json (see _check_local_path): its files are damaged
+        return f"cannot load local folder {name_or_path!r}: {_first_line(exc)}"
+    return (f"cannot load Hugging Face hub model {name_or_path!r}: {_first_line(exc)} "
             "(name a local model folder, or a hub id once it is cached)")
 
 
