@@ -14,7 +14,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "folder, MediaWiki dump) or a dataset name (msmarco-document, robust04, wikir/en59k, ...)")
     parser.add_argument("--index-dir", required=True, type=Path)
     parser.add_argument("--faiss-factory", default=None, metavar="STR",
-                        help="FAISS index_factory string (default Flat: exact inner product), e.g. HNSW32")
+                        help="FAISS index_factory string (default Flat: exact inner product), e.g. HNSW32; "
+                             "can be changed until the index is finalised")
     parser.add_argument("--metric", choices=("cosine", "ip"), default=None, help="default cosine")
     parser.add_argument("--shard", default="1/1", metavar="I/N", help="build part I of N (join with graphdoc merge)")
     parser.add_argument("--shard-size", type=int, default=1000, metavar="N",
@@ -23,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="an id already in the index: refuse (default), skip it, or replace the old one")
     parser.add_argument("--no-passages", action="store_true",
                         help="do not keep passage vectors (smaller; no passage-level scores or explanations)")
-    parser.add_argument("--bm25-stemmer", default=None, help="PyStemmer algorithm, e.g. english (default none)")
+    parser.add_argument("--bm25-stemmer", default=None, help="PyStemmer algorithm, e.g. english (default none; fixed once the index is finalised)")
     add_model_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -32,9 +33,11 @@ def run(args: argparse.Namespace) -> int:
     from graphdoc.retrieval.bm25 import BM25Config
     from graphdoc.retrieval.builder import IndexSettings, build_index
 
-    settings = IndexSettings(faiss_factory=args.faiss_factory, metric=args.metric,
-                             bm25=BM25Config(stemmer=args.bm25_stemmer), store_passages=not args.no_passages,
-                             shard_size=args.shard_size, on_duplicate=args.on_duplicate)
+    # checked here, before the model loads; None keeps an existing index's own setting
+    bm25 = BM25Config(stemmer=args.bm25_stemmer) if args.bm25_stemmer is not None else None
+    settings = IndexSettings(faiss_factory=args.faiss_factory, metric=args.metric, bm25=bm25,
+                             store_passages=not args.no_passages, shard_size=args.shard_size,
+                             on_duplicate=args.on_duplicate)
     model = load_model(args)
     manifest = build_index(model, args.corpus, args.index_dir, settings, part=args.shard,
                            batch_size=args.batch_size, show_progress_bar=not args.quiet)

@@ -71,6 +71,7 @@ class BM25Config:
         check_choice("BM25 stopwords", self.stopwords, STOPWORDS)
         if self.k1 < 0 or not 0 <= self.b <= 1:
             raise GraphDocError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={self.k1}, b={self.b}")
+        _stemmer(self.stemmer)  # a bad name fails here, not after a whole corpus is encoded
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -10,29 +10,35 @@ Layout of ``INDEX_DIR``::
         passages.faiss  bm25/  docstore.jsonl(+.offsets.npy)
 
 A killed run rerun with the same command skips the documents already in shards; shards a crash
-left unlisted in the manifest are removed. Adding a corpus to an existing index appends shards;
-an id already indexed is refused (``on_duplicate="error"``), skipped, or replaces the old document.
+left unlisted in the manifest, and temporaries of a killed atomic write, are removed. The same command
+on a corpus that has grown indexes the documents appended to it. Adding a corpus to an existing index
+appends shards; an id already indexed is refused (``on_duplicate="error"``), skipped, or replaces the
+old document. One process at a time writes a folder (:func:`~graphdoc.retrieval.manifest.writer_lock`).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from graphdoc.errors import GraphDocError
+from graphdoc.corpus import ReadStats, read_corpus
+from graphdoc.errors import GraphDocError, InputError
+from graphdoc.fileio import remove_stale_temporaries
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config
 from graphdoc.retrieval.dense_searcher import DenseSettings
 from graphdoc.retrieval.fusion import HYBRID_DEFAULT
-from graphdoc.retrieval.dense import METRICS, new_faiss_index
-from graphdoc.retrieval.manifest import Manifest, SourceProgress, check_identity, model_identity
+from graphdoc.retrieval.dense import METRICS, TrainingError, new_faiss_index, training_minimum
+from graphdoc.retrieval.manifest import (LOCK_NAME, MANIFEST_NAME, Manifest, SourceProgress, check_identity,
+                                         model_identity, writer_lock)
 from graphdoc.retrieval.shards import read_shard, write_shard
 from graphdoc.retrieval.finalize import finalize
 
@@ -43,11 +49,12 @@ DUPLICATE_POLICIES = ("error", "skip", "replace")
 
 @dataclass
 class IndexSettings:
-    """How an index is built. ``None`` for faiss/metric keeps an existing index's own setting."""
+    """How an index is built. ``None`` for faiss/metric/bm25 keeps an existing index's own setting (a new
+    index gets Flat, cosine and ``BM25Config()``)."""
 
     faiss_factory: str | None = None
     metric: str | None = None
-    bm25: BM25Config = field(default_factory=BM25Config)
+    bm25: BM25Config | None = None
     store_passages: bool = True
     shard_size: int = 1000
     on_duplicate: str = "error"
@@ -58,6 +65,8 @@ class IndexSettings:
                                 f"got {self.on_duplicate!r}")
         if self.shard_size < 1:
             raise GraphDocError("shard_size must be at least 1")
+        if self.metric is not None and self.metric not in METRICS:
+            raise GraphDocError(f"unknown metric {self.metric!r}; valid: {', '.join(METRICS)}")
 
 
 def parse_part(part: str) -> tuple[int, int]:
@@ -71,34 +80,66 @@ def parse_part(part: str) -> tuple[int, int]:
     return i - 1, n
 
 
-def open_manifest(index_dir: Path, model, settings: IndexSettings) -> Manifest:
-    """The existing manifest (checked against the model and settings) or a new one."""
-    identity = model_identity(model)
-    if (index_dir / "manifest.json").exists():
-        manifest = Manifest.load(index_dir)
-        check_identity(manifest.model, identity, index_dir)
-        for name in ("faiss_factory", "metric"):
-            wanted = getattr(settings, name)
-            if wanted is not None and wanted != getattr(manifest, name):
-                raise GraphDocError(f"index {index_dir} has {name}={getattr(manifest, name)!r}; "
-                                    f"cannot change it to {wanted!r} (build a new index)")
-        if manifest.store_passages and not settings.store_passages:
-            raise GraphDocError(f"index {index_dir} keeps passage vectors; cannot add documents without them "
-                                "(build a new index with --no-passages)")
-        return manifest
+def open_manifest(index_dir: Path, model, settings: IndexSettings, identity: dict | None = None) -> Manifest:
+    """The existing manifest (checked against the model and settings) or a new one, saved.
+
+    ``identity`` is the model's :func:`model_identity` when the caller has it (it hashes the weights)."""
+    identity = identity or model_identity(model)
+    manifest = _existing_manifest(index_dir, identity, settings)
+    if manifest is None:
+        manifest = _new_manifest(model, identity, settings)
+        index_dir.mkdir(parents=True, exist_ok=True)
+        manifest.save(index_dir)
+    return manifest
+
+
+def _existing_manifest(index_dir: Path, identity: dict, settings: IndexSettings,
+                       announce: bool = True) -> Manifest | None:
+    """The manifest of ``index_dir`` checked against the model and settings; ``None`` when there is none or it
+    holds no documents yet (a run that failed before its first shard binds no later run to its model)."""
+    if not (index_dir / MANIFEST_NAME).exists():
+        return None
+    manifest = Manifest.load(index_dir)
+    if not manifest.shards:
+        return None
+    check_identity(manifest.model, identity, index_dir)
+    if manifest.store_passages and not settings.store_passages:
+        raise GraphDocError(f"index {index_dir} keeps passage vectors; cannot add documents without them "
+                            "(build a new index with --no-passages)")
+    wanted = {"metric": settings.metric, "faiss_factory": settings.faiss_factory,
+              "bm25": settings.bm25.to_dict() if settings.bm25 is not None else None}
+    for name, value in wanted.items():
+        if value is not None and value != getattr(manifest, name):
+            _change_setting(index_dir, manifest, name, value, announce)
+    return manifest
+
+
+def _change_setting(index_dir: Path, manifest: Manifest, name: str, value, announce: bool) -> None:
+    """FAISS factory and BM25 settings shape only ``final/``: they may change until the index is finalised
+    (a factory that could not be trained is replaced without re-encoding); the metric never."""
+    old = getattr(manifest, name)
+    shown_name, shown_old, shown_new = name, old, value
+    if isinstance(old, dict):
+        key = next(k for k in value if value[k] != old.get(k))
+        shown_name, shown_old, shown_new = f"{name}.{key}", old.get(key), value[key]
+    if name == "metric" or manifest.finalized:
+        raise GraphDocError(f"index {index_dir} has {shown_name}={shown_old!r}; cannot change it to "
+                            f"{shown_new!r} (build a new index)")
+    if announce:
+        logger.warning("index %s is not finalised: its %s changes from %r to %r", index_dir, shown_name, shown_old,
+                       shown_new)
+    setattr(manifest, name, value)
+
+
+def _new_manifest(model, identity: dict, settings: IndexSettings) -> Manifest:
+    """A manifest for a new index; a bad FAISS factory string is refused here, before anything is written."""
     from graphdoc import __version__
 
-    # checked before anything is written: the manifest fixes these for every later run
-    if (settings.metric or "cosine") not in METRICS:
-        raise GraphDocError(f"unknown metric {settings.metric!r}; valid: {', '.join(METRICS)}")
     new_faiss_index(settings.faiss_factory or "Flat", model.dimension)
-    index_dir.mkdir(parents=True, exist_ok=True)
-    manifest = Manifest(model=identity, dimension=model.dimension, metric=settings.metric or "cosine",
-                        faiss_factory=settings.faiss_factory or "Flat", bm25=settings.bm25.to_dict(),
-                        store_passages=settings.store_passages, graphdoc_version=__version__,
-                        fusion=HYBRID_DEFAULT.to_dict(), dense=asdict(DenseSettings()))
-    manifest.save(index_dir)
-    return manifest
+    return Manifest(model=identity, dimension=model.dimension, metric=settings.metric or "cosine",
+                    faiss_factory=settings.faiss_factory or "Flat", bm25=(settings.bm25 or BM25Config()).to_dict(),
+                    store_passages=settings.store_passages, graphdoc_version=__version__,
+                    fusion=HYBRID_DEFAULT.to_dict(), dense=asdict(DenseSettings()))
 
 
 def remove_orphans(index_dir: Path, manifest: Manifest) -> None:
@@ -114,43 +155,136 @@ def remove_orphans(index_dir: Path, manifest: Manifest) -> None:
 
 def build_index(model, corpus: str, index_dir: str | Path, settings: IndexSettings | None = None,
                 part: str = "1/1", batch_size: int = 32, show_progress_bar: bool = False) -> Manifest:
-    """Index (or resume indexing, or add) a corpus; returns the manifest of the finalised index."""
-    from graphdoc.corpus import ReadStats, read_corpus
+    """Index (or resume indexing, or add) a corpus; returns the manifest of the finalised index.
 
+    Everything that can be checked is checked before the folder is touched: settings, the model against an
+    existing index, the corpus (opened and its first document read), and whether a FAISS factory that needs
+    training will have enough documents. A second process writing the same folder is refused.
+    """
     settings = settings or IndexSettings()
     index_dir = Path(index_dir)
     part_no, parts = parse_part(part)
-    manifest = open_manifest(index_dir, model, settings)
-    remove_orphans(index_dir, manifest)
+    _check_index_folder(index_dir)
+    identity = model_identity(model)
+    manifest = (_existing_manifest(index_dir, identity, settings, announce=False)
+                or _new_manifest(model, identity, settings))
     key = str(corpus) if not Path(corpus).exists() else str(Path(corpus).resolve())
-    source = manifest.source(key, part)
-    if source is None:
-        source = SourceProgress(corpus=key, part=part)
-        manifest.sources.append(source)
-    if source.complete:
-        logger.info("%s (part %s) is already in the index", corpus, part)
-    else:
-        started = time.perf_counter()
-        stats = ReadStats()
-        known = _known_ids(index_dir, manifest)
-        bar = tqdm(desc="Indexing", unit="doc", initial=source.documents_read, disable=not show_progress_bar,
-                   dynamic_ncols=True)
-        for docs in _batches(read_corpus(corpus, stats=stats), source, part_no, parts, settings, known):
-            _encode_shard(model, docs, index_dir, manifest, settings, batch_size, bar)
-            source.documents_read = docs.position
-            manifest.counts["encode_seconds"] = round(
-                manifest.counts.get("encode_seconds", 0) + time.perf_counter() - started, 3)
-            started = time.perf_counter()
-            manifest.save(index_dir)
-        bar.close()
-        source.complete = True
-        manifest.finalized = False
-        manifest.save(index_dir)
-        if stats.empty_skipped:
-            logger.info("skipped %d empty documents", stats.empty_skipped)
-    if not manifest.finalized:
-        finalize(index_dir, manifest, show_progress_bar=show_progress_bar)
+    source = manifest.source(key, part) or SourceProgress(corpus=key, part=part)
+    _open_corpus(corpus)
+    _check_training_size(index_dir, manifest, corpus, source, part_no, parts)
+    with writer_lock(index_dir):
+        for stale in remove_stale_temporaries(index_dir):
+            logger.info("removing %s left by an interrupted run", stale.name)
+        manifest = open_manifest(index_dir, model, settings, identity)  # again: the folder is ours only now
+        remove_orphans(index_dir, manifest)
+        source = manifest.source(key, part)
+        if source is None:
+            source = SourceProgress(corpus=key, part=part)
+            manifest.sources.append(source)
+        _index_source(model, corpus, index_dir, manifest, source, settings, (part_no, parts), batch_size,
+                      show_progress_bar)
+        if not manifest.finalized:
+            _finalize(index_dir, manifest, part, show_progress_bar)
     return manifest
+
+
+def _check_index_folder(index_dir: Path) -> None:
+    """Refuse a file, or a folder of other files, as the index folder: an index is written into it."""
+    if index_dir.exists() and not index_dir.is_dir():
+        raise GraphDocError(f"--index-dir {index_dir} is a file, not a folder")
+    if not index_dir.is_dir() or (index_dir / MANIFEST_NAME).exists():
+        return
+    # what a run killed before its first manifest leaves is not "other files"
+    others = [p for p in index_dir.iterdir() if p.name != LOCK_NAME and not p.name.startswith(f".{MANIFEST_NAME}.")]
+    if others:
+        raise GraphDocError(f"{index_dir} is a folder of other files, not a graphdoc index: "
+                            "index into a new or empty folder")
+
+
+def _open_corpus(corpus: str, stats: ReadStats | None = None) -> Iterator:
+    """The documents of ``corpus``; a missing or empty corpus, or a broken first document, fails here."""
+    stats = stats if stats is not None else ReadStats()
+    documents = read_corpus(corpus, stats=stats)
+    first = next(documents, None)
+    if first is None:
+        skipped = f" ({stats.empty_skipped} empty documents skipped)" if stats.empty_skipped else ""
+        raise InputError(f"{corpus} holds no documents{skipped}")
+    return itertools.chain([first], documents)
+
+
+def _check_training_size(index_dir: Path, manifest: Manifest, corpus: str, source: SourceProgress, part_no: int,
+                         parts: int) -> None:
+    """Refuse, before encoding, a FAISS factory that needs more training vectors than the index will hold."""
+    need = training_minimum(manifest.faiss_factory, manifest.dimension)
+    if need <= 1:
+        return
+    have = len(_known_ids(index_dir, manifest))
+    cursor = _Cursor(source.documents_read)
+    new = _part_documents(_open_corpus(corpus), cursor, part_no, parts)
+    have += sum(1 for _ in itertools.islice(new, max(need - have, 0)))
+    if have < need:
+        raise GraphDocError(f"FAISS index {manifest.faiss_factory!r} needs at least {need} documents to train on; "
+                            f"{index_dir} would hold {have}: choose a smaller one (Flat and HNSW32 need no training)")
+
+
+def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, source: SourceProgress,
+                  settings: IndexSettings, part: tuple[int, int], batch_size: int, show_progress_bar: bool) -> None:
+    """Encode the documents of ``corpus`` past ``source.documents_read`` (all of a new corpus; those appended
+    since the last run to a corpus already indexed) into shards, saving the manifest after each."""
+    stats, cursor, was_complete = ReadStats(), _Cursor(source.documents_read), source.complete
+    known = _known_ids(index_dir, manifest)
+    started, added = time.perf_counter(), 0
+    bar = tqdm(desc="Indexing", unit="doc", initial=source.documents_read, disable=not show_progress_bar,
+               dynamic_ncols=True)
+    for docs in _batches(_open_corpus(corpus, stats), cursor, *part, settings, known):
+        _encode_shard(model, docs, index_dir, manifest, settings, batch_size, bar)
+        source.documents_read, added = docs.position, added + len(docs)
+        manifest.counts["encode_seconds"] = round(
+            manifest.counts.get("encode_seconds", 0) + time.perf_counter() - started, 3)
+        started = time.perf_counter()
+        manifest.save(index_dir)
+    bar.close()
+    _report_source(corpus, source.part, cursor, added, stats, was_complete)
+    if added or not was_complete:
+        source.complete, manifest.finalized = True, False
+    source.documents_read = max(source.documents_read, cursor.position)
+    manifest.save(index_dir)
+
+
+def _report_source(corpus: str, part: str, cursor: _Cursor, added: int, stats: ReadStats, was_complete: bool) -> None:
+    if stats.empty_skipped:
+        logger.info("skipped %d empty documents", stats.empty_skipped)
+    if cursor.position < cursor.start:
+        logger.warning("%s now holds %d documents, fewer than the %d read from it before: documents changed in "
+                       "place are not re-indexed (index it into a new folder to pick up changes)", corpus,
+                       cursor.position, cursor.start)
+    elif was_complete and added:
+        logger.info("%s: indexed %d documents added to it since the last run", corpus, added)
+    elif was_complete:
+        logger.info("%s (part %s) is already in the index", corpus, part)
+
+
+def _finalize(index_dir: Path, manifest: Manifest, part: str, show_progress_bar: bool) -> None:
+    if not manifest.shards:  # an empty part of a small corpus: nothing to search, but it can be merged
+        manifest.counts.update({"documents": 0, "passages": 0, "shards": 0, "replaced": 0})
+        manifest.finalized = True
+        manifest.save(index_dir)
+        logger.warning("part %s holds no documents: %s can be merged, not searched", part, index_dir)
+        return
+    try:
+        finalize(index_dir, manifest, show_progress_bar=show_progress_bar)
+    except TrainingError as exc:
+        raise TrainingError(f"{exc}; the {len(_known_ids(index_dir, manifest))} documents encoded so far are "
+                            "kept: rerun the command with another --faiss-factory "
+                            "(Flat needs no training) to finish the index") from None
+
+
+class _Cursor:
+    """Reading a corpus: documents before ``start`` are already indexed; ``position`` counts those read so far
+    (of every part; empty documents are not counted)."""
+
+    def __init__(self, start: int = 0) -> None:
+        self.start, self.position = start, 0
 
 
 class _ShardDocs(list):
@@ -159,15 +293,19 @@ class _ShardDocs(list):
     position: int = 0
 
 
-def _batches(documents, source: SourceProgress, part_no: int, parts: int, settings: IndexSettings,
+def _part_documents(documents, cursor: _Cursor, part_no: int, parts: int) -> Iterator:
+    """The documents of part ``part_no`` read past ``cursor.start``; ``cursor.position`` counts all documents read."""
+    for doc in documents:
+        cursor.position += 1
+        if cursor.position > cursor.start and (cursor.position - 1) % parts == part_no:
+            yield doc
+
+
+def _batches(documents, cursor: _Cursor, part_no: int, parts: int, settings: IndexSettings,
              known: set[str]) -> Iterator[_ShardDocs]:
     """Group the documents still to index into shards; ``position`` counts documents read."""
-    batch, position = _ShardDocs(), source.documents_read
-    for position, doc in enumerate(documents, start=1):
-        if position <= source.documents_read:
-            continue  # already in a shard: resuming
-        if (position - 1) % parts != part_no:
-            continue
+    batch = _ShardDocs()
+    for doc in _part_documents(documents, cursor, part_no, parts):
         if doc.id in known:
             if settings.on_duplicate == "error":
                 raise GraphDocError(f"document id {doc.id!r} is already in the index; pass "
@@ -177,11 +315,11 @@ def _batches(documents, source: SourceProgress, part_no: int, parts: int, settin
         known.add(doc.id)
         batch.append(doc)
         if len(batch) >= settings.shard_size:
-            batch.position = position
+            batch.position = cursor.position
             yield batch
             batch = _ShardDocs()
     if batch:
-        batch.position = position
+        batch.position = cursor.position
         yield batch
 
 

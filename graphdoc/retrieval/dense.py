@@ -38,6 +38,30 @@ def new_faiss_index(factory: str, dimension: int):
                             f"{str(exc).strip().splitlines()[-1]}") from None
 
 
+class TrainingError(GraphDocError):
+    """A FAISS index that needs training could not be trained on the vectors given (too few, usually)."""
+
+
+def training_minimum(factory: str, dimension: int) -> int:
+    """The fewest vectors ``factory`` can be trained on: 0 when it needs no training, else the number of
+    IVF lists or product-quantizer centroids (at least 1); a bad string is a :class:`GraphDocError`."""
+    import faiss
+
+    index = new_faiss_index(factory, dimension)
+    if index.is_trained:
+        return 0
+    need = 1
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None:
+        need = max(need, int(ivf.nlist))
+    base = index.index if isinstance(index, faiss.IndexPreTransform) else index
+    for part in (ivf, faiss.downcast_index(base)):
+        pq = getattr(part, "pq", None) if part is not None else None
+        if pq is not None:
+            need = max(need, int(pq.ksub))  # k-means needs as many points as centroids
+    return need
+
+
 class DenseIndex:
     """A FAISS inner-product index over row-ordered vectors (row ``i`` is the ``i``-th document)."""
 
@@ -63,7 +87,7 @@ class DenseIndex:
             try:
                 index.train(sample)
             except RuntimeError as exc:
-                raise GraphDocError(f"cannot train FAISS index {factory!r} on {len(sample)} vectors: "
+                raise TrainingError(f"cannot train FAISS index {factory!r} on {len(sample)} vectors: "
                                     f"{str(exc).strip().splitlines()[-1]}") from None
         index.add(data)
         return cls(index, metric, factory)

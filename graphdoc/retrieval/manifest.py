@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import fcntl
 import json
+import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +18,8 @@ from graphdoc.fileio import atomic_write
 from graphdoc.fingerprint import weights_fingerprint as model_fingerprint
 
 MANIFEST_NAME = "manifest.json"
+#: held (``flock``) by the one process writing an index folder; removed when it is done
+LOCK_NAME = ".lock"
 FORMAT = "graphdoc.index"
 FORMAT_VERSION = 1
 
@@ -67,16 +74,81 @@ class Manifest:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise GraphDocError(f"{path}: unreadable manifest ({exc})") from None
-        if data.get("format") != FORMAT:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise GraphDocError(f"{path}: not a graphdoc index manifest")
         if data.get("format_version", 0) > FORMAT_VERSION:
             raise GraphDocError(f"{path}: index format {data['format_version']} is newer than this "
                                 f"graphdoc understands ({FORMAT_VERSION}); upgrade graphdoc")
-        data["sources"] = [SourceProgress(**s) for s in data.get("sources", [])]
+        _check_fields(path, cls, data)
+        for name, settings in (("bm25", "BM25Config"), ("dense", "DenseSettings"), ("fusion", "FusionConfig")):
+            _check_fields(path, _settings_class(settings), data.get(name) or {}, f"{name}.", required=False)
+        sources = data.get("sources", [])
+        for source in sources if isinstance(sources, list) else [None]:
+            _check_fields(path, SourceProgress, source, "sources[].")
+        data["sources"] = [SourceProgress(**s) for s in sources]
         return cls(**data)
 
     def source(self, corpus: str, part: str) -> SourceProgress | None:
         return next((s for s in self.sources if s.corpus == corpus and s.part == part), None)
+
+
+def _settings_class(name: str) -> type:
+    # imported here: these modules are heavier than a manifest needs to be loaded
+    from graphdoc.retrieval.bm25 import BM25Config
+    from graphdoc.retrieval.dense_searcher import DenseSettings
+    from graphdoc.retrieval.fusion import FusionConfig
+
+    return {"BM25Config": BM25Config, "DenseSettings": DenseSettings, "FusionConfig": FusionConfig}[name]
+
+
+def _check_fields(path: Path, cls: type, data: Any, prefix: str = "", required: bool = True) -> None:
+    """Refuse, naming ``path``, a JSON object with a field ``cls`` does not have or without one it needs."""
+    if not isinstance(data, dict):
+        raise GraphDocError(f"{path}: {prefix.rstrip('.') or 'the manifest'} must be a JSON object")
+    fields = dataclasses.fields(cls)
+    unknown = sorted(set(data) - {f.name for f in fields})
+    if unknown:
+        raise GraphDocError(f"{path}: unexpected field {prefix + unknown[0]!r}")
+    needed = [f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [name for name in needed if name not in data] if required else []
+    if missing:
+        raise GraphDocError(f"{path}: missing field {prefix + missing[0]!r}")
+
+
+@contextlib.contextmanager
+def writer_lock(folder: Path) -> Iterator[None]:
+    """Be the only process writing index folder ``folder`` (created if missing) while the block runs.
+
+    A second writer fails at once. The lock is ``flock`` on ``folder/.lock``, removed on the way out;
+    a folder this call created is removed again when it is left empty.
+    """
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = _lock(folder / LOCK_NAME, folder)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(folder / LOCK_NAME).st_ino == os.fstat(fd).st_ino:
+                os.unlink(folder / LOCK_NAME)
+        os.close(fd)
+        if created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty: nothing was written
+
+
+def _lock(path: Path, folder: Path) -> int:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise GraphDocError(f"another graphdoc process is writing {folder}") from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        os.close(fd)  # the last holder removed the file as this one opened it: lock the new one
 
 
 def model_identity(model) -> dict[str, Any]:

@@ -1,28 +1,73 @@
-"""Join index parts built with ``--shard I/N`` (or any indexes of the same model) into one index."""
+"""Join index parts built with ``--shard I/N`` (or any indexes of the same model) into one index.
+
+The merged index is built in a temporary folder beside the output and renamed into place at the end, so a
+failed or killed merge leaves no half-written index; the same merge run again cleans up after it.
+"""
 
 from __future__ import annotations
 
+import logging
 import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 from graphdoc.errors import GraphDocError, IndexMismatchError
+from graphdoc.fileio import atomic_directory
 from graphdoc.retrieval.finalize import finalize
-from graphdoc.retrieval.manifest import Manifest, first_difference
-from graphdoc.retrieval.shards import read_shard
+from graphdoc.retrieval.manifest import (
+    LOCK_NAME,
+    Manifest,
+    first_difference,
+    writer_lock,
+)
+from graphdoc.retrieval.shards import check_shard, read_shard
+
+logger = logging.getLogger(__name__)
 
 SETTINGS = ("dimension", "metric", "faiss_factory", "bm25", "store_passages")
 
 
 def merge_indexes(output: str | Path, parts: Sequence[str | Path], on_duplicate: str = "error") -> Manifest:
-    """Copy every part's shards into ``output`` (which must not exist) and finalise it."""
+    """Copy every part's shards into ``output`` (a new or empty folder) and finalise it."""
     output = Path(output)
-    if output.exists():
-        raise GraphDocError(f"{output} already exists; merge into a new folder")
     if not parts:
         raise GraphDocError("name at least one index part to merge")
-    manifests = [Manifest.load(Path(p)) for p in parts]
+    _check_output(output)
+    parts = _distinct(parts)
+    manifests = [Manifest.load(p) for p in parts]
+    _check_compatible(parts, manifests)
+    for path, manifest in zip(parts, manifests):
+        for name in manifest.shards:
+            check_shard(path / "shards" / name)  # a damaged part: one line naming its file, before any copying
+    _check_duplicates(parts, manifests, on_duplicate)
+    if not any(m.shards for m in manifests):
+        raise GraphDocError("the parts hold no documents")
+    with writer_lock(output):
+        _remove_leftovers(output)
+        with atomic_directory(output) as tmp:
+            merged = _copy_parts(tmp, parts, manifests)
+            finalize(tmp, merged)
+    return merged
+
+
+def _check_output(output: Path) -> None:
+    """A killed merge leaves only its lock file in the output folder: that is not "already exists"."""
+    if output.exists() and (not output.is_dir() or any(p.name != LOCK_NAME for p in output.iterdir())):
+        raise GraphDocError(f"{output} already exists; merge into a new folder")
+
+
+def _distinct(parts: Sequence[str | Path]) -> list[Path]:
+    seen: dict[Path, Path] = {}
+    for part in map(Path, parts):
+        resolved = part.resolve()
+        if resolved in seen:
+            raise GraphDocError(f"{part} is named twice" + (f" (as {seen[resolved]})" if seen[resolved] != part else ""))
+        seen[resolved] = part
+    return list(seen.values())
+
+
+def _check_compatible(parts: list[Path], manifests: list[Manifest]) -> None:
     first = manifests[0]
     for path, manifest in zip(parts, manifests):
         difference = first_difference(first.model, manifest.model)
@@ -39,17 +84,31 @@ def merge_indexes(output: str | Path, parts: Sequence[str | Path], on_duplicate:
         for source in manifest.sources:
             if not source.complete:
                 raise GraphDocError(f"cannot merge {path}: {source.corpus} part {source.part} is incomplete")
-    _check_duplicates(parts, manifests, on_duplicate)
-    merged = replace(first, shards=[], sources=[], counts={}, finalized=False)
-    (output / "shards").mkdir(parents=True)
+
+
+def _remove_leftovers(output: Path) -> None:
+    """Delete the temporary folders a killed merge into ``output`` left beside it (we hold its lock)."""
+    prefix = f".{output.name}."
+    for entry in output.parent.iterdir():
+        name = entry.name
+        if name.startswith(prefix) and (name.endswith(".tmp") or name[len(prefix):].startswith("old-")):
+            logger.info("removing %s left by an interrupted merge", name)
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
+def _copy_parts(folder: Path, parts: list[Path], manifests: list[Manifest]) -> Manifest:
+    merged = replace(manifests[0], shards=[], sources=[], counts={}, finalized=False)
+    (folder / "shards").mkdir(parents=True)
     for path, manifest in zip(parts, manifests):
         for name in manifest.shards:
             new_name = f"{len(merged.shards):05d}"
-            shutil.copytree(Path(path) / "shards" / name, output / "shards" / new_name)
+            shutil.copytree(path / "shards" / name, folder / "shards" / new_name)
             merged.shards.append(new_name)
         merged.sources.extend(manifest.sources)
-    merged.save(output)
-    finalize(output, merged)
+    merged.save(folder)
     return merged
 
 
@@ -57,14 +116,14 @@ def _model_name(manifest: Manifest) -> str:
     return f"{manifest.model.get('name')!r} (weights {str(manifest.model.get('fingerprint'))[:12]})"
 
 
-def _check_duplicates(parts, manifests, on_duplicate: str) -> None:
+def _check_duplicates(parts: list[Path], manifests: list[Manifest], on_duplicate: str) -> None:
     if on_duplicate != "error":
         return
-    seen: dict[str, str] = {}
+    seen: dict[str, Path] = {}
     for path, manifest in zip(parts, manifests):
         for name in manifest.shards:
-            for doc_id in read_shard(Path(path) / "shards" / name, ids_only=True):
-                if doc_id in seen and seen[doc_id] != str(path):
+            for doc_id in read_shard(path / "shards" / name, ids_only=True):
+                if doc_id in seen and seen[doc_id] != path:
                     raise GraphDocError(f"document id {doc_id!r} is in both {seen[doc_id]} and {path}; "
                                         "pass --on-duplicate replace to keep the later one")
-                seen[doc_id] = str(path)
+                seen[doc_id] = path

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from graphdoc.errors import GraphDocError
+from graphdoc.errors import GraphDocError, InputError
 from graphdoc.fileio import atomic_directory
 from graphdoc.retrieval import docstore
 
@@ -29,16 +29,43 @@ def write_shard(folder: Path, records: list[dict[str, Any]], doc_vectors: np.nda
         docstore.write_store(tmp / "docs.jsonl", records)
 
 
-def read_shard(folder: Path, ids_only: bool = False):
+def read_shard(folder: Path, ids_only: bool = False, mmap: bool = False):
     """The ids of a shard, or ``(ids, doc_vectors, passage_vectors, passage_ptr, attention, docs path)``.
 
     ``attention`` (the document node's last-layer attention over each passage) is ``None`` for shards
-    written before it was kept.
+    written before it was kept. A missing or damaged file is an :class:`InputError` naming it.
     """
-    ids = (folder / "ids.txt").read_text(encoding="utf-8").splitlines()
+    ids = _read(folder / "ids.txt", lambda f: f.read_text(encoding="utf-8").splitlines())
     if ids_only:
         return ids
+    mode = "r" if mmap else None
+    doc_vectors, passage_vectors, ptr = (_read(folder / name, lambda f: np.load(f, mmap_mode=mode))
+                                         for name in ("doc_vectors.npy", "passage_vectors.npy", "passage_ptr.npy"))
     attention = folder / "passage_attention.npy"
-    return (ids, np.load(folder / "doc_vectors.npy"), np.load(folder / "passage_vectors.npy"),
-            np.load(folder / "passage_ptr.npy"), np.load(attention) if attention.is_file() else None,
-            folder / "docs.jsonl")
+    attention = _read(attention, lambda f: np.load(f, mmap_mode=mode)) if attention.is_file() else None
+    if len(doc_vectors) != len(ids):
+        raise InputError(f"{folder / 'doc_vectors.npy'}: {len(doc_vectors)} rows for {len(ids)} ids in ids.txt")
+    if len(ptr) != 1 and (len(ptr) != len(ids) + 1 or ptr[-1] != len(passage_vectors)):
+        raise InputError(f"{folder / 'passage_ptr.npy'}: does not match ids.txt and passage_vectors.npy")
+    return ids, doc_vectors, passage_vectors, ptr, attention, folder / "docs.jsonl"
+
+
+def check_shard(folder: Path) -> None:
+    """Refuse a shard with a missing, truncated or inconsistent file (cheaply: arrays memory-mapped)."""
+    ids = read_shard(folder, mmap=True)[0]
+    store = _read(folder / "docs.jsonl", docstore.DocStore)
+    try:
+        if len(store) != len(ids) or not store.is_complete():
+            raise InputError(f"{folder / 'docs.jsonl'}: does not hold the {len(ids)} documents of ids.txt")
+    finally:
+        store.close()
+
+
+def _read(path: Path, load):
+    try:
+        return load(path)
+    except FileNotFoundError:
+        raise InputError(f"{path}: missing from the index") from None
+    except (OSError, ValueError, EOFError) as exc:  # UnicodeDecodeError is a ValueError
+        lines = str(exc).strip().splitlines() or [type(exc).__name__]
+        raise InputError(f"{path}: damaged ({lines[-1]})") from None

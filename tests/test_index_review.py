@@ -1,0 +1,254 @@
+"""Review fixes of ``graphdoc index`` / ``graphdoc merge``: mistakes found before encoding, nothing written
+lost, one writer per folder, merges written atomically, damaged manifests and parts named in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _retrieval_helpers import (
+    MODEL_CONFIG,
+    cli,
+    doc_ids,
+    error_line,
+    make_docs,
+    manifest_json,
+    write_jsonl,
+)
+
+from graphdoc.encoder import GraphDocEncoder
+from graphdoc.errors import GraphDocError
+from graphdoc.retrieval import builder
+from graphdoc.retrieval.bm25 import BM25Config
+from graphdoc.retrieval.builder import IndexSettings, build_index, open_manifest
+from graphdoc.retrieval.manifest import writer_lock
+from graphdoc.retrieval.merge import merge_indexes
+from graphdoc.retrieval.searcher import Searcher
+
+pytestmark = pytest.mark.usefixtures("restore_cli_state")
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    return write_jsonl(tmp_path / "corpus.jsonl", make_docs(4))
+
+
+def index_cli(corpus, index, model_dir, *extra) -> int:
+    return cli("index", "--corpus", corpus, "--index-dir", index, "--model", model_dir, *extra)
+
+
+def no_encoding(monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("a document was encoded")
+
+    monkeypatch.setattr(builder, "_encode_shard", refuse)
+
+
+# ------------------------------------------------------------------ settings checked before encoding (1, 2, 14)
+def test_a_bad_stemmer_is_refused_before_the_model_loads_and_nothing_is_written(corpus, tmp_path, capsys) -> None:
+    capsys.readouterr()
+    assert index_cli(corpus, tmp_path / "i", tmp_path / "no-model", "--bm25-stemmer", "klingon") == 1
+    assert error_line(capsys, "index").startswith("graphdoc index: error: unknown BM25 stemmer 'klingon'; "
+                                                  "valid: 'arabic', ")
+    assert not (tmp_path / "i").exists()
+    with pytest.raises(GraphDocError, match="unknown BM25 stemmer 'klingon'"):
+        BM25Config(stemmer="klingon")
+
+
+def test_a_factory_needing_more_training_vectors_is_refused_before_encoding(corpus, model_dir, tmp_path, capsys,
+                                                                            monkeypatch) -> None:
+    no_encoding(monkeypatch)
+    capsys.readouterr()
+    assert index_cli(corpus, tmp_path / "i", model_dir, "--faiss-factory", "IVF64,Flat") == 1
+    assert error_line(capsys, "index") == (
+        f"graphdoc index: error: FAISS index 'IVF64,Flat' needs at least 64 documents to train on; {tmp_path / 'i'} "
+        "would hold 4: choose a smaller one (Flat and HNSW32 need no training)")
+    assert not (tmp_path / "i").exists()
+
+
+def test_a_factory_that_fails_to_train_keeps_the_shards_and_can_be_replaced(model, corpus, tmp_path, capsys,
+                                                                            monkeypatch) -> None:
+    index = tmp_path / "i"
+    with pytest.raises(GraphDocError) as info:  # HNSW32,PQ8 needs 256 vectors; the up-front check cannot tell
+        build_index(model, str(corpus), index, IndexSettings(faiss_factory="HNSW32,PQ8"))
+    assert str(info.value).startswith("cannot train FAISS index 'HNSW32,PQ8' on 4 vectors: ")
+    assert str(info.value).endswith("; the 4 documents encoded so far are kept: rerun the command with another "
+                                    "--faiss-factory (Flat needs no training) to finish the index")
+    assert manifest_json(index)["shards"] == ["00000"] and not (index / "final").exists()
+    no_encoding(monkeypatch)
+    manifest = build_index(model, str(corpus), index, IndexSettings(faiss_factory="Flat"))
+    assert manifest.faiss_factory == "Flat" and manifest.finalized and doc_ids(index) == [f"d00{i}" for i in range(4)]
+    capsys.readouterr()  # once finalised, the factory is fixed again
+    with pytest.raises(GraphDocError, match=r"has faiss_factory='Flat'; cannot change it to 'HNSW32' \(build a new"):
+        build_index(model, str(corpus), index, IndexSettings(faiss_factory="HNSW32"))
+
+
+def test_a_stemmer_on_an_existing_index_is_refused_like_the_factory(model, model_dir, corpus, tmp_path,
+                                                                    capsys) -> None:
+    index = tmp_path / "i"
+    build_index(model, str(corpus), index)
+    before = (index / "manifest.json").read_bytes()
+    capsys.readouterr()
+    assert index_cli(corpus, index, model_dir, "--bm25-stemmer", "english") == 1
+    assert error_line(capsys, "index") == (f"graphdoc index: error: index {index} has bm25.stemmer=None; cannot "
+                                           "change it to 'english' (build a new index)")
+    assert (index / "manifest.json").read_bytes() == before
+    assert index_cli(corpus, index, model_dir) == 0  # without the option: the index's own setting
+
+
+# ------------------------------------------------------------------ the corpus is read before anything is written (15)
+def test_a_missing_empty_or_broken_corpus_writes_nothing(model_dir, tmp_path, capsys) -> None:
+    (tmp_path / "empty.jsonl").write_text("", encoding="utf-8")
+    (tmp_path / "broken.jsonl").write_text('{"_id": broken\n', encoding="utf-8")
+    cases = {"nosuch.jsonl": "nosuch.jsonl: no such file or folder",
+             "empty.jsonl": f"{tmp_path / 'empty.jsonl'} holds no documents",
+             "broken.jsonl": f"{tmp_path / 'broken.jsonl'}:1: invalid JSON"}
+    for name, message in cases.items():
+        capsys.readouterr()
+        corpus = name if name == "nosuch.jsonl" else tmp_path / name
+        assert index_cli(corpus, tmp_path / "i", model_dir) == 1
+        assert error_line(capsys, "index").startswith(f"graphdoc index: error: {message}")
+        assert not (tmp_path / "i").exists()
+
+
+def test_an_index_without_documents_binds_no_model(model, tiny_roberta, corpus, tmp_path) -> None:
+    roberta = GraphDocEncoder.from_pretrained(str(tiny_roberta), config=MODEL_CONFIG, device="cpu")
+    open_manifest(tmp_path / "i", roberta, IndexSettings())  # what an older failed run left
+    manifest = build_index(model, str(corpus), tmp_path / "i")
+    assert manifest.counts["documents"] == 4
+    assert manifest_json(tmp_path / "i")["model"]["name"] == model.config.passage_encoder.model_name_or_path
+
+
+def test_a_folder_of_other_files_is_refused(model_dir, corpus, tmp_path, capsys) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "todo.txt").write_text("keep me\n", encoding="utf-8")
+    capsys.readouterr()
+    assert index_cli(corpus, folder, model_dir) == 1
+    assert error_line(capsys, "index") == (f"graphdoc index: error: {folder} is a folder of other files, not a "
+                                           "graphdoc index: index into a new or empty folder")
+    assert sorted(p.name for p in folder.iterdir()) == ["todo.txt"]
+
+
+# ------------------------------------------------------------------ rerunning (12, 13)
+def test_leftovers_of_a_killed_finalisation_are_removed(model, corpus, tmp_path) -> None:
+    index = tmp_path / "i"
+    build_index(model, str(corpus), index)
+    (index / ".final.k1ll3d.tmp").mkdir()
+    (index / ".final.k1ll3d.tmp" / "doc_ids.txt").write_text("x\n", encoding="utf-8")
+    (index / ".manifest.json.k1ll3d.tmp").write_text("{", encoding="utf-8")
+    build_index(model, str(corpus), index)
+    assert sorted(p.name for p in index.iterdir()) == ["final", "manifest.json", "shards"]
+
+
+def test_documents_appended_to_an_indexed_corpus_are_indexed_on_the_next_run(model, tmp_path, monkeypatch) -> None:
+    docs = make_docs(6)
+    corpus = write_jsonl(tmp_path / "grow.jsonl", docs[:4])
+    index = tmp_path / "i"
+    build_index(model, str(corpus), index, IndexSettings(shard_size=3))
+    before = (index / "shards" / "00000" / "doc_vectors.npy").read_bytes()
+    write_jsonl(corpus, docs)
+    manifest = build_index(model, str(corpus), index, IndexSettings(shard_size=3))
+    assert doc_ids(index) == [d["_id"] for d in docs]
+    assert manifest.shards == ["00000", "00001", "00002"] and manifest.sources[0].documents_read == 6
+    assert (index / "shards" / "00000" / "doc_vectors.npy").read_bytes() == before  # not encoded again
+    no_encoding(monkeypatch)
+    assert build_index(model, str(corpus), index, IndexSettings(shard_size=3)).counts["documents"] == 6
+
+
+# ------------------------------------------------------------------ one writer (16)
+def test_a_second_writer_is_refused_at_once(model_dir, corpus, tmp_path, capsys) -> None:
+    index = tmp_path / "i"
+    with writer_lock(index):
+        capsys.readouterr()
+        assert index_cli(corpus, index, model_dir) == 1
+        assert error_line(capsys, "index") == f"graphdoc index: error: another graphdoc process is writing {index}"
+        assert cli("merge", "--index-dir", index, tmp_path / "a") == 1
+    assert not index.exists()  # the lock's folder goes with it when nothing was written
+    assert index_cli(corpus, index, model_dir) == 0
+    assert sorted(p.name for p in index.iterdir()) == ["final", "manifest.json", "shards"]
+
+
+# ------------------------------------------------------------------ merge (9, 10, empty parts)
+@pytest.fixture
+def parts(model, corpus, tmp_path) -> list[Path]:
+    for i in (1, 2):
+        build_index(model, str(corpus), tmp_path / f"p{i}", part=f"{i}/2")
+    return [tmp_path / "p1", tmp_path / "p2"]
+
+
+def test_a_part_named_twice_is_refused(parts, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for second in ("p1", "./p1", str(parts[0])):
+        capsys.readouterr()
+        assert cli("merge", "--index-dir", "out", "p1", second) == 1
+        message = "p1 is named twice" if second != str(parts[0]) else f"{parts[0]} is named twice (as p1)"
+        assert error_line(capsys, "merge") == f"graphdoc merge: error: {message}"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_damaged_part_is_named_and_nothing_is_written(parts, tmp_path, capsys) -> None:
+    bad = Path(shutil.copytree(parts[1], tmp_path / "bad"))
+    with open(bad / "shards" / "00000" / "doc_vectors.npy", "r+b") as handle:
+        handle.truncate(100)
+    capsys.readouterr()
+    assert cli("merge", "--index-dir", tmp_path / "out", parts[0], bad) == 1
+    assert error_line(capsys, "merge") == (f"graphdoc merge: error: {bad / 'shards' / '00000' / 'doc_vectors.npy'}: "
+                                           "damaged (EOF: reading array header, expected 118 bytes got 90)")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_a_killed_merge_leaves_nothing_that_blocks_the_rerun(parts, tmp_path, monkeypatch) -> None:
+    out = tmp_path / "out"
+    from graphdoc.retrieval import merge
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(merge, "finalize", killed)
+    with pytest.raises(KeyboardInterrupt):
+        merge_indexes(out, parts)
+    assert not out.exists() and not list(tmp_path.glob(".out*"))
+    out.mkdir()  # what kill -9 leaves: the lock file and the temporary folder
+    (out / ".lock").touch()
+    (tmp_path / ".out.k1ll3d.tmp" / "shards").mkdir(parents=True)
+    monkeypatch.undo()
+    manifest = merge_indexes(out, parts)
+    assert manifest.counts["documents"] == 4 and sorted(doc_ids(out)) == [f"d00{i}" for i in range(4)]
+    assert sorted(p.name for p in out.iterdir()) == ["final", "manifest.json", "shards"]
+    assert not list(tmp_path.glob(".out*"))
+
+
+def test_an_empty_part_is_valid_and_merges(model, model_dir, corpus, tmp_path, capsys) -> None:
+    for i in range(1, 6):
+        assert index_cli(corpus, tmp_path / f"q{i}", model_dir, "--shard", f"{i}/5") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"{tmp_path / 'q5'}: 0 documents, 0 passages, 0 shards"
+    assert manifest_json(tmp_path / "q5")["finalized"] is True
+    manifest = merge_indexes(tmp_path / "out", [tmp_path / f"q{i}" for i in range(1, 6)])
+    assert manifest.counts["documents"] == 4 and len(manifest.sources) == 5
+    vectors = np.load(tmp_path / "out" / "final" / "doc_vectors.npy")
+    assert vectors.shape == (4, 32)
+
+
+# ------------------------------------------------------------------ damaged manifests (19)
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m.update(extra=1), "unexpected field 'extra'"),
+    (lambda m: m.pop("dimension"), "missing field 'dimension'"),
+    (lambda m: m["dense"].update(foo=1), "unexpected field 'dense.foo'"),
+    (lambda m: m["sources"][0].pop("corpus"), "missing field 'sources[].corpus'"),
+])
+def test_a_manifest_with_a_wrong_field_is_one_line_naming_it(model, corpus, tmp_path, capsys, change,
+                                                             message) -> None:
+    index = tmp_path / "i"
+    build_index(model, str(corpus), index)
+    data = manifest_json(index)
+    change(data)
+    (index / "manifest.json").write_text(json.dumps(data), encoding="utf-8")
+    capsys.readouterr()
+    assert cli("search", "--index-dir", index, "graph", "--mode", "bm25") == 1
+    assert error_line(capsys, "search") == f"graphdoc search: error: {index / 'manifest.json'}: {message}"
+    with pytest.raises(GraphDocError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        Searcher(index)
