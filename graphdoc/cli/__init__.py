@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import logging
 import os
 import sys
@@ -61,7 +62,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", handlers=[handler], force=True)
     _quiet_third_party(args.verbose, handler)
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return status
+    except BrokenPipeError:
+        _silence_stdout()  # the reader (``| head``) has all it wanted; Python would complain again at exit
+        return 1
     except GraphDocError as exc:
         print(f"graphdoc {args.command}: error: {exc}", file=sys.stderr)
         return 1
@@ -70,10 +76,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, the way the Python docs handle SIGPIPE (``signal`` module, "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # a stdout without a file (tests)
+        pass
+
+
 def _quiet_third_party(verbose: bool, handler: logging.Handler) -> None:
-    """Keep bm25s's notices and transformers' own loading bars and notices out of graphdoc's output unless verbose."""
+    """Keep bm25s's and FAISS's notices and transformers' own loading bars and notices out of graphdoc's output
+    unless verbose."""
     if verbose:
         return
+    logging.getLogger("faiss").setLevel(logging.WARNING)  # eight INFO lines on which CPU build it loads
     # bm25s sets its logger to DEBUG when imported (lazily, after any level set here): filter its records instead
     handler.addFilter(lambda record: record.levelno >= logging.WARNING or not record.name.startswith("bm25s"))
     from transformers.utils import logging as hf_logging

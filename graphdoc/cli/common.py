@@ -35,11 +35,18 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--batch-size", type=int, default=32, metavar="N", help="documents per batch")
 
 
+def check_at_least_one(flag: str, value: int | None) -> None:
+    """Refuse a count option below 1 (``None``: not given, the default applies)."""
+    if value is not None and value < 1:
+        raise GraphDocError(f"{flag} must be at least 1; got {value}")
+
+
 def load_model(args: argparse.Namespace):
     """The model named by ``--model``/``--config``/``--backbone``; the config's encoder when no model is named."""
     from graphdoc import backbones
     from graphdoc.serialization import config_class_of, saved_backbone
 
+    check_at_least_one("--batch-size", getattr(args, "batch_size", None))
     backbone = args.backbone or saved_backbone(args.model) or DEFAULT_BACKBONE
     config = load_config_file(args.config, config_class_of(backbones.backbone_class(backbone))) if args.config else None
     if args.flat_document is not None:

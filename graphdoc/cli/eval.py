@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from graphdoc.cli.common import logger
+from graphdoc.errors import InputError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -16,13 +21,41 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def print_evaluation(run_, qrels_source, measures, split=None, name="run") -> dict:
-    from graphdoc.corpus import read_qrels
-    from graphdoc.retrieval.evaluation import DEFAULT_MEASURES, evaluate, format_table, parse_measures
+@dataclass
+class Judgements:
+    """Qrels and parsed measures, read and checked before any run is made or read."""
 
+    source: str
+    qrels: dict[str, dict[str, int]]
+    measures: list[Any]
+
+
+def read_judgements(qrels_source, measures, split=None) -> Judgements:
+    from graphdoc.corpus import read_qrels
+    from graphdoc.retrieval.evaluation import DEFAULT_MEASURES, parse_measures
+
+    parsed = parse_measures(measures if measures else DEFAULT_MEASURES)
     qrels = read_qrels(qrels_source, split)
-    parsed = parse_measures(measures) if measures else list(parse_measures(DEFAULT_MEASURES))
-    results = evaluate(run_, qrels, parsed)
+    if not qrels:
+        raise InputError(f"{qrels_source} holds no relevance judgements")
+    return Judgements(str(qrels_source), qrels, parsed)
+
+
+def print_evaluation(run_, judgements: Judgements, name: str = "run", run_name: str = "the run") -> dict[str, float]:
+    """Print the figures of ``run_``; warn when its queries and the judged ones do not match."""
+    from graphdoc.retrieval.evaluation import coverage, evaluate, format_table
+
+    judged, missing = coverage(run_, judgements.qrels)
+    if judged == 0:
+        logger.warning("none of the %d queries of %s is judged in %s: every figure is 0",
+                       len(run_), run_name, judgements.source)
+    elif missing:
+        logger.warning("%d of the %d queries judged in %s are not in %s: they count as 0",
+                       missing, len(judgements.qrels), judgements.source, run_name)
+    if 0 < judged < len(run_):
+        logger.info("%d of the %d queries of %s have no judgements in %s and are left out",
+                    len(run_) - judged, len(run_), run_name, judgements.source)
+    results = evaluate(run_, judgements.qrels, judgements.measures)
     print(format_table({name: results}))
     return results
 
@@ -30,5 +63,9 @@ def print_evaluation(run_, qrels_source, measures, split=None, name="run") -> di
 def run(args: argparse.Namespace) -> int:
     from graphdoc.retrieval.trec import read_run
 
-    print_evaluation(read_run(args.run), args.qrels, args.measures, args.split, name=args.run.name)
+    judgements = read_judgements(args.qrels, args.measures, args.split)
+    run_ = read_run(args.run)
+    if not run_:
+        raise InputError(f"{args.run} holds no results")
+    print_evaluation(run_, judgements, name=args.run.name, run_name=str(args.run))
     return 0

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
+from graphdoc.cli.common import check_at_least_one
 from graphdoc.errors import GraphDocError
+from graphdoc.fileio import check_output_file
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,10 +23,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--alpha", type=float, default=None, help="dense weight for weighted fusion")
     parser.add_argument("--normalization", choices=("minmax", "zscore", "none"), default=None)
     parser.add_argument("-k", type=int, default=None, help="results per query (default 10 for one query, 100 for many)")
-    parser.add_argument("--output", type=Path, help="write a TREC run file")
-    parser.add_argument("--qrels", help="evaluate the run against these qrels")
+    parser.add_argument("--output", type=Path, help="with --queries: write the run to this TREC file "
+                        "(without --output or --qrels the run is printed as TREC lines)")
+    parser.add_argument("--qrels", help="with --queries: evaluate the run against these qrels")
     parser.add_argument("--measures", nargs="+", default=None, help="ir-measures names (default nDCG@10 ...)")
-    parser.add_argument("--json", action="store_true", help="print hits as JSON lines")
+    parser.add_argument("--json", action="store_true",
+                        help="print hits as JSON lines (with --queries: one line per query and hit)")
     parser.add_argument("--explain", nargs="?", type=int, const=3, default=None, metavar="N",
                         help="with one QUERY: each hit's N passages (default 3) most similar to the query, "
                              "with the document node's attention, sections and offsets")
@@ -33,22 +38,66 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def fusion_config(searcher, args: argparse.Namespace):
+    """The index's fusion with ``--fusion``/``--alpha``/``--normalization`` applied; options rrf ignores are refused."""
     from dataclasses import replace
 
     changes = {k: v for k, v in (("method", args.fusion), ("alpha", args.alpha),
                                  ("normalization", args.normalization)) if v is not None}
-    return replace(searcher.fusion, **changes) if changes else searcher.fusion
+    fusion = replace(searcher.fusion, **changes) if changes else searcher.fusion
+    if fusion.method == "rrf":
+        flag = "--alpha" if args.alpha is not None else "--normalization" if args.normalization is not None else None
+        if flag is not None:
+            whose = "" if args.fusion else " (the index's fusion; add --fusion weighted)"
+            raise GraphDocError(f"{flag} applies to weighted fusion, not rrf{whose}")
+    return fusion
 
 
 def open_searcher(args: argparse.Namespace):
     from graphdoc.retrieval.searcher import Searcher
 
     searcher = Searcher(args.index_dir, device=args.device)
-    if args.model is not None and args.mode != "bm25":
+    if args.model is not None and (args.mode != "bm25" or getattr(args, "explain", None) is not None):
         from graphdoc.backbones import load_model
 
         searcher.model = load_model(args.model, device=args.device)
     return searcher
+
+
+def check_trec_ids(searcher, hint: str = "") -> None:
+    """Refuse, before searching, an index whose document ids cannot go into a TREC run."""
+    from graphdoc.retrieval.trec import unwritable_ids
+
+    bad = unwritable_ids(searcher.doc_ids)
+    if bad:
+        raise GraphDocError(f"index {searcher.index_dir}: {len(bad)} of its {len(searcher.doc_ids)} document ids "
+                            f"cannot go into a TREC run, e.g. {bad[0]!r} (whitespace); rename those documents and "
+                            f"rebuild the index{hint}")
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse, before any work, options that are missing, out of range, or would be silently ignored."""
+    if (args.query is None) == (args.queries is None):
+        raise GraphDocError("give either one QUERY or --queries")
+    if args.explain is not None and args.query is None:
+        raise GraphDocError("--explain works with one QUERY, not with --queries")
+    check_at_least_one("-k", args.k)
+    check_at_least_one("--explain", args.explain)
+    batch_only = (("--output", args.output), ("--qrels", args.qrels), ("--measures", args.measures),
+                  ("--split", args.split))
+    for flag, value in batch_only if args.query is not None else ():
+        if value is not None:
+            raise GraphDocError(f"{flag} works with --queries, not with one QUERY")
+    if args.measures is not None and args.qrels is None:
+        raise GraphDocError("--measures needs --qrels")
+    if args.json and args.queries is not None and (args.output or args.qrels):
+        raise GraphDocError("--json prints the run of --queries: it cannot be combined with --output or --qrels")
+    unused = ((("--fusion", args.fusion), ("--alpha", args.alpha), ("--normalization", args.normalization))
+              if args.mode != "hybrid" else ())
+    if args.mode == "bm25" and args.explain is None:  # --explain encodes the query even then
+        unused += (("--model", args.model), ("--device", args.device))
+    for flag, value in unused:
+        if value is not None:
+            raise GraphDocError(f"{flag} is not used with --mode {args.mode}")
 
 
 def _explain(searcher, args: argparse.Namespace, hits: list) -> list:
@@ -60,42 +109,68 @@ def _explain(searcher, args: argparse.Namespace, hits: list) -> list:
     return explain_hits(searcher, args.query, hits, top=args.explain)
 
 
+def _print_hits(searcher, args: argparse.Namespace, fusion) -> None:
+    hits = searcher.search(args.query, k=10 if args.k is None else args.k, mode=args.mode, fusion=fusion)
+    if not hits and not args.json:
+        print("no results")
+    explained = _explain(searcher, args, hits)
+    for hit, explanation in zip(hits, explained):
+        if args.json:
+            extra = {} if explanation is None else {"explanation": explanation}
+            print(json.dumps({**vars(hit), **extra}, ensure_ascii=False))
+        else:
+            section = f" [{hit.passage['section_title']}]" if hit.passage.get("section_title") else ""
+            snippet = " ".join(hit.passage.get("snippet", "").split())  # one line, whatever the text's layout
+            print(f"{hit.rank:>3}. {hit.score:.4f}  {hit.doc_id}  {hit.title}{section}\n     {snippet}")
+            if explanation is not None:
+                from graphdoc.explain import format_explanation
+
+                print(format_explanation(explanation, indent=7))
+
+
+def _print_run(run_: dict, args: argparse.Namespace) -> None:
+    """A batch run on stdout: TREC lines, or with ``--json`` one JSON line per hit."""
+    if not args.json:
+        from graphdoc.retrieval.trec import run_lines
+
+        sys.stdout.writelines(run_lines(run_, tag=f"graphdoc-{args.mode}"))
+        return
+    for qid, docs in run_.items():
+        for rank, (doc_id, score) in enumerate(docs.items(), start=1):
+            print(json.dumps({"query_id": qid, "rank": rank, "doc_id": doc_id, "score": score}, ensure_ascii=False))
+
+
 def run(args: argparse.Namespace) -> int:
-    if (args.query is None) == (args.queries is None):
-        raise GraphDocError("give either one QUERY or --queries")
-    if args.explain is not None and args.query is None:
-        raise GraphDocError("--explain works with one QUERY, not with --queries")
+    _check_options(args)
+    if args.output is not None:
+        check_output_file(args.output)
+    judgements = None
+    if args.qrels is not None:
+        from graphdoc.cli.eval import read_judgements
+
+        judgements = read_judgements(args.qrels, args.measures, args.split)
     searcher = open_searcher(args)
     fusion = fusion_config(searcher, args)
     if args.query is not None:
-        hits = searcher.search(args.query, k=args.k or 10, mode=args.mode, fusion=fusion)
-        explained = _explain(searcher, args, hits)
-        for hit, explanation in zip(hits, explained):
-            if args.json:
-                extra = {} if explanation is None else {"explanation": explanation}
-                print(json.dumps({**vars(hit), **extra}, ensure_ascii=False))
-            else:
-                section = f" [{hit.passage['section_title']}]" if hit.passage.get("section_title") else ""
-                print(f"{hit.rank:>3}. {hit.score:.4f}  {hit.doc_id}  {hit.title}{section}\n"
-                      f"     {hit.passage.get('snippet', '')}")
-                if explanation is not None:
-                    from graphdoc.explain import format_explanation
-
-                    print(format_explanation(explanation, indent=7))
+        _print_hits(searcher, args, fusion)
         return 0
     from graphdoc.corpus import read_queries
 
     queries = dict(read_queries(args.queries, args.split))
     if not queries:
         raise GraphDocError(f"no queries in {args.queries}")
-    run_ = searcher.batch_search(queries, k=args.k or 100, mode=args.mode, fusion=fusion)
-    if args.output:
+    if args.output is not None or (judgements is None and not args.json):
+        check_trec_ids(searcher, "" if args.output is not None else ", or print the run with --json")
+    run_ = searcher.batch_search(queries, k=100 if args.k is None else args.k, mode=args.mode, fusion=fusion)
+    if args.output is not None:
         from graphdoc.retrieval.trec import write_run
 
         write_run(run_, args.output, tag=f"graphdoc-{args.mode}")
         print(f"wrote {len(run_)} queries to {args.output}")
-    if args.qrels:
+    elif judgements is None:
+        _print_run(run_, args)
+    if judgements is not None:
         from graphdoc.cli.eval import print_evaluation
 
-        print_evaluation(run_, args.qrels, args.measures, args.split, name=args.mode)
+        print_evaluation(run_, judgements, name=args.mode, run_name=str(args.queries))
     return 0

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from graphdoc.cli.common import check_at_least_one, logger
 from graphdoc.errors import GraphDocError
+from graphdoc.fileio import check_output_file
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,16 +29,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from graphdoc.cli.search import check_trec_ids, open_searcher
     from graphdoc.corpus import read_qrels, read_queries
-    from graphdoc.retrieval.tuning import tune_alpha
-    from graphdoc.cli.search import open_searcher
+    from graphdoc.retrieval.evaluation import parse_measures
+    from graphdoc.retrieval.tuning import assign_folds, tune_alpha
 
+    check_at_least_one("--depth", args.depth)
+    if args.output is not None:
+        check_output_file(args.output)
+    parse_measures([args.measure])
     args.mode = "hybrid"
     searcher = open_searcher(args)
     qrels = read_qrels(args.qrels, args.split)
-    queries = {q: t for q, t in read_queries(args.queries, args.split) if q in qrels}
+    judged = {q for q, docs in qrels.items() if docs}
+    queries = {q: t for q, t in read_queries(args.queries, args.split) if q in judged}
     if not queries:
         raise GraphDocError("no query has relevance judgements in the given qrels")
+    unsearched = len(judged) - len(queries)
+    try:
+        assign_folds(list(queries), args.folds)  # refuses --folds above the number of queries before searching
+    except GraphDocError as exc:
+        if unsearched:
+            raise GraphDocError(f"{exc} ({unsearched} of the {len(judged)} queries judged in {args.qrels} "
+                                f"are not in {args.queries})") from None
+        raise
+    if unsearched:
+        logger.warning("%d of the %d queries judged in %s are not in %s: tuning on the other %d",
+                       unsearched, len(judged), args.qrels, args.queries, len(queries))
+    if args.output is not None:
+        check_trec_ids(searcher)
     dense_run, sparse_run = searcher.component_runs(queries, args.depth)
     result = tune_alpha(dense_run, sparse_run, qrels, folds=args.folds, normalization=args.normalization,
                         measure=args.measure)

@@ -7,6 +7,8 @@ document vectors and over passage vectors; every candidate is then scored exactl
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +19,28 @@ from graphdoc.retrieval.dense import DenseIndex, prepare_vectors
 
 
 PASSAGE_DEPTH_FACTOR = 4
+
+
+class UnreadableFileError(GraphDocError):
+    """A file of an index that cannot be read (truncated, overwritten or missing); ``path`` names it."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path} {problem}")
+        self.path, self.problem = path, problem
+
+
+@contextlib.contextmanager
+def reading(path: Path) -> Iterator[None]:
+    """Turn whatever reading ``path`` raises (numpy, FAISS, JSON, OS errors) into an :class:`UnreadableFileError`."""
+    try:
+        yield
+    except UnreadableFileError:
+        raise
+    except (OSError, EOFError, ValueError, RuntimeError, KeyError, IndexError, GraphDocError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+        reason = reason.rsplit(" Error: ", 1)[-1]  # FAISS prefixes the C++ function's signature
+        reason = reason if len(reason) <= 120 else reason[:117] + "..."
+        raise UnreadableFileError(path, f"cannot be read ({reason})") from exc
 
 
 @dataclass
@@ -41,15 +65,33 @@ class DenseSearcher:
     def __init__(self, folder: Path, metric: str, factory: str, settings: DenseSettings | None = None) -> None:
         self.metric = metric
         self.settings = settings or DenseSettings()
-        self.doc_index = DenseIndex.load(folder / "dense.faiss", metric, factory)
-        self.doc_vectors = np.load(folder / "doc_vectors.npy", mmap_mode="r")
+        with reading(folder / "dense.faiss"):
+            self.doc_index = DenseIndex.load(folder / "dense.faiss", metric, factory)
+        self.doc_vectors = _load_array(folder / "doc_vectors.npy")
         self.has_passages = (folder / "passage_vectors.npy").is_file()
         if self.has_passages:
-            self.passage_index = DenseIndex.load(folder / "passages.faiss", metric, factory)
-            self.passage_vectors = np.load(folder / "passage_vectors.npy", mmap_mode="r")
-            self.passage_ptr = np.load(folder / "passage_ptr.npy")
+            with reading(folder / "passages.faiss"):
+                self.passage_index = DenseIndex.load(folder / "passages.faiss", metric, factory)
+            self.passage_vectors = _load_array(folder / "passage_vectors.npy")
+            self.passage_ptr = _load_array(folder / "passage_ptr.npy", mmap=False)
         elif self.settings.passage_weight > 0:
             self.settings = DenseSettings(0.0)  # the index kept no passage vectors
+
+    def size_problem(self, documents: int) -> str | None:
+        """Why the dense files disagree with each other or with ``documents``, or ``None`` when they agree."""
+        sizes = [("doc_vectors.npy", len(self.doc_vectors)), ("dense.faiss", self.doc_index.size)]
+        if self.has_passages:
+            sizes.append(("passage_ptr.npy", len(self.passage_ptr) - 1))
+        for name, size in sizes:
+            if size != documents:
+                return f"{name} holds {size} documents, not {documents}"
+        if self.has_passages:
+            passages = int(self.passage_ptr[-1]) if len(self.passage_ptr) else 0
+            for name, size in (("passage_vectors.npy", len(self.passage_vectors)),
+                               ("passages.faiss", self.passage_index.size)):
+                if size != passages:
+                    return f"{name} holds {size} passages, not {passages} (passage_ptr.npy)"
+        return None
 
     def candidates(self, queries: np.ndarray, depth: int) -> list[np.ndarray]:
         """Candidate document rows per query: FAISS top ``depth`` documents and passages' documents."""
@@ -94,3 +136,11 @@ class DenseSearcher:
             order = np.lexsort((rows, -scores))[:depth]
             results.append((rows[order], scores[order]))
         return results
+
+
+def _load_array(path: Path, mmap: bool = True) -> np.ndarray:
+    with reading(path):
+        array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        if array.ndim == 0:
+            raise ValueError("not an array")
+    return array

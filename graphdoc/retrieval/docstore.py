@@ -48,9 +48,9 @@ def iter_store(path: Path) -> Iterator[dict[str, Any]]:
 class DocStore:
     """Random access to the records of a store written by :func:`write_store`."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, offsets: np.ndarray | None = None) -> None:
         self.path = Path(path)
-        self.offsets = np.load(offsets_path(self.path), mmap_mode="r")
+        self.offsets = np.load(offsets_path(self.path), mmap_mode="r") if offsets is None else offsets
         self._handle = open(self.path, "rb")
 
     def __len__(self) -> int:
@@ -59,6 +59,17 @@ class DocStore:
     def __getitem__(self, row: int) -> dict[str, Any]:
         self._handle.seek(int(self.offsets[row]))
         return json.loads(self._handle.readline())
+
+    def is_complete(self) -> bool:
+        """Whether the file ends where its offsets say: a line starts at the last offset and the file ends
+        with a newline (a truncated store does not)."""
+        size = self._handle.seek(0, 2)
+        if len(self.offsets) == 0:
+            return size == 0
+        if int(self.offsets[-1]) >= size:
+            return False
+        self._handle.seek(size - 1)
+        return self._handle.read(1) == b"\n"
 
     def close(self) -> None:
         self._handle.close()

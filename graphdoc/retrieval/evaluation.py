@@ -29,15 +29,28 @@ def parse_measures(names: str | Iterable[Any]) -> list[Any]:
     measures = []
     for name in names:
         if not isinstance(name, str):
-            measures.append(name)  # already a measure object
+            measures.append(_check_cutoff(name))  # already a measure object
             continue
         try:
-            measures.append(ir_measures.parse_measure(name))
+            measure = ir_measures.parse_measure(name)
         except (NameError, ValueError, TypeError, SyntaxError) as err:
             raise GraphDocError(f"unknown measure {name!r}; use ir_measures names such as {_EXAMPLES}") from err
+        measures.append(_check_cutoff(measure))
     if not measures:
         raise GraphDocError(f"no measures given; use ir_measures names such as {_EXAMPLES}")
     return measures
+
+
+def _check_cutoff(measure: Any) -> Any:
+    """Refuse a cutoff below 1 or not whole: trec_eval aborts the interpreter on ``P@0``."""
+    cutoff = getattr(measure, "params", {}).get("cutoff")
+    if cutoff is None:
+        return measure
+    if isinstance(cutoff, bool) or not isinstance(cutoff, int):
+        raise GraphDocError(f"measure {str(measure)!r}: the cutoff must be a whole number; got {cutoff!r}")
+    if cutoff < 1:
+        raise GraphDocError(f"measure {str(measure)!r}: the cutoff must be at least 1")
+    return measure
 
 
 def _rank_scores(run: RunLike) -> dict[str, dict[str, float]]:
@@ -62,6 +75,12 @@ def evaluate_per_query(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEF
         for metric in ir_measures.iter_calc(parsed, qrels_plain, run_plain):
             results[metric.query_id][str(metric.measure)] = float(metric.value)
     return results
+
+
+def coverage(run: RunLike, qrels: Qrels) -> tuple[int, int]:
+    """How many of the run's queries have judgements, and how many judged queries the run lacks (they count as 0)."""
+    judged = sum(1 for q in run if q in qrels)
+    return judged, len(qrels) - judged
 
 
 def evaluate(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEFAULT_MEASURES) -> dict[str, float]:

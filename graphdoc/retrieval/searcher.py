@@ -14,8 +14,8 @@ import numpy as np
 from graphdoc.errors import GraphDocError
 from graphdoc.retrieval.bm25 import BM25Index
 from graphdoc.retrieval.dense import prepare_vectors
-from graphdoc.retrieval.dense_searcher import DenseSearcher, DenseSettings
-from graphdoc.retrieval.docstore import DocStore
+from graphdoc.retrieval.dense_searcher import DenseSearcher, DenseSettings, UnreadableFileError, reading
+from graphdoc.retrieval.docstore import DocStore, offsets_path
 from graphdoc.retrieval.finalize import FINAL_DIR
 from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig, fuse
 from graphdoc.retrieval.manifest import Manifest, check_identity, model_identity
@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 MODES = ("dense", "bm25", "hybrid")
 SNIPPET_CHARS = 300
+ATTENTION_FILE = "passage_attention.npy"  # read by graphdoc.explain; checked here with the others
 
 
 @dataclass
@@ -52,16 +53,65 @@ class Searcher:
         final = self.index_dir / FINAL_DIR
         if not self.manifest.finalized or not final.is_dir():
             raise GraphDocError(f"index {self.index_dir} is incomplete: rerun the same graphdoc index command")
-        self.doc_ids = (final / "doc_ids.txt").read_text(encoding="utf-8").splitlines()
-        self.docstore = DocStore(final / "docstore.jsonl")
-        self.dense = DenseSearcher(final, self.manifest.metric, self.manifest.faiss_factory,
-                                   DenseSettings(**self.manifest.dense))
-        self.bm25 = BM25Index.load(final / "bm25")
+        try:
+            self._open_final(final)
+        except UnreadableFileError as exc:
+            raise self._damaged(f"{exc.path.relative_to(self.index_dir)} {exc.problem}") from exc
         self.fusion = FusionConfig.from_dict(self.manifest.fusion) if self.manifest.fusion else HYBRID_DEFAULT
         self.device = device
         self._model = None
         if model is not None:
             self.model = model
+
+    def _open_final(self, final: Path) -> None:
+        """Open the files of ``final/`` and check that they describe the same documents."""
+        with reading(final / "doc_ids.txt"):
+            text = (final / "doc_ids.txt").read_text(encoding="utf-8")
+            if text and not text.endswith("\n"):
+                raise ValueError("it is cut short")
+        self.doc_ids = text.splitlines()
+        store = final / "docstore.jsonl"
+        with reading(offsets_path(store)):
+            offsets = np.load(offsets_path(store), mmap_mode="r", allow_pickle=False)
+        with reading(store):
+            self.docstore = DocStore(store, offsets)
+        self.dense = DenseSearcher(final, self.manifest.metric, self.manifest.faiss_factory,
+                                   DenseSettings(**self.manifest.dense))
+        with reading(final / "bm25"):
+            self.bm25 = BM25Index.load(final / "bm25")
+        problem = self._size_problem(final)
+        if problem is not None:
+            raise self._damaged(problem)
+
+    def _size_problem(self, final: Path) -> str | None:
+        """Why the files of ``final/`` disagree in size (a truncated or replaced file), or ``None``."""
+        documents = self.manifest.counts.get("documents", len(self.doc_ids))
+        sizes = [("doc_ids.txt", len(self.doc_ids)), ("docstore.jsonl.offsets.npy", len(self.docstore)),
+                 ("bm25", self.bm25.num_docs)]
+        for name, size in sizes:
+            if size != documents:
+                return f"{FINAL_DIR}/{name} holds {size} documents, the manifest {documents}"
+        if not self.docstore.is_complete():
+            return f"{FINAL_DIR}/docstore.jsonl is cut short"
+        problem = self.dense.size_problem(documents)
+        if problem is None and self.dense.has_passages and (final / ATTENTION_FILE).is_file():
+            with reading(final / ATTENTION_FILE):
+                attention = len(np.load(final / ATTENTION_FILE, mmap_mode="r", allow_pickle=False))
+            if attention != len(self.dense.passage_vectors):
+                problem = f"{ATTENTION_FILE} holds {attention} passages, not {len(self.dense.passage_vectors)}"
+        return None if problem is None else f"{FINAL_DIR}/{problem}"
+
+    def _damaged(self, problem: str) -> GraphDocError:
+        return GraphDocError(f"index {self.index_dir} is damaged: {problem}; "
+                             "rebuild it with graphdoc index (into a new folder)")
+
+    def record(self, row: int) -> dict[str, Any]:
+        """The document store's record of document ``row``."""
+        try:
+            with reading(self.docstore.path):
+                return self.docstore[row]
+        except UnreadableFileError as exc:
+            raise self._damaged(f"{exc.path.relative_to(self.index_dir)} {exc.problem}") from exc
 
     @functools.cached_property
     def row_of(self) -> dict[str, int]:
@@ -94,6 +144,9 @@ class Searcher:
         """
         if mode not in MODES:
             raise GraphDocError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+        check_at_least_one("k", k)
+        if depth is not None:
+            check_at_least_one("depth", depth)
         qids, texts = _split_queries(queries)
         depth = max(k, depth or 100)
         fusion = fusion or self.fusion
@@ -116,6 +169,7 @@ class Searcher:
 
     def component_runs(self, queries: Mapping[str, str], depth: int = 100) -> tuple[dict, dict]:
         """Dense and BM25 runs, each scored over the union of both top ``depth`` (for fusion tuning)."""
+        check_at_least_one("depth", depth)
         qids, texts = _split_queries(queries)
         vectors = self.encode_queries(texts)
         dense = self.dense.search(vectors, depth)
@@ -145,12 +199,15 @@ class Searcher:
     # ----------------------------------------------------------------- readable hits
     def search(self, query: str, k: int = 10, mode: str = "hybrid", fusion: FusionConfig | None = None) -> list[Hit]:
         """Rank documents for one query, with titles and each hit's best passage."""
+        check_at_least_one("k", k)
+        if mode not in MODES:
+            raise GraphDocError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
         vector = self.encode_queries([query]) if mode != "bm25" else None
         run = self.batch_search({"q": query}, k, mode, fusion, query_vectors=vector)["q"]
         row_of = self.row_of
         hits = []
         for rank, (doc_id, score) in enumerate(run.items(), start=1):
-            record = self.docstore[row_of[doc_id]]
+            record = self.record(row_of[doc_id])
             passage = self.best_passage(query, record, row_of[doc_id], None if vector is None else vector[0])
             hits.append(Hit(rank, doc_id, score, record.get("title", ""), passage))
         return hits
@@ -170,6 +227,12 @@ class Searcher:
         return {"index": best, "start": start, "end": end, "section": section, "section_title": title,
                 "score": float(scores[best]) if len(scores) else 0.0,
                 "snippet": text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS].rsplit(" ", 1)[0] + " ..."}
+
+
+def check_at_least_one(name: str, value: int) -> None:
+    """Refuse a result count or depth below 1 (a negative one would cut results from the end)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise GraphDocError(f"{name} must be at least 1; got {value!r}")
 
 
 def _split_queries(queries: Mapping[str, str] | Sequence[str]) -> tuple[list[str], list[str]]:

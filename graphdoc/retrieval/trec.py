@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 import math
-import os
-import tempfile
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from graphdoc.errors import GraphDocError, InputError
+from graphdoc.fileio import atomic_write
 from graphdoc.retrieval.runs import Run, ranked
+
+_SPACE_IN_LINE = re.compile(r"[^\S\n]")
 
 
 def _check_token(what: str, value: str) -> None:
     if not value or any(c.isspace() for c in value):
         raise GraphDocError(f"{what} {value!r} cannot be written to a TREC run: it is empty or has whitespace")
+
+
+def unwritable_ids(ids: Sequence[str]) -> list[str]:
+    """The ids that cannot go into a TREC run (empty or with whitespace), in order; one regex pass when none."""
+    joined = "\n".join(ids)
+    if all(ids) and joined.count("\n") == len(ids) - 1 and _SPACE_IN_LINE.search(joined) is None:
+        return []
+    return [i for i in ids if not i or any(c.isspace() for c in i)]
+
+
+def run_lines(run: Mapping[str, Mapping[str, float]], tag: str = "graphdoc", k: int | None = None) -> Iterator[str]:
+    """The lines of `run` as a TREC run file (see :func:`write_run` for the order)."""
+    _check_token("tag", tag)
+    return _run_lines(run, tag, k)
 
 
 def _run_lines(run: Mapping[str, Mapping[str, float]], tag: str, k: int | None):
@@ -33,17 +49,9 @@ def write_run(run: Mapping[str, Mapping[str, float]], path: str | Path, tag: str
     Queries keep the run's order; within a query documents are sorted by score desc, ties by doc
     id, and cut to the top `k` if given. Ranks start at 1.
     """
-    _check_token("tag", tag)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.writelines(_run_lines(run, tag, k))
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    lines = run_lines(run, tag, k)
+    with atomic_write(path, "w", encoding="utf-8") as f:
+        f.writelines(lines)
 
 
 def _parse_line(line: str, where: str) -> tuple[str, str, float]:

@@ -85,14 +85,18 @@ def tune_alpha(
 ) -> TuningResult:
     """Cross-validate alpha of weighted fusion (``alpha`` weights the dense side).
 
-    Only queries with qrels are used. For each fold the alpha maximising `measure` on the other
+    Only queries that were searched (in either run) and have qrels are used: a judged query that was
+    not searched would count as 0 for every alpha and only lower the figures. For each fold the alpha maximising `measure` on the other
     folds is applied to the held-out fold. Ties go to the first alpha in `alphas`.
     """
     alphas = list(DEFAULT_ALPHAS if alphas is None else alphas)
     if not alphas:
         raise GraphDocError("alphas must hold at least one value")
     name = str(parse_measures([measure])[0])
-    qids = sorted(q for q, docs in qrels.items() if docs)
+    qids = sorted(q for q, docs in qrels.items() if docs and (q in dense_run or q in sparse_run))
+    if not qids:
+        raise GraphDocError("no searched query has relevance judgements")
+    qrels = {q: qrels[q] for q in qids}
     groups = assign_folds(qids, folds, seed)
     dense = {q: dense_run[q] for q in qids if q in dense_run}
     sparse = {q: sparse_run[q] for q in qids if q in sparse_run}

@@ -1,0 +1,358 @@
+"""Findings of the black-box review of ``graphdoc search | eval | tune-fusion``: checks made before any search,
+options that were silently ignored, damaged index files, and pipes closed early."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _retrieval_helpers import cli, error_line, make_docs, write_jsonl
+
+from graphdoc.cli import main
+from graphdoc.errors import GraphDocError
+from graphdoc.retrieval.evaluation import format_table, parse_measures
+from graphdoc.retrieval.searcher import Searcher
+from graphdoc.retrieval.trec import run_lines, unwritable_ids
+from graphdoc.retrieval.tuning import tune_alpha
+
+pytestmark = pytest.mark.usefixtures("restore_cli_state")
+
+#: one word found in one document only: BM25 ranks that document first and alone, so BM25 is perfect
+WORDS = {"q1": ("d001", "aardvark"), "q2": ("d004", "bison"), "q3": ("d008", "caracal"),
+         "q4": ("d011", "dingo"), "q5": ("d015", "emu"), "q6": ("d018", "ferret")}
+DAMAGED = "; rebuild it with graphdoc index (into a new folder)"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("review-files")
+    docs = make_docs(20)
+    for doc_id, word in WORDS.values():
+        doc = next(d for d in docs if d["_id"] == doc_id)
+        doc["text"] += f" The {word}."
+    queries = [{"_id": q, "text": word} for q, (_, word) in WORDS.items()]
+    (folder / "qrels.tsv").write_text("".join(f"{q}\t{d}\t1\n" for q, (d, _) in WORDS.items()), encoding="utf-8")
+    return {"corpus": write_jsonl(folder / "corpus.jsonl", docs), "qrels": folder / "qrels.tsv",
+            "queries": write_jsonl(folder / "queries.jsonl", queries),
+            "q3": write_jsonl(folder / "q3.jsonl", queries[:3])}
+
+
+@pytest.fixture(scope="module")
+def index(files, model_dir, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("review-index") / "index"
+    assert cli("index", "--corpus", files["corpus"], "--index-dir", folder, "--model", model_dir) == 0
+    return folder
+
+
+@pytest.fixture(scope="module")
+def spaced_index(model_dir, tmp_path_factory) -> Path:
+    """Document ids with spaces (as text folder file names have) and a text with line breaks."""
+    folder = tmp_path_factory.mktemp("spaced")
+    docs = [{"_id": "my notes.md", "title": "Notes", "text": "Deltas and estuaries.\n\n## Two\n\nRivers   end here."},
+            {"_id": "plain", "title": "Plain", "text": "Nothing about water at all."}]
+    corpus = write_jsonl(folder / "corpus.jsonl", docs)
+    assert cli("index", "--corpus", corpus, "--index-dir", folder / "index", "--model", model_dir) == 0
+    return folder / "index"
+
+
+@pytest.fixture
+def no_search(monkeypatch):
+    """Any search from here on fails the test: checks must come first."""
+    def searched(*args, **kwargs):
+        raise AssertionError("searched before refusing")
+
+    for name in ("batch_search", "search", "component_runs"):
+        monkeypatch.setattr(Searcher, name, searched)
+
+
+def refused(capsys, command: str, *argv) -> str:
+    capsys.readouterr()
+    assert cli(command, *argv) == 1
+    return error_line(capsys, command).removeprefix(f"graphdoc {command}: error: ")
+
+
+# ------------------------------------------------------------------ 3. -k and --depth must be at least 1
+@pytest.mark.parametrize("k", ["0", "-1"])
+def test_k_below_one_is_refused(index, files, capsys, k) -> None:
+    assert refused(capsys, "search", "--index-dir", index, "zebra", "-k", k) == f"-k must be at least 1; got {k}"
+    assert refused(capsys, "search", "--index-dir", index, "--queries", files["queries"], "-k", k,
+                   "--mode", "dense") == f"-k must be at least 1; got {k}"
+
+
+def test_k_and_depth_below_one_are_refused_by_the_python_api(index, model) -> None:
+    searcher = Searcher(index, model=model)
+    with pytest.raises(GraphDocError, match=r"^k must be at least 1; got 0$"):
+        searcher.search("aardvark", k=0, mode="bm25")
+    with pytest.raises(GraphDocError, match=r"^k must be at least 1; got -1$"):
+        searcher.batch_search(["aardvark"], k=-1, mode="dense")
+    with pytest.raises(GraphDocError, match=r"^depth must be at least 1; got 0$"):
+        searcher.batch_search(["aardvark"], k=5, depth=0)
+    with pytest.raises(GraphDocError, match=r"^depth must be at least 1; got -5$"):
+        searcher.component_runs({"q": "aardvark"}, depth=-5)
+    assert list(searcher.batch_search(["aardvark"], k=1, mode="bm25")["0"]) == ["d001"]
+
+
+@pytest.mark.parametrize("depth", ["0", "-5"])
+def test_tune_fusion_depth_below_one_is_refused(index, files, capsys, no_search, depth) -> None:
+    assert refused(capsys, "tune-fusion", "--index-dir", index, "--queries", files["queries"], "--qrels",
+                   files["qrels"], "--folds", 3, "--depth", depth) == f"--depth must be at least 1; got {depth}"
+
+
+def test_batch_size_below_one_is_refused_before_an_index_is_started(files, model_dir, tmp_path, capsys) -> None:
+    assert refused(capsys, "index", "--corpus", files["corpus"], "--index-dir", tmp_path / "i", "--model", model_dir,
+                   "--batch-size", 0) == "--batch-size must be at least 1; got 0"
+    assert not (tmp_path / "i").exists()
+
+
+# ------------------------------------------------------------------ 4. outputs, qrels and measures before the search
+def test_output_paths_are_checked_before_searching(index, files, tmp_path, capsys, no_search) -> None:
+    folder = tmp_path / "outdir"
+    folder.mkdir()
+    under_file = files["corpus"] / "run.trec"
+    assert refused(capsys, "search", "--index-dir", index, "--queries", files["queries"], "--output", folder) == (
+        f"--output {folder} is a folder; name a file")
+    assert refused(capsys, "search", "--index-dir", index, "--queries", files["queries"], "--output", under_file) == (
+        f"--output {under_file}: {files['corpus']} is a file, not a folder")
+    assert refused(capsys, "tune-fusion", "--index-dir", index, "--queries", files["queries"], "--qrels",
+                   files["qrels"], "--folds", 3, "--output", folder) == f"--output {folder} is a folder; name a file"
+
+
+def test_qrels_and_measures_are_checked_before_searching(index, files, tmp_path, capsys, no_search) -> None:
+    base = ["--index-dir", index, "--queries", files["queries"]]
+    assert refused(capsys, "search", *base, "--qrels", files["qrels"], "--measures", "nDCG@10", "Bogus").startswith(
+        "unknown measure 'Bogus'; use ir_measures names such as nDCG@10")
+    assert refused(capsys, "search", *base, "--qrels", tmp_path / "none.tsv").startswith(f"{tmp_path / 'none.tsv'}")
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("query-id\tcorpus-id\tscore\n", encoding="utf-8")
+    assert refused(capsys, "search", *base, "--qrels", empty) == f"{empty} holds no relevance judgements"
+    assert refused(capsys, "tune-fusion", *base, "--qrels", files["qrels"], "--folds", 3, "--measure", "nDCG@0") == (
+        "measure 'nDCG@0': the cutoff must be at least 1")
+
+
+# ------------------------------------------------------------------ 5. options that were silently ignored
+def test_batch_search_without_output_prints_the_run(index, files, model, capsys) -> None:
+    queries = {q: word for q, (_, word) in WORDS.items()}
+    expected = Searcher(index, model=model).batch_search(queries, k=3, mode="bm25")
+    capsys.readouterr()
+    assert cli("search", "--index-dir", index, "--queries", files["queries"], "--mode", "bm25", "-k", 3) == 0
+    out = capsys.readouterr().out
+    assert out == "".join(run_lines(expected, tag="graphdoc-bm25"))
+    assert [line.split()[:4] for line in out.splitlines()] == [[q, "Q0", d, "1"] for q, (d, _) in WORDS.items()]
+
+    assert cli("search", "--index-dir", index, "--queries", files["q3"], "--mode", "bm25", "--json") == 0
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [
+        {"query_id": q, "rank": 1, "doc_id": d, "score": pytest.approx(expected[q][d])}
+        for q, (d, _) in list(WORDS.items())[:3]]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--output", "x.trec"], "--output works with --queries, not with one QUERY"),
+    (["--qrels", "qrels.tsv"], "--qrels works with --queries, not with one QUERY"),
+    (["--measures", "P@5"], "--measures works with --queries, not with one QUERY"),
+    (["--split", "test"], "--split works with --queries, not with one QUERY"),
+    (["--fusion", "rrf", "--alpha", "0.3"], "--alpha applies to weighted fusion, not rrf"),
+    (["--fusion", "rrf", "--normalization", "zscore"], "--normalization applies to weighted fusion, not rrf"),
+    (["--mode", "dense", "--alpha", "0.3"], "--alpha is not used with --mode dense"),
+    (["--mode", "bm25", "--fusion", "rrf"], "--fusion is not used with --mode bm25"),
+    (["--mode", "bm25", "--model", "no-such-model"], "--model is not used with --mode bm25"),
+])
+def test_ignored_options_of_one_query_are_refused(index, capsys, no_search, argv, message) -> None:
+    assert refused(capsys, "search", "--index-dir", index, "aardvark", *argv) == message
+
+
+def test_ignored_options_of_a_batch_are_refused(index, files, own_rrf_index, capsys, no_search) -> None:
+    base = ["--index-dir", index, "--queries", files["queries"]]
+    assert refused(capsys, "search", *base, "--measures", "P@5") == "--measures needs --qrels"
+    assert refused(capsys, "search", *base, "--json", "--output", "x.trec") == (
+        "--json prints the run of --queries: it cannot be combined with --output or --qrels")
+    assert refused(capsys, "search", "--index-dir", own_rrf_index, "aardvark", "--alpha", "0.2") == (
+        "--alpha applies to weighted fusion, not rrf (the index's fusion; add --fusion weighted)")
+
+
+@pytest.fixture
+def own_rrf_index(index, tmp_path) -> Path:
+    folder = Path(shutil.copytree(index, tmp_path / "rrf"))
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    manifest["fusion"] = {"method": "rrf", "alpha": 0.5, "normalization": "minmax", "rrf_k": 60}
+    (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    return folder
+
+
+def test_one_query_prints_one_line_snippets_and_says_when_nothing_matched(spaced_index, capsys) -> None:
+    capsys.readouterr()
+    assert cli("search", "--index-dir", spaced_index, "estuaries", "--mode", "bm25") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[2:] == ["my", "notes.md", "Notes"]
+    assert lines[1] == "     Deltas and estuaries. ## Two Rivers end here."
+    assert len(lines) == 2
+    assert cli("search", "--index-dir", spaced_index, "zzzz", "--mode", "bm25") == 0
+    assert capsys.readouterr().out == "no results\n"
+
+
+# ------------------------------------------------------------------ 6. cutoffs below 1 never reach trec_eval
+def test_measures_with_a_cutoff_below_one_are_refused(files, tmp_path, capsys) -> None:
+    run = tmp_path / "r.trec"
+    run.write_text("q1 Q0 d001 1 1.0 t\n", encoding="utf-8")
+    for measure in ("P@0", "nDCG@0"):
+        assert refused(capsys, "eval", "--run", run, "--qrels", files["qrels"], "--measures", measure) == (
+            f"measure '{measure}': the cutoff must be at least 1")
+    with pytest.raises(GraphDocError, match=r"^measure 'P@1.5': the cutoff must be a whole number; got 1.5$"):
+        parse_measures(["P@1.5"])
+    assert [str(m) for m in parse_measures(["P@1", "AP"])] == ["P@1", "AP"]
+
+
+# ------------------------------------------------------------------ 7. tune-fusion counts only searched queries
+def test_tune_fusion_scores_only_the_searched_judged_queries(index, files, capsys) -> None:
+    capsys.readouterr()
+    assert cli("tune-fusion", "--index-dir", index, "--queries", files["q3"], "--qrels", files["qrels"],
+               "--folds", 3) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[-1] == "cross-validated nDCG@10: 1.0000; alpha on all queries: 0.00"
+    assert [line.split(":")[0] for line in captured.out.splitlines()[:-1]] == ["fold 1", "fold 2", "fold 3"]
+    assert captured.err == (f"WARNING graphdoc.cli: 3 of the 6 queries judged in {files['qrels']} are not in "
+                            f"{files['q3']}: tuning on the other 3\n")
+
+
+def test_tune_fusion_refuses_more_folds_than_searched_judged_queries(index, files, capsys, no_search) -> None:
+    assert refused(capsys, "tune-fusion", "--index-dir", index, "--queries", files["q3"], "--qrels", files["qrels"],
+                   "--folds", 5) == ("folds must be between 2 and the number of queries (3), got 5 (3 of the 6 "
+                                     f"queries judged in {files['qrels']} are not in {files['q3']})")
+
+
+def test_tune_alpha_leaves_out_judged_queries_that_were_not_searched() -> None:
+    qrels = {f"q{i}": {"A": 1} for i in range(6)}
+    perfect = {"A": 1.0, "B": 0.5}
+    runs = {f"q{i}": perfect for i in range(3)}
+    result = tune_alpha(runs, runs, qrels, folds=3)
+    assert result.mean_test_score == 1.0 and sorted(result.run) == ["q0", "q1", "q2"]
+    assert sorted(q for fold in result.folds for q in fold.query_ids) == ["q0", "q1", "q2"]
+    with pytest.raises(GraphDocError, match=r"^folds must be between 2 and the number of queries \(3\), got 5$"):
+        tune_alpha(runs, runs, qrels, folds=5)
+    with pytest.raises(GraphDocError, match=r"^no searched query has relevance judgements$"):
+        tune_alpha({"x": perfect}, {}, qrels, folds=2)
+
+
+# ------------------------------------------------------------------ 11. damaged files in final/
+def _truncate(path: Path) -> None:
+    with open(path, "r+b") as handle:
+        handle.truncate(50)
+
+
+def _drop_last_line(path: Path) -> None:
+    path.write_text("".join(path.read_text(encoding="utf-8").splitlines(keepends=True)[:-1]), encoding="utf-8")
+
+
+def _drop_last_row(path: Path) -> None:
+    np.save(path, np.load(path)[:-1])
+
+
+@pytest.mark.parametrize("name, damage, problem", [
+    ("doc_ids.txt", _drop_last_line, "final/doc_ids.txt holds 19 documents, the manifest 20"),
+    ("doc_ids.txt", lambda p: p.write_bytes(p.read_bytes()[:-3]), "final/doc_ids.txt cannot be read (it is cut short)"),
+    ("doc_vectors.npy", _drop_last_row, "final/doc_vectors.npy holds 19 documents, not 20"),
+    ("passage_vectors.npy", _drop_last_row, "final/passage_vectors.npy holds 59 passages, not 60 (passage_ptr.npy)"),
+    ("passage_attention.npy", _drop_last_row, "final/passage_attention.npy holds 59 passages, not 60"),
+    ("docstore.jsonl", _drop_last_line, "final/docstore.jsonl is cut short"),
+    ("doc_vectors.npy", _truncate,
+     "final/doc_vectors.npy cannot be read (EOF: reading array header, expected 118 bytes got 40)"),
+    ("passage_ptr.npy", _truncate,
+     "final/passage_ptr.npy cannot be read (EOF: reading array header, expected 118 bytes got 40)"),
+    ("docstore.jsonl.offsets.npy", _truncate,
+     "final/docstore.jsonl.offsets.npy cannot be read (EOF: reading array header, expected 118 bytes got 40)"),
+    ("bm25/vocab.index.json", _truncate, "final/bm25 cannot be read (unexpected end of data: line 1 column 51 (char 50))"),
+])
+def test_a_damaged_file_is_named_in_one_line(index, tmp_path, capsys, name, damage, problem) -> None:
+    copy = Path(shutil.copytree(index, tmp_path / "copy"))
+    damage(copy / "final" / name)
+    message = f"index {copy} is damaged: {problem}{DAMAGED}"
+    assert refused(capsys, "search", "--index-dir", copy, "aardvark", "--mode", "bm25") == message
+    with pytest.raises(GraphDocError) as err:
+        Searcher(copy)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("name", ["dense.faiss", "passages.faiss"])
+def test_a_truncated_faiss_file_is_named_in_one_line(index, tmp_path, capsys, name) -> None:
+    copy = Path(shutil.copytree(index, tmp_path / "copy"))
+    _truncate(copy / "final" / name)
+    message = refused(capsys, "search", "--index-dir", copy, "aardvark")
+    assert message.startswith(f"index {copy} is damaged: final/{name} cannot be read ('ret == (size)' failed: ")
+    assert message.endswith(DAMAGED)
+
+
+# ------------------------------------------------------------------ 17. eval warns about runs that miss the qrels
+def test_eval_refuses_an_empty_run_and_warns_about_unjudged_ones(files, tmp_path, capsys) -> None:
+    empty = tmp_path / "empty.trec"
+    empty.write_text("", encoding="utf-8")
+    assert refused(capsys, "eval", "--run", empty, "--qrels", files["qrels"]) == f"{empty} holds no results"
+    mismatch = tmp_path / "mismatch.trec"
+    mismatch.write_text("zz Q0 d001 1 1.0 t\n", encoding="utf-8")
+    assert cli("eval", "--run", mismatch, "--qrels", files["qrels"], "--measures", "nDCG@10") == 0
+    captured = capsys.readouterr()
+    assert captured.out == format_table({"mismatch.trec": {"nDCG@10": 0.0}}) + "\n"
+    assert captured.err == (f"WARNING graphdoc.cli: none of the 1 queries of {mismatch} is judged in "
+                            f"{files['qrels']}: every figure is 0\n")
+
+
+def test_search_with_qrels_warns_that_unsearched_judged_queries_count_as_zero(index, files, capsys) -> None:
+    capsys.readouterr()
+    assert cli("search", "--index-dir", index, "--queries", files["q3"], "--qrels", files["qrels"], "--mode", "bm25",
+               "--measures", "nDCG@10", "R@100") == 0
+    captured = capsys.readouterr()
+    assert captured.out == format_table({"bm25": {"nDCG@10": 0.5, "R@100": 0.5}}) + "\n"
+    assert captured.err == (f"WARNING graphdoc.cli: 3 of the 6 queries judged in {files['qrels']} are not in "
+                            f"{files['q3']}: they count as 0\n")
+
+
+# ------------------------------------------------------------------ 20. a pipe closed by the reader
+class _ClosedPipe(io.TextIOBase):
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("no file")
+
+
+def test_a_closed_pipe_ends_quietly(index, capsys, monkeypatch) -> None:
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    assert main(["-q", "search", "--index-dir", str(index), "aardvark", "--mode", "bm25"]) == 1
+    monkeypatch.undo()
+    assert capsys.readouterr().err == ""
+
+
+# ------------------------------------------------------------------ 21. ids a TREC run cannot hold
+def test_document_ids_with_spaces_are_refused_before_a_trec_run_is_searched(spaced_index, tmp_path, capsys,
+                                                                             monkeypatch) -> None:
+    queries = tmp_path / "q.tsv"
+    queries.write_text("q1\testuaries\n", encoding="utf-8")
+    with monkeypatch.context() as patch:
+        patch.setattr(Searcher, "batch_search", lambda *a, **k: pytest.fail("searched before refusing"))
+        prefix = (f"index {spaced_index}: 1 of its 2 document ids cannot go into a TREC run, e.g. 'my notes.md' "
+                  "(whitespace); rename those documents and rebuild the index")
+        assert refused(capsys, "search", "--index-dir", spaced_index, "--queries", queries, "--output",
+                       tmp_path / "r.trec") == prefix
+        assert refused(capsys, "search", "--index-dir", spaced_index, "--queries", queries) == (
+            prefix + ", or print the run with --json")
+    assert not (tmp_path / "r.trec").exists()
+    assert cli("search", "--index-dir", spaced_index, "--queries", queries, "--mode", "bm25", "--json") == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["doc_id"] == "my notes.md"
+    assert unwritable_ids(["a", "b c", "", "d\u00a0e", "f"]) == ["b c", "", "d\u00a0e"]
+    assert unwritable_ids(["a", "b"]) == []
+
+
+# ------------------------------------------------------------------ minor: log noise
+def test_faiss_loader_notices_are_kept_out_of_the_output(files, tmp_path, capsys) -> None:
+    faiss_logger = logging.getLogger("faiss")
+    level = faiss_logger.level
+    try:
+        assert main(["eval", "--run", str(tmp_path / "none.run"), "--qrels", str(files["qrels"])]) == 1
+        assert faiss_logger.getEffectiveLevel() == logging.WARNING
+    finally:
+        faiss_logger.setLevel(level)
