@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -265,16 +266,21 @@ def _drop_last_row(path: Path) -> None:
      "final/passage_ptr.npy cannot be read (EOF: reading array header, expected 118 bytes got 40)"),
     ("docstore.jsonl.offsets.npy", _truncate,
      "final/docstore.jsonl.offsets.npy cannot be read (EOF: reading array header, expected 118 bytes got 40)"),
-    ("bm25/vocab.index.json", _truncate, "final/bm25 cannot be read (unexpected end of data: line 1 column 51 (char 50))"),
+    # the JSON parser's own words differ with and without orjson installed
+    ("bm25/vocab.index.json", _truncate, "final/bm25 cannot be read (...)"),
 ])
 def test_a_damaged_file_is_named_in_one_line(index, tmp_path, capsys, name, damage, problem) -> None:
     copy = Path(shutil.copytree(index, tmp_path / "copy"))
     damage(copy / "final" / name)
     message = f"index {copy} is damaged: {problem}{DAMAGED}"
-    assert refused(capsys, "search", "--index-dir", copy, "aardvark", "--mode", "bm25") == message
+
+    def shown(line: str) -> str:
+        return re.sub(r"cannot be read \(.*\);", "cannot be read (...);", line) if "(...)" in problem else line
+
+    assert shown(refused(capsys, "search", "--index-dir", copy, "aardvark", "--mode", "bm25")) == message
     with pytest.raises(GraphDocError) as err:
         Searcher(copy)
-    assert str(err.value) == message
+    assert shown(str(err.value)) == message
 
 
 @pytest.mark.parametrize("name", ["dense.faiss", "passages.faiss"])
