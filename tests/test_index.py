@@ -98,7 +98,9 @@ def test_manifest_records_model_settings_progress_and_counts(built, model, model
     assert (m["dimension"], m["metric"], m["faiss_factory"], m["store_passages"]) == (32, "cosine", "Flat", True)
     assert m["shards"] == ["00000", "00001", "00002", "00003"]  # 3 + 3 + 3 + 1 documents
     corpus = str((built.parent / "corpus.jsonl").resolve())
-    assert m["sources"] == [{"corpus": corpus, "part": "1/1", "documents_read": 10, "complete": True}]
+    stat = Path(corpus).stat()
+    assert m["sources"] == [{"corpus": corpus, "part": "1/1", "documents_read": 10, "complete": True,
+                             "state": [1, stat.st_size, stat.st_mtime_ns]}]
     assert {k: m["counts"][k] for k in ("documents", "passages", "shards", "replaced")} == \
         {"documents": 10, "passages": 30, "shards": 4, "replaced": 0}
     assert m["finalized"] is True

@@ -4,6 +4,7 @@ lost, one writer per folder, merges written atomically, damaged manifests and pa
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -144,19 +145,29 @@ def test_leftovers_of_a_killed_finalisation_are_removed(model, corpus, tmp_path)
     assert sorted(p.name for p in index.iterdir()) == ["final", "manifest.json", "shards"]
 
 
-def test_documents_appended_to_an_indexed_corpus_are_indexed_on_the_next_run(model, tmp_path, monkeypatch) -> None:
+def test_a_rerun_does_not_read_an_indexed_corpus_again_and_warns_if_it_changed(model, tmp_path, monkeypatch,
+                                                                               caplog) -> None:
     docs = make_docs(6)
-    corpus = write_jsonl(tmp_path / "grow.jsonl", docs[:4])
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for d in docs[:4]:
+        (folder / f"{d['_id']}.txt").write_text(d["text"], encoding="utf-8")
     index = tmp_path / "i"
-    build_index(model, str(corpus), index, IndexSettings(shard_size=3))
-    before = (index / "shards" / "00000" / "doc_vectors.npy").read_bytes()
-    write_jsonl(corpus, docs)
-    manifest = build_index(model, str(corpus), index, IndexSettings(shard_size=3))
-    assert doc_ids(index) == [d["_id"] for d in docs]
-    assert manifest.shards == ["00000", "00001", "00002"] and manifest.sources[0].documents_read == 6
-    assert (index / "shards" / "00000" / "doc_vectors.npy").read_bytes() == before  # not encoded again
+    build_index(model, str(folder), index, IndexSettings(shard_size=3))
     no_encoding(monkeypatch)
-    assert build_index(model, str(corpus), index, IndexSettings(shard_size=3)).counts["documents"] == 6
+    monkeypatch.setattr(builder, "read_corpus", lambda *a, **k: pytest.fail("the corpus was read again"))
+    with caplog.at_level(logging.INFO, logger="graphdoc"):
+        assert build_index(model, str(folder), index, IndexSettings(shard_size=3)).counts["documents"] == 4
+    assert "is already in the index" in caplog.text and not [r for r in caplog.records if r.levelno >= 30]
+    (folder / "0a.txt").write_text(docs[4]["text"], encoding="utf-8")  # sorts before the indexed files
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="graphdoc"):
+        assert build_index(model, str(folder), index, IndexSettings(shard_size=3)).counts["documents"] == 4
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno >= 30]
+    assert warning == (f"{folder} changed since it was indexed; the index keeps the 4 documents read from it "
+                       "then. To add documents, put them in another file and index that; to pick up changes, "
+                       "build a new index")
+    assert sorted(doc_ids(index)) == sorted(d["_id"] for d in docs[:4])
 
 
 # ------------------------------------------------------------------ one writer (16)

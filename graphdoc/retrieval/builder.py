@@ -170,8 +170,9 @@ def build_index(model, corpus: str, index_dir: str | Path, settings: IndexSettin
                 or _new_manifest(model, identity, settings))
     key = str(corpus) if not Path(corpus).exists() else str(Path(corpus).resolve())
     source = manifest.source(key, part) or SourceProgress(corpus=key, part=part)
-    _open_corpus(corpus)
-    _check_training_size(index_dir, manifest, corpus, source, part_no, parts)
+    if not source.complete:  # a corpus already indexed is not read again
+        _open_corpus(corpus)
+        _check_training_size(index_dir, manifest, corpus, source, part_no, parts)
     with writer_lock(index_dir):
         for stale in remove_stale_temporaries(index_dir):
             logger.info("removing %s left by an interrupted run", stale.name)
@@ -229,9 +230,12 @@ def _check_training_size(index_dir: Path, manifest: Manifest, corpus: str, sourc
 
 def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, source: SourceProgress,
                   settings: IndexSettings, part: tuple[int, int], batch_size: int, show_progress_bar: bool) -> None:
-    """Encode the documents of ``corpus`` past ``source.documents_read`` (all of a new corpus; those appended
-    since the last run to a corpus already indexed) into shards, saving the manifest after each."""
-    stats, cursor, was_complete = ReadStats(), _Cursor(source.documents_read), source.complete
+    """Encode the documents of ``corpus`` past ``source.documents_read`` (all of a new corpus; the rest of one a
+    killed run left) into shards, saving the manifest after each. A corpus already indexed is not read again."""
+    if source.complete:
+        _report_complete(corpus, source)
+        return
+    stats, cursor = ReadStats(), _Cursor(source.documents_read)
     known = _known_ids(index_dir, manifest)
     started, added = time.perf_counter(), 0
     bar = tqdm(desc="Indexing", unit="doc", initial=source.documents_read, disable=not show_progress_bar,
@@ -244,24 +248,37 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
         started = time.perf_counter()
         manifest.save(index_dir)
     bar.close()
-    _report_source(corpus, source.part, cursor, added, stats, was_complete)
-    if added or not was_complete:
-        source.complete, manifest.finalized = True, False
+    if stats.empty_skipped:
+        logger.info("skipped %d empty documents", stats.empty_skipped)
+    if cursor.position < cursor.start:
+        logger.warning("%s now holds %d documents, fewer than the %d read from it before the run was "
+                       "interrupted: it changed in between (index it into a new folder to start over)", corpus,
+                       cursor.position, cursor.start)
+    source.complete, source.state, manifest.finalized = True, corpus_state(corpus), False
     source.documents_read = max(source.documents_read, cursor.position)
     manifest.save(index_dir)
 
 
-def _report_source(corpus: str, part: str, cursor: _Cursor, added: int, stats: ReadStats, was_complete: bool) -> None:
-    if stats.empty_skipped:
-        logger.info("skipped %d empty documents", stats.empty_skipped)
-    if cursor.position < cursor.start:
-        logger.warning("%s now holds %d documents, fewer than the %d read from it before: documents changed in "
-                       "place are not re-indexed (index it into a new folder to pick up changes)", corpus,
-                       cursor.position, cursor.start)
-    elif was_complete and added:
-        logger.info("%s: indexed %d documents added to it since the last run", corpus, added)
-    elif was_complete:
-        logger.info("%s (part %s) is already in the index", corpus, part)
+def corpus_state(corpus: str) -> list[int] | None:
+    """``[files, bytes, latest modification ns]`` of a local corpus (a file, or a folder's files), else ``None``.
+
+    Kept in the manifest when a corpus is indexed, to notice on a rerun that it changed without reading it.
+    """
+    path = Path(corpus)
+    if not path.exists():
+        return None
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    stats = [p.stat() for p in files]
+    return [len(files), sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)]
+
+
+def _report_complete(corpus: str, source: SourceProgress) -> None:
+    if source.state is not None and corpus_state(corpus) != source.state:
+        logger.warning("%s changed since it was indexed; the index keeps the %d documents read from it then. To "
+                       "add documents, put them in another file and index that; to pick up changes, build a new "
+                       "index", corpus, source.documents_read)
+    else:
+        logger.info("%s (part %s) is already in the index", corpus, source.part)
 
 
 def _finalize(index_dir: Path, manifest: Manifest, part: str, show_progress_bar: bool) -> None:

@@ -32,6 +32,8 @@ class SourceProgress:
     part: str = "1/1"
     documents_read: int = 0
     complete: bool = False
+    #: a local corpus when it was complete: [files, bytes, latest modification ns] (see builder.corpus_state)
+    state: list[int] | None = None
 
 
 @dataclass
