@@ -113,6 +113,26 @@ def test_a_saved_flat_model_needs_no_backbone_flag(tiny_bert: Path, corpus: Path
     np.testing.assert_allclose(np.load(tmp_path / "emb.npy"), model.encode(docs), atol=1e-6)
 
 
+def test_flat_document_replaces_a_saved_flat_models_mode(tiny_bert: Path, corpus: Path, docs, yaml_config: Path,
+                                                          tmp_path: Path, capsys) -> None:
+    FlatEncoder.from_pretrained(str(tiny_bert), config=flat_config("first"), device="cpu").save_pretrained(
+        tmp_path / "flat")
+    args = ("embed", "--corpus", corpus, "--output", tmp_path / "emb.npy", "--model", tmp_path / "flat")
+    assert cli(*args, "--config", yaml_config) == 0
+    assert "ignoring the given config" in capsys.readouterr().err  # a saved model keeps its own
+    assert cli(*args, "--flat-document", "mean") == 0
+    assert "WARNING" not in capsys.readouterr().err  # no config was given: nothing is ignored
+    mean = FlatEncoder.from_pretrained(str(tiny_bert), config=flat_config("mean"), device="cpu")
+    np.testing.assert_allclose(np.load(tmp_path / "emb.npy"), mean.encode(docs), atol=1e-6)
+
+
+def test_a_flat_config_without_the_backbone_flag_says_to_add_it(tiny_bert: Path, corpus: Path, yaml_config: Path,
+                                                                 tmp_path: Path, capsys) -> None:
+    assert cli("embed", "--corpus", corpus, "--output", tmp_path / "emb.npy", "--model", tiny_bert,
+               "--config", yaml_config) == 1
+    assert error_line(capsys, "embed").endswith(f"{yaml_config} reads as flat-backbone settings: add --backbone flat")
+
+
 def test_backbone_flag_errors(tiny_bert: Path, corpus: Path, tmp_path: Path, capsys) -> None:
     args = ("embed", "--corpus", corpus, "--output", tmp_path / "emb.npy", "--model")
     assert cli(*args, tiny_bert, "--flat-document", "mean") == 1

@@ -238,6 +238,9 @@ def test_an_empty_part_is_valid_and_merges(model, model_dir, corpus, tmp_path, c
         assert index_cli(corpus, tmp_path / f"q{i}", model_dir, "--shard", f"{i}/5") == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"{tmp_path / 'q5'}: 0 documents, 0 passages, 0 shards"
     assert manifest_json(tmp_path / "q5")["finalized"] is True
+    with pytest.raises(GraphDocError, match=r"q5 holds no documents \(an empty part of a sharded corpus\): merge "
+                                            r"it with the other parts \(graphdoc merge\) and search the merged index"):
+        Searcher(tmp_path / "q5")
     manifest = merge_indexes(tmp_path / "out", [tmp_path / f"q{i}" for i in range(1, 6)])
     assert manifest.counts["documents"] == 4 and len(manifest.sources) == 5
     vectors = np.load(tmp_path / "out" / "final" / "doc_vectors.npy")

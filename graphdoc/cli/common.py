@@ -30,7 +30,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--flat-document", choices=DOCUMENT_MODES, default=None,
                        help="flat backbone's document vector: first = title and text truncated to the "
                             "encoder's limit (FirstP, default), mean = the mean of its passage vectors")
-    group.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present)")
+    group.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: CUDA when present)")
     group.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     group.add_argument("--batch-size", type=int, default=32, metavar="N", help="documents per batch")
 
@@ -44,18 +44,41 @@ def check_at_least_one(flag: str, value: int | None) -> None:
 def load_model(args: argparse.Namespace):
     """The model named by ``--model``/``--config``/``--backbone``; the config's encoder when no model is named."""
     from graphdoc import backbones
-    from graphdoc.serialization import config_class_of, saved_backbone
+    from graphdoc.serialization import saved_backbone
 
     check_at_least_one("--batch-size", getattr(args, "batch_size", None))
-    backbone = args.backbone or saved_backbone(args.model) or DEFAULT_BACKBONE
-    config = load_config_file(args.config, config_class_of(backbones.backbone_class(backbone))) if args.config else None
+    saved = saved_backbone(args.model)
+    backbone = args.backbone or saved or DEFAULT_BACKBONE
+    config = _config_file(args.config, backbone, args.backbone is None) if args.config else None
     if args.flat_document is not None:
         if backbone != FLAT:
             raise GraphDocError(f"--flat-document needs --backbone flat; the model's backbone is {backbone}")
-        config = config or FlatModelConfig()
-        config = replace(config, graph=replace(config.graph, document=args.flat_document))
+        if saved is None:  # a saved model brings its own config: its document mode is replaced after loading
+            config = config or FlatModelConfig()
+            config = replace(config, graph=replace(config.graph, document=args.flat_document))
     name = args.model if args.model is not None or config is None else config.passage_encoder.model_name_or_path
     model = backbones.load_model(name, backbone=args.backbone, config=config, device=args.device)
+    if args.flat_document is not None and saved is not None:
+        model.config = replace(model.config, graph=replace(model.config.graph, document=args.flat_document))
     if getattr(args, "precision", None) is not None:
         model.passage_encoder.config.precision = args.precision
     return model
+
+
+def _config_file(path: str, backbone: str, guessed: bool):
+    """The model settings of ``path`` for ``backbone``; when the backbone was not given and the file reads as
+    the other backbone's settings, the error says to give it."""
+    from graphdoc import backbones
+    from graphdoc.serialization import config_class_of
+
+    try:
+        return load_config_file(path, config_class_of(backbones.backbone_class(backbone)))
+    except GraphDocError as err:
+        other = FLAT if backbone != FLAT else None
+        if guessed and other is not None:
+            try:
+                load_config_file(path, config_class_of(backbones.backbone_class(other)))
+            except GraphDocError:
+                raise err from None
+            raise GraphDocError(f"{err}; {path} reads as {other}-backbone settings: add --backbone {other}") from None
+        raise

@@ -51,6 +51,9 @@ class Searcher:
             raise GraphDocError(f"index folder not found: {self.index_dir}")
         self.manifest = Manifest.load(self.index_dir)
         final = self.index_dir / FINAL_DIR
+        if self.manifest.finalized and not self.manifest.shards:
+            raise GraphDocError(f"index {self.index_dir} holds no documents (an empty part of a sharded corpus): "
+                                "merge it with the other parts (graphdoc merge) and search the merged index")
         if not self.manifest.finalized or not final.is_dir():
             raise GraphDocError(f"index {self.index_dir} is incomplete: rerun the same graphdoc index command")
         try:
