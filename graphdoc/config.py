@@ -27,6 +27,10 @@ def _check_choice(name: str, value: Any, choices: tuple) -> None:
         raise GraphDocError(f"{name} must be one of {', '.join(map(str, choices))}; got {value!r}")
 
 
+#: the fewest tokens a passage may have: fewer would cut sentences into single characters
+MIN_SEQ_LENGTH = 8
+
+
 def _check_positive_or_null(name: str, value: int | None) -> None:
     if value is not None and value < 1:
         raise GraphDocError(f"{name} must be at least 1 or null; got {value}")
@@ -92,7 +96,9 @@ class PassageEncoderConfig:
             _check_choice("passage_encoder.pooling", self.pooling, ("cls", "mean", "max"))
         _check_choice("passage_encoder.precision", self.precision, PRECISIONS)
         # 0 is an error, not "unset": only null means "as the checkpoint was trained" / "no projection"
-        _check_positive_or_null("passage_encoder.max_seq_length", self.max_seq_length)
+        if self.max_seq_length is not None and self.max_seq_length < MIN_SEQ_LENGTH:
+            raise GraphDocError(f"passage_encoder.max_seq_length must be at least {MIN_SEQ_LENGTH} (tokens, special "
+                                f"ones included) or null; got {self.max_seq_length}")
         _check_positive_or_null("passage_encoder.projection_dim", self.projection_dim)
         if self.max_tokens_per_batch < 1:
             raise GraphDocError("passage_encoder.max_tokens_per_batch must be positive")

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from graphdoc.chunker import Chunker, fit_to_token_limit
 from graphdoc.config import ModelConfig
 from graphdoc.device import resolve_device
-from graphdoc.documents import Document, Passage, as_document
+from graphdoc.documents import Document, Passage, as_document, lone_surrogate
 from graphdoc.errors import GraphDocError, ModelLoadError
 from graphdoc.graph import document_graph
 from graphdoc.models import DocumentGraphEncoder, PassageEncoder, Projection
@@ -192,6 +192,8 @@ class GraphDocEncoder(nn.Module):
         check_batch_size(batch_size)
         single = isinstance(queries, str)
         texts = [queries] if single else list(queries)
+        for i, text in enumerate(texts):
+            check_query(text, i)
         was_training = self.training
         self.eval()
         chunks = []
@@ -249,6 +251,15 @@ def load_pretrained(cls: type, name_or_path: str | Path | None, config, device):
         raise ModelLoadError(f"{path} is a saved graphdoc model without its {serialization.PASSAGE_ENCODER_DIR}/ "
                              "folder (copy the whole model folder)")
     return serialization.load(cls, name_or_path, config, device)
+
+
+def check_query(text: Any, index: int) -> None:
+    """A query is a string of valid Unicode (JSON's ``"\\ud800"`` escape makes one that is not)."""
+    if not isinstance(text, str):
+        raise GraphDocError(f"query {index} must be a string; got {type(text).__name__}")
+    surrogate = lone_surrogate(text)
+    if surrogate:
+        raise GraphDocError(f"query {index} is not valid Unicode (lone surrogate {surrogate})")
 
 
 def check_batch_size(batch_size: int) -> None:

@@ -6,9 +6,10 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import IO, Callable, Collection, Iterator
 
 from graphdoc.errors import GraphDocError
 
@@ -48,14 +49,15 @@ def check_output_file(path: str | Path, flag: str = "--output") -> None:
 def atomic_write(path: str | Path, mode: str = "wb", encoding: str | None = None) -> Iterator[IO]:
     """Open a temporary file beside ``path``; on success it replaces ``path`` (fsynced), else it is removed.
 
-    The file gets the permissions a plain ``open`` would give it (0666 less the umask), not ``mkstemp``'s 0600.
+    The file gets the permissions a plain ``open`` would give it: those of the file it replaces, else 0666 less
+    the umask (not ``mkstemp``'s 0600).
     """
     path = _target(path)
     if path.is_dir():
         raise GraphDocError(f"cannot write {path}: it is a folder")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o666 & ~_umask())
         with os.fdopen(fd, mode, encoding=encoding) as handle:
             yield handle
             handle.flush()
@@ -108,15 +110,23 @@ def _plain_permissions(folder: Path) -> None:
                     os.chmod(os.path.join(root, name), mode)
 
 
-def check_replaceable(path: str | Path, is_ours: Callable[[Path], bool], what: str) -> None:
-    """Refuse to replace ``path`` unless it is missing, an empty folder, or a folder ``is_ours`` recognises.
+def check_replaceable(path: str | Path, is_ours: Callable[[Path], bool], what: str, entries: Collection[str]) -> None:
+    """Refuse to replace ``path`` unless it is missing, an empty folder, or a folder ``is_ours`` recognises
+    that holds nothing but ``entries`` (the names a save writes).
 
-    :func:`atomic_directory` replaces a folder whole: a folder of the user's other files must not be lost.
+    :func:`atomic_directory` replaces a folder whole: files of the user's must not be lost with it.
     """
     path = Path(path)
-    if path.is_dir() and any(path.iterdir()) and not is_ours(path):
+    if not path.is_dir() or not any(path.iterdir()):
+        return
+    if not is_ours(path):
         raise GraphDocError(f"{path} is a folder of other files, not {what}: save into a new or empty folder "
                             "(saving replaces the whole folder)")
+    others = sorted(p.name for p in path.iterdir() if p.name not in entries)
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise GraphDocError(f"{path} holds {shown} besides {what}: saving replaces the whole folder, so move "
+                            "them out first or save into a new folder")
 
 
 #: what :func:`atomic_write` and :func:`atomic_directory` leave when a process is killed mid-write

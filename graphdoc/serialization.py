@@ -74,7 +74,8 @@ def save(model: "GraphDocEncoder", path: str | Path) -> None:
 
     ``path`` must be new, empty, or an earlier saved graphdoc model (it is replaced whole).
     """
-    check_replaceable(path, is_graphdoc_model, "a saved graphdoc model")
+    check_replaceable(path, is_graphdoc_model, "a saved graphdoc model",
+                      (CONFIG_NAME, WEIGHTS_NAME, PASSAGE_ENCODER_DIR))
     with atomic_directory(path) as tmp:
         model.passage_encoder.save(tmp / PASSAGE_ENCODER_DIR)
         tensors = {k: v.detach().cpu().contiguous() for k, v in model.head_state_dict().items()}

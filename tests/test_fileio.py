@@ -137,3 +137,23 @@ def test_compare_checks_its_html_output_before_loading_a_model(tmp_path, capsys,
                  "--model", str(tmp_path / "no-such-model")]) == 1
     assert capsys.readouterr().err.splitlines() == [
         f"graphdoc compare: error: --html {tmp_path / 'page.html'} is a folder; name a file"]
+
+
+def test_a_rewritten_file_keeps_its_permissions(tmp_path, umask_022):
+    path = tmp_path / "private.txt"
+    path.write_text("old")
+    os.chmod(path, 0o600)
+    with atomic_write(path, "w", encoding="utf-8") as handle:
+        handle.write("new")
+    assert (path.read_text(), mode(path)) == ("new", 0o600)
+
+
+def test_save_pretrained_keeps_files_added_to_a_saved_model(tiny_bert, tmp_path):
+    model = GraphDocEncoder.from_pretrained(tiny_bert, device="cpu")
+    model.save_pretrained(tmp_path / "m")
+    (tmp_path / "m" / "README.md").write_text("model card")
+    (tmp_path / "m" / "extra").mkdir()
+    with pytest.raises(GraphDocError, match=r"m holds README.md, extra besides a saved graphdoc model: saving "
+                                            r"replaces the whole folder, so move them out first"):
+        model.save_pretrained(tmp_path / "m")
+    assert (tmp_path / "m" / "README.md").read_text() == "model card"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -168,6 +169,33 @@ def test_a_rerun_does_not_read_an_indexed_corpus_again_and_warns_if_it_changed(m
                        "then. To add documents, put them in another file and index that; to pick up changes, "
                        "build a new index")
     assert sorted(doc_ids(index)) == sorted(d["_id"] for d in docs[:4])
+
+
+def test_an_interrupted_run_does_not_resume_over_a_changed_corpus(model, tmp_path, monkeypatch) -> None:
+    docs = make_docs(6)
+    corpus = write_jsonl(tmp_path / "c.jsonl", docs)
+    index = tmp_path / "i"
+    real_encode, shards = builder._encode_shard, []
+
+    def crash_after_one_shard(*args, **kwargs):
+        if shards:
+            raise KeyboardInterrupt  # killed while encoding the second shard
+        shards.append(real_encode(*args, **kwargs))
+
+    monkeypatch.setattr(builder, "_encode_shard", crash_after_one_shard)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(model, str(corpus), index, IndexSettings(shard_size=3))
+    monkeypatch.setattr(builder, "_encode_shard", real_encode)
+    write_jsonl(corpus, docs[1:])  # the first document removed: resuming by position would skip docs[3]
+    with pytest.raises(GraphDocError, match=r"c.jsonl changed since an interrupted run began indexing it \(3 of "
+                                            r"its documents are in\): a run resumes by position"):
+        build_index(model, str(corpus), index, IndexSettings(shard_size=3))
+    write_jsonl(corpus, docs)  # restored as it was (same size; a new modification time refuses it too)
+    stat = corpus.stat()
+    state = json.loads((index / "manifest.json").read_text())["sources"][0]["state"]
+    os.utime(corpus, ns=(stat.st_atime_ns, state[2]))
+    build_index(model, str(corpus), index, IndexSettings(shard_size=3))
+    assert doc_ids(index) == [d["_id"] for d in docs]
 
 
 # ------------------------------------------------------------------ one writer (16)

@@ -122,14 +122,18 @@ def test_a_flat_model_cuts_a_long_title_too(tiny_bert: Path) -> None:
 
 
 # ----------------------------------------------------------------- settings out of range
+SEQ_MIN = "passage_encoder.max_seq_length must be at least 8 (tokens, special ones included) or null; got "
+
+
 @pytest.mark.parametrize("data, expected", [
     ({"graph": {"dropout": 2.0}}, "graph.dropout must be at least 0 and below 1; got 2.0"),
     ({"graph": {"dropout": -0.1}}, "graph.dropout must be at least 0 and below 1; got -0.1"),
     ({"graph": {"attention_dropout": 1}}, "graph.attention_dropout must be at least 0 and below 1; got 1.0"),
     ({"passage_encoder": {"projection_dim": -4}}, "passage_encoder.projection_dim must be at least 1 or null; got -4"),
     ({"passage_encoder": {"projection_dim": 0}}, "passage_encoder.projection_dim must be at least 1 or null; got 0"),
-    ({"passage_encoder": {"max_seq_length": -3}}, "passage_encoder.max_seq_length must be at least 1 or null; got -3"),
-    ({"passage_encoder": {"max_seq_length": 0}}, "passage_encoder.max_seq_length must be at least 1 or null; got 0"),
+    ({"passage_encoder": {"max_seq_length": -3}}, SEQ_MIN + "-3"),
+    ({"passage_encoder": {"max_seq_length": 0}}, SEQ_MIN + "0"),
+    ({"passage_encoder": {"max_seq_length": 4}}, SEQ_MIN + "4"),  # would cut text into characters
 ])
 def test_out_of_range_settings_are_one_line_errors(data: dict, expected: str) -> None:
     with pytest.raises(GraphDocError) as info:
@@ -322,3 +326,27 @@ def test_compare_cli_names_the_empty_file_before_loading_a_model(cli) -> None:
     Path("a.md").write_text("# A\n\nSome text about foxes.\n", encoding="utf-8")
     assert cli("compare", "a.md", "empty.md", "--model", "./no-model") == \
         "graphdoc compare: error: empty.md: document has no text"
+
+
+@pytest.mark.parametrize("queries, message", [
+    (["fine", None], "query 1 must be a string; got NoneType"),
+    ([5], "query 0 must be a string; got int"),
+    (["q\ud800"], "query 0 is not valid Unicode (lone surrogate \\ud800)"),
+])
+def test_encode_queries_checks_its_input(tiny_bert, queries, message):
+    model = GraphDocEncoder.from_pretrained(tiny_bert, device="cpu")
+    with pytest.raises(GraphDocError) as info:
+        model.encode_queries(queries)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("value", ['"abc"', "[1]", "3.5", "0"])
+def test_a_bad_max_seq_length_in_sentence_bert_config_is_one_line(tiny_bert, tmp_path, value):
+    folder = Path(shutil.copytree(tiny_bert, tmp_path / "st"))
+    (folder / "modules.json").write_text(
+        '[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]', encoding="utf-8")
+    (folder / "sentence_bert_config.json").write_text(f'{{"max_seq_length": {value}}}', encoding="utf-8")
+    with pytest.raises(ModelLoadError) as info:
+        GraphDocEncoder.from_pretrained(folder, device="cpu")
+    assert str(info.value) == f"{folder / 'sentence_bert_config.json'}: max_seq_length must be a positive integer; " \
+                              f"got {json.loads(value)!r}"

@@ -45,5 +45,7 @@ def test_fold_assignment_is_deterministic():
     assert folds == assign_folds(list(reversed(QIDS)), 5, seed=0)
     assert sorted(q for f in folds for q in f) == sorted(QIDS) and [len(f) for f in folds] == [2] * 5
     assert folds != assign_folds(QIDS, 5, seed=1)
+    with pytest.raises(GraphDocError, match=r"^cross-validation needs at least 2 judged queries; got 1$"):
+        assign_folds(["q1"], 2)
     with pytest.raises(GraphDocError, match=r"^folds must be between 2 and the number of queries \(10\), got 11$"):
         assign_folds(QIDS, 11)

@@ -146,6 +146,10 @@ def test_batch_search_without_output_prints_the_run(index, files, model, capsys)
     assert out == "".join(run_lines(expected, tag="graphdoc-bm25"))
     assert [line.split()[:4] for line in out.splitlines()] == [[q, "Q0", d, "1"] for q, (d, _) in WORDS.items()]
 
+    assert cli("search", "--index-dir", index, "--queries", files["queries"], "--mode", "bm25", "-k", 3,
+               "--output", "-") == 0  # "-": standard output, as in other tools
+    assert capsys.readouterr().out == out
+
     assert cli("search", "--index-dir", index, "--queries", files["q3"], "--mode", "bm25", "--json") == 0
     assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [
         {"query_id": q, "rank": 1, "doc_id": d, "score": pytest.approx(expected[q][d])}
@@ -253,7 +257,15 @@ def _drop_last_row(path: Path) -> None:
     np.save(path, np.load(path)[:-1])
 
 
+def _jump_an_offset(path: Path) -> None:
+    ptr = np.load(path)
+    ptr[1] += 1000
+    np.save(path, ptr)
+
+
 @pytest.mark.parametrize("name, damage, problem", [
+    ("passage_ptr.npy", _jump_an_offset,
+     "final/passage_ptr.npy does not start at 0 and rise (its passage offsets are broken)"),
     ("doc_ids.txt", _drop_last_line, "final/doc_ids.txt holds 19 documents, the manifest 20"),
     ("doc_ids.txt", lambda p: p.write_bytes(p.read_bytes()[:-3]), "final/doc_ids.txt cannot be read (it is cut short)"),
     ("doc_vectors.npy", _drop_last_row, "final/doc_vectors.npy holds 19 documents, not 20"),

@@ -142,6 +142,9 @@ def _print_run(run_: dict, args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _check_options(args)
+    to_stdout = args.output is not None and str(args.output) == "-"  # --output -: the run is printed
+    if to_stdout:
+        args.output = None
     if args.output is not None:
         check_output_file(args.output)
     judgements = None
@@ -159,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     queries = dict(read_queries(args.queries, args.split))
     if not queries:
         raise GraphDocError(f"no queries in {args.queries}")
-    if args.output is not None or (judgements is None and not args.json):
+    if args.output is not None or ((judgements is None or to_stdout) and not args.json):
         check_trec_ids(searcher, "" if args.output is not None else ", or print the run with --json")
     run_ = searcher.batch_search(queries, k=100 if args.k is None else args.k, mode=args.mode, fusion=fusion)
     if args.output is not None:
@@ -167,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
         write_run(run_, args.output, tag=f"graphdoc-{args.mode}")
         print(f"wrote {len(run_)} queries to {args.output}")
-    elif judgements is None:
+    elif judgements is None or to_stdout:
         _print_run(run_, args)
     if judgements is not None:
         from graphdoc.cli.eval import print_evaluation

@@ -63,7 +63,8 @@ class DocumentClassifier(nn.Module):
 
     def save_pretrained(self, path: str | Path) -> None:
         """Write the classifier folder atomically; ``path`` must be new, empty or an earlier classifier."""
-        check_replaceable(path, lambda p: (p / HEAD_WEIGHTS).is_file(), "a saved classifier")
+        check_replaceable(path, lambda p: (p / HEAD_WEIGHTS).is_file(), "a saved classifier",
+                          (ENCODER_DIR, HEAD_WEIGHTS, HEAD_CONFIG, LABELS))
         with atomic_directory(path) as tmp:
             self.encoder.save_pretrained(tmp / ENCODER_DIR)
             save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},

@@ -224,7 +224,10 @@ def _sentence_transformers_settings(folder: Path) -> dict:
             settings["normalize"] = True
     sbert = folder / "sentence_bert_config.json"
     if sbert.is_file():
-        settings["max_seq_length"] = _read_json(sbert, dict).get("max_seq_length")
+        max_len = _read_json(sbert, dict).get("max_seq_length")
+        if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
+            raise ModelLoadError(f"{sbert}: max_seq_length must be a positive integer; got {max_len!r}")
+        settings["max_seq_length"] = max_len
     return settings
 
 

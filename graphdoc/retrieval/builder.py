@@ -235,6 +235,12 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     if source.complete:
         _report_complete(corpus, source)
         return
+    if source.documents_read == 0:
+        source.state = corpus_state(corpus)
+    elif source.state is not None and corpus_state(corpus) != source.state:
+        raise GraphDocError(f"{corpus} changed since an interrupted run began indexing it ({source.documents_read} "
+                            "of its documents are in): a run resumes by position, so restore the corpus as it was, "
+                            "or index it into a new folder")
     stats, cursor = ReadStats(), _Cursor(source.documents_read)
     known = _known_ids(index_dir, manifest)
     started, added = time.perf_counter(), 0

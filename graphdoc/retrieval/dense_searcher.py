@@ -86,7 +86,10 @@ class DenseSearcher:
             if size != documents:
                 return f"{name} holds {size} documents, not {documents}"
         if self.has_passages:
-            passages = int(self.passage_ptr[-1]) if len(self.passage_ptr) else 0
+            ptr = self.passage_ptr
+            if len(ptr) and (ptr[0] != 0 or np.any(np.diff(ptr) < 0)):
+                return "passage_ptr.npy does not start at 0 and rise (its passage offsets are broken)"
+            passages = int(ptr[-1]) if len(ptr) else 0
             for name, size in (("passage_vectors.npy", len(self.passage_vectors)),
                                ("passages.faiss", self.passage_index.size)):
                 if size != passages:

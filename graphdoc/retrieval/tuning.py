@@ -59,6 +59,8 @@ class TuningResult:
 def assign_folds(query_ids: Sequence[str], folds: int, seed: int = 0) -> list[list[str]]:
     """Split query ids into `folds` groups after a seeded shuffle (deterministic; ids sorted first)."""
     qids = sorted(set(query_ids))
+    if len(qids) < 2:
+        raise GraphDocError(f"cross-validation needs at least 2 judged queries; got {len(qids)}")
     if folds < 2 or folds > len(qids):
         raise GraphDocError(f"folds must be between 2 and the number of queries ({len(qids)}), got {folds}")
     order = np.random.default_rng(seed).permutation(len(qids))
