@@ -7,7 +7,7 @@ text, once per setting, and clusters the held-out documents (k-means k=20 on L2-
 purity over ``--seeds`` seeds). Nothing is scored on the test sets. Passage vectors come through ``pretrain.py``'s
 cache layout (``--work-dir``).
 
-    python benchmarks/pretrain_select.py --settings half:0.2:20 ict:0.2:20 ict:0.1:20 half:0.1:20
+    python benchmarks/pretrain_select.py --settings half:0.2:20 ict:0.2:20 ict:0.1:20 half:0.1:20 ict:0.2:20:512
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Namespac
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--held-out", type=int, default=1000, help="20news train documents held out (stratified)")
     p.add_argument("--settings", nargs="+", default=["half:0.2:20", "ict:0.2:20"],
-                   metavar="OBJECTIVE:TEMPERATURE:EPOCHS")
+                   metavar="OBJECTIVE:TEMPERATURE:EPOCHS[:BATCH]", help="BATCH: documents per step (--batch-size)")
     own, rest = p.parse_known_args(argv)
     return own, bench.parse_args(rest)
 
@@ -57,11 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = {"untrained (mean of passages)": (bench.clustering(bench.graph_vectors(base, vectors), labels, args.seeds),
                                              None)}
     for setting in own.settings:
-        objective, temperature, epochs = setting.split(":")
-        run_args = argparse.Namespace(**{**vars(args), "temperature": float(temperature), "epochs": int(epochs)})
+        objective, temperature, epochs, *batch = setting.split(":")
+        batch_size = int(batch[0]) if batch else args.batch_size
+        run_args = argparse.Namespace(**{**vars(args), "temperature": float(temperature), "epochs": int(epochs),
+                                         "batch_size": batch_size})
         run = bench.train(run_args, args.work_dir, objective, d["sources"])
         model = GraphDocEncoder.from_pretrained(args.work_dir / "runs" / f"{objective}-frozen" / "model", device="cpu")
-        rows[f"{objective}, temperature {temperature}, {epochs} epochs"] = (
+        rows[f"{objective}, temperature {temperature}, {epochs} epochs, batch {batch_size}"] = (
             bench.clustering(bench.graph_vectors(model, vectors), labels, args.seeds), run)
     lines = [(f"{len(d['news_train'])} 20news train documents (+ Wikipedia {d['wiki']}, QMSum train "
               f"{len(d['qm_train'])}) trained on, first {args.train_passages} passages; {len(held)} held out and "
