@@ -261,3 +261,11 @@ def test_a_pair_judged_twice_with_two_grades_is_an_error(tmp_path, name, lines):
     assert error(path, read_qrels) == f"{path}:5: query 'q1' and document 'd1' are judged 2 here and 1 on line 2"
     path = write_raw(tmp_path / name, *lines[:4])  # the same grade twice is harmless
     assert read_qrels(path)["q1"] == {"d1": 1, "d2": 0}
+
+
+def test_a_query_without_text_is_an_error(tmp_path):
+    path = write_raw(tmp_path / "q.jsonl", json.dumps({"_id": "q1", "text": "fine"}),
+                     json.dumps({"_id": "q2", "text": "  "}))
+    assert error(path, read_queries) == f"{path}:2: query has no text (expected a non-empty field: text, query)"
+    path = write_raw(tmp_path / "q.tsv", "q1\tfine", "q2\t   ")
+    assert error(path, read_queries) == f"{path}:2: query 'q2' has no text"

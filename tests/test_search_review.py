@@ -374,3 +374,13 @@ def test_faiss_loader_notices_are_kept_out_of_the_output(files, tmp_path, capsys
         assert faiss_logger.getEffectiveLevel() == logging.WARNING
     finally:
         faiss_logger.setLevel(level)
+
+
+def test_a_blank_query_is_refused(index, model, tmp_path, capsys) -> None:
+    searcher = Searcher(index, model=model)
+    for mode in ("bm25", "dense", "hybrid"):
+        with pytest.raises(GraphDocError, match="^the query is empty$"):
+            searcher.search("  ", mode=mode)
+    with pytest.raises(GraphDocError, match="^query 'q2' is empty$"):
+        searcher.batch_search({"q1": "fox", "q2": "\t"}, mode="bm25")
+    assert refused(capsys, "search", "--index-dir", index, "", "--mode", "bm25") == "the query is empty"

@@ -91,7 +91,7 @@ def read_jsonl_queries(path: Path) -> Iterator[tuple[str, str]]:
 
 def _first_field(record: dict[str, Any], keys: tuple[str, ...], path: Path, lineno: int, what: str) -> str:
     """The first of ``keys`` with a non-empty value in ``record``."""
-    key = next((k for k in keys if record.get(k) not in (None, "")), None)
+    key = next((k for k in keys if record.get(k) is not None and str(record[k]).strip()), None)
     if key is None:
         raise InputError(f"{path}:{lineno}: query has no {what} (expected a non-empty field: {', '.join(keys)})")
     return key

@@ -72,6 +72,8 @@ def read_tsv_queries(path: Path) -> Iterator[tuple[str, str]]:
         if lineno == 1 and qid.strip().lower() in TSV_HEADER_IDS:
             continue
         check_id(path, lineno, "query", qid.strip())
+        if not text.strip():
+            raise InputError(f"{path}:{lineno}: query {qid.strip()!r} has no text")
         yield qid.strip(), text.strip()
 
 

@@ -239,7 +239,13 @@ def check_at_least_one(name: str, value: int) -> None:
 
 
 def _split_queries(queries: Mapping[str, str] | Sequence[str]) -> tuple[list[str], list[str]]:
+    """Query ids and texts; a blank query is refused (it would rank documents on nothing)."""
     if isinstance(queries, Mapping):
-        return [str(q) for q in queries], [str(t) for t in queries.values()]
-    texts = [str(t) for t in queries]
-    return [str(i) for i in range(len(texts))], texts
+        qids, texts = [str(q) for q in queries], [str(t) for t in queries.values()]
+    else:
+        texts = [str(t) for t in queries]
+        qids = [str(i) for i in range(len(texts))]
+    blank = next((q for q, t in zip(qids, texts) if not t.strip()), None)
+    if blank is not None:
+        raise GraphDocError("the query is empty" if len(texts) == 1 else f"query {blank!r} is empty")
+    return qids, texts
