@@ -39,8 +39,11 @@ class Document:
 
     def __post_init__(self) -> None:
         """Refuse what would crash or silently lose text later, in one :class:`InputError` line."""
+        if _is_int(self.id):  # as the readers take integer ids
+            self.id = str(int(self.id))
         if not isinstance(self.id, str):
-            raise InputError(f"document id must be a string, got {type(self.id).__name__} ({self.id!r})")
+            raise InputError(f"document id must be a string or an integer, got {type(self.id).__name__} "
+                             f"({self.id!r})")
         if has_line_break(self.id):
             raise InputError(f"document id {self.id!r} {LINE_BREAK}")
         for what, value in (("text", self.text), ("title", self.title)):

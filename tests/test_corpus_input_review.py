@@ -217,8 +217,9 @@ TEXT = "hello world"
     ({"sections": "A"}, "document 'x': sections must be a list of graphdoc.Section, got str"),
     ({"text": None}, "document 'x': text must be a string, got NoneType"),
     ({"title": 3}, "document 'x': title must be a string, got int"),
-    ({"id": None}, "document id must be a string, got NoneType (None)"),
-    ({"id": 7}, "document id must be a string, got int (7)"),
+    ({"id": None}, "document id must be a string or an integer, got NoneType (None)"),
+    ({"id": 7.0}, "document id must be a string or an integer, got float (7.0)"),
+    ({"id": True}, "document id must be a string or an integer, got bool (True)"),
     ({"id": "a\u2028b"}, f"document id 'a\\u2028b' {LINE_BREAK}"),
     ({"text": "x\ud800"}, "document 'x': text is not valid Unicode (lone surrogate \\ud800)"),
 ])
@@ -236,6 +237,10 @@ def test_document_refuses_what_would_crash_or_lose_text(kwargs, message):
 def test_document_accepts_sections_that_cover_the_words(sections):
     doc = Document("x", TEXT, sections=sections)
     assert doc.sections == sections
+
+
+def test_an_integer_document_id_becomes_its_decimal_string():
+    assert Document(7, "text").id == "7"
 
 
 def test_document_may_have_a_blank_or_spaced_id_in_python():

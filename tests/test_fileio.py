@@ -157,3 +157,12 @@ def test_save_pretrained_keeps_files_added_to_a_saved_model(tiny_bert, tmp_path)
                                             r"replaces the whole folder, so move them out first"):
         model.save_pretrained(tmp_path / "m")
     assert (tmp_path / "m" / "README.md").read_text() == "model card"
+
+
+def test_compare_names_the_json_file_of_a_bad_document(tmp_path, capsys, restore_cli_state):
+    good, bad = tmp_path / "a.md", tmp_path / "b.json"
+    good.write_text("# A\n\nSome text here.\n", encoding="utf-8")
+    bad.write_text('{"text": "x\\ud800y"}', encoding="utf-8")
+    assert main(["compare", str(good), str(bad), "--model", str(tmp_path / "no-such-model")]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"graphdoc compare: error: {bad}: document 'b': text is not valid Unicode (lone surrogate \\ud800)"]

@@ -47,7 +47,10 @@ def read_document_file(path: Path):
             raise InputError(f"{path}: not a JSON record ({err})") from None
         if not isinstance(record, dict):
             raise InputError(f"{path}: expected one JSON object")
-        return Document.from_dict(record, default_id=path.stem)
+        try:
+            return Document.from_dict(record, default_id=path.stem)
+        except InputError as err:
+            raise InputError(f"{path}: {err}") from None
     if name.endswith((".jsonl", ".jsonl.gz")):
         docs = list(read_jsonl_corpus(path))
         if len(docs) != 1:
