@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,14 @@ def _check_choice(name: str, value: Any, choices: tuple) -> None:
 
 #: the fewest tokens a passage may have: fewer would cut sentences into single characters
 MIN_SEQ_LENGTH = 8
+
+
+def check_count(name: str, value: Any) -> None:
+    """A count (a batch size, results per query, a search depth): an integer of at least 1, else one error line."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise GraphDocError(f"{name} must be an integer; got {value!r}")
+    if value < 1:
+        raise GraphDocError(f"{name} must be at least 1; got {value!r}")
 
 
 def _check_positive_or_null(name: str, value: int | None) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import numbers
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -16,7 +15,7 @@ from torch_geometric.data import Batch
 from tqdm.auto import tqdm
 
 from graphdoc.chunker import Chunker, fit_to_token_limit
-from graphdoc.config import ModelConfig
+from graphdoc.config import ModelConfig, check_count
 from graphdoc.device import resolve_device
 from graphdoc.documents import Document, Passage, as_document, lone_surrogate
 from graphdoc.errors import GraphDocError, ModelLoadError
@@ -143,7 +142,7 @@ class GraphDocEncoder(nn.Module):
                      return_attention_weights: bool = False,
                      max_passages: int | None = None) -> Iterator[GraphOutput]:
         """Stream :class:`GraphOutput` batches of ``batch_size`` documents (inference mode)."""
-        check_batch_size(batch_size)
+        check_count("batch_size", batch_size)
         was_training = self.training
         self.eval()
         try:
@@ -169,7 +168,7 @@ class GraphDocEncoder(nn.Module):
 
         Returns a ``[n, dimension]`` float32 array (or tensor); a single document gives ``[dimension]``.
         """
-        check_batch_size(batch_size)
+        check_count("batch_size", batch_size)
         single = isinstance(documents, (str, Document, Mapping))
         docs = [documents] if single else list(documents)
         cut_before = self.chunker.passages_cut
@@ -189,7 +188,7 @@ class GraphDocEncoder(nn.Module):
                        show_progress_bar: bool | None = None, normalize_embeddings: bool = False,
                        convert_to_numpy: bool = True, convert_to_tensor: bool = False, **_: Any):
         """Embed queries as single-node graphs (BEIR-compatible signature)."""
-        check_batch_size(batch_size)
+        check_count("batch_size", batch_size)
         single = isinstance(queries, str)
         texts = [queries] if single else list(queries)
         for i, text in enumerate(texts):
@@ -260,14 +259,6 @@ def check_query(text: Any, index: int) -> None:
     surrogate = lone_surrogate(text)
     if surrogate:
         raise GraphDocError(f"query {index} is not valid Unicode (lone surrogate {surrogate})")
-
-
-def check_batch_size(batch_size: int) -> None:
-    """``batch_size`` documents or queries are encoded together: a positive integer."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
-        raise GraphDocError(f"batch_size must be an integer; got {batch_size!r}")
-    if batch_size < 1:
-        raise GraphDocError(f"batch_size must be at least 1; got {batch_size}")
 
 
 def check_heads(heads: int, size: int, source: str) -> None:

@@ -7,7 +7,7 @@ import logging
 from dataclasses import replace
 
 from graphdoc.backbones import BACKBONES, DEFAULT_BACKBONE, FLAT
-from graphdoc.config import PRECISIONS, load_config_file
+from graphdoc.config import PRECISIONS, check_count, load_config_file
 from graphdoc.errors import GraphDocError
 from graphdoc.flat_config import DOCUMENT_MODES, FlatModelConfig
 
@@ -37,8 +37,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_at_least_one(flag: str, value: int | None) -> None:
     """Refuse a count option below 1 (``None``: not given, the default applies)."""
-    if value is not None and value < 1:
-        raise GraphDocError(f"{flag} must be at least 1; got {value}")
+    if value is not None:
+        check_count(flag, value)
 
 
 def load_model(args: argparse.Namespace):

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from graphdoc.config import check_count
 from graphdoc.errors import GraphDocError
 from graphdoc.retrieval.bm25 import BM25Index
 from graphdoc.retrieval.dense import prepare_vectors
@@ -147,9 +148,9 @@ class Searcher:
         """
         if mode not in MODES:
             raise GraphDocError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
-        check_at_least_one("k", k)
+        check_count("k", k)
         if depth is not None:
-            check_at_least_one("depth", depth)
+            check_count("depth", depth)
         qids, texts = _split_queries(queries)
         depth = max(k, depth or 100)
         fusion = fusion or self.fusion
@@ -172,7 +173,7 @@ class Searcher:
 
     def component_runs(self, queries: Mapping[str, str], depth: int = 100) -> tuple[dict, dict]:
         """Dense and BM25 runs, each scored over the union of both top ``depth`` (for fusion tuning)."""
-        check_at_least_one("depth", depth)
+        check_count("depth", depth)
         qids, texts = _split_queries(queries)
         vectors = self.encode_queries(texts)
         dense = self.dense.search(vectors, depth)
@@ -202,7 +203,7 @@ class Searcher:
     # ----------------------------------------------------------------- readable hits
     def search(self, query: str, k: int = 10, mode: str = "hybrid", fusion: FusionConfig | None = None) -> list[Hit]:
         """Rank documents for one query, with titles and each hit's best passage."""
-        check_at_least_one("k", k)
+        check_count("k", k)
         if mode not in MODES:
             raise GraphDocError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
         vector = self.encode_queries([query]) if mode != "bm25" else None
@@ -230,12 +231,6 @@ class Searcher:
         return {"index": best, "start": start, "end": end, "section": section, "section_title": title,
                 "score": float(scores[best]) if len(scores) else 0.0,
                 "snippet": text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS].rsplit(" ", 1)[0] + " ..."}
-
-
-def check_at_least_one(name: str, value: int) -> None:
-    """Refuse a result count or depth below 1 (a negative one would cut results from the end)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise GraphDocError(f"{name} must be at least 1; got {value!r}")
 
 
 def _split_queries(queries: Mapping[str, str] | Sequence[str]) -> tuple[list[str], list[str]]:
