@@ -20,14 +20,25 @@ def _umask() -> int:
     return mask
 
 
+def _nearest_existing_parent(path: Path) -> Path:
+    """The deepest existing folder above ``path`` (absolute); an error if a file stands where a folder must."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise GraphDocError(f"{parent} is a file, not a folder")
+            return parent
+    return Path(path.anchor)
+
+
 def _target(path: str | Path) -> Path:
     """``path`` made absolute (so that ``.`` has a name and a parent), its parent folder created."""
     path = Path(os.path.abspath(path))
     if path.parent == path:
         raise GraphDocError(f"cannot write to {path}: it is the root folder")
-    for parent in reversed(path.parents):
-        if parent.exists() and not parent.is_dir():
-            raise GraphDocError(f"cannot write {path}: {parent} is a file, not a folder")
+    try:
+        _nearest_existing_parent(path)
+    except GraphDocError as err:
+        raise GraphDocError(f"cannot write {path}: {err}") from None
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -36,13 +47,33 @@ def check_output_file(path: str | Path, flag: str = "--output") -> None:
     """Refuse, before any work, an output file path that is a folder or lies under a file."""
     if Path(path).is_dir():
         raise GraphDocError(f"{flag} {path} is a folder; name a file")
-    for parent in Path(os.path.abspath(path)).parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise GraphDocError(f"{flag} {path}: {parent} is a file, not a folder")
-            if not os.access(parent, os.W_OK | os.X_OK):
-                raise GraphDocError(f"{flag} {path}: cannot write in {parent}")
-            break
+    try:
+        parent = _nearest_existing_parent(Path(os.path.abspath(path)))
+    except GraphDocError as err:
+        raise GraphDocError(f"{flag} {path}: {err}") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise GraphDocError(f"{flag} {path}: cannot write in {parent}")
+
+
+class UnreadableFileError(GraphDocError):
+    """A file that cannot be read (truncated, overwritten or missing); ``path`` names it, ``reason`` says why."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path} cannot be read ({reason})")
+        self.path, self.reason = path, reason
+
+
+@contextlib.contextmanager
+def reading(path: Path) -> Iterator[None]:
+    """Turn whatever reading ``path`` raises (numpy, FAISS, JSON, OS errors) into an :class:`UnreadableFileError`."""
+    try:
+        yield
+    except UnreadableFileError:
+        raise
+    except (OSError, EOFError, ValueError, RuntimeError, KeyError, IndexError, GraphDocError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+        reason = reason.rsplit(" Error: ", 1)[-1]  # FAISS prefixes the C++ function's signature
+        raise UnreadableFileError(path, reason if len(reason) <= 120 else reason[:117] + "...") from exc
 
 
 @contextlib.contextmanager
@@ -133,13 +164,15 @@ def check_replaceable(path: str | Path, is_ours: Callable[[Path], bool], what: s
 _STALE = re.compile(r"^\..+\.(?:[A-Za-z0-9_]+\.tmp|old-\d+)$")
 
 
-def remove_stale_temporaries(folder: str | Path) -> list[Path]:
-    """Delete the temporary files and folders that a killed atomic write left in ``folder``; returns them.
+def remove_stale_temporaries(folder: str | Path, name: str | None = None) -> list[Path]:
+    """Delete the temporary files and folders that a killed atomic write left in ``folder`` (only those of
+    writes to ``folder / name`` when ``name`` is given); returns them.
 
-    Call it only where no other process is writing (a run's own folder, at its start).
+    Call it only where no other process is writing them (a run's own folder, at its start).
     """
     folder = Path(folder)
-    stale = [p for p in folder.iterdir() if _STALE.match(p.name)] if folder.is_dir() else []
+    stale = [p for p in folder.iterdir() if _STALE.match(p.name) and (name is None or p.name.startswith(f".{name}."))
+             ] if folder.is_dir() else []
     for path in stale:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)

@@ -7,40 +7,17 @@ document vectors and over passage vectors; every candidate is then scored exactl
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from graphdoc.errors import GraphDocError
+from graphdoc.fileio import reading
 from graphdoc.retrieval.dense import DenseIndex, prepare_vectors
 
 
 PASSAGE_DEPTH_FACTOR = 4
-
-
-class UnreadableFileError(GraphDocError):
-    """A file of an index that cannot be read (truncated, overwritten or missing); ``path`` names it."""
-
-    def __init__(self, path: Path, problem: str) -> None:
-        super().__init__(f"{path} {problem}")
-        self.path, self.problem = path, problem
-
-
-@contextlib.contextmanager
-def reading(path: Path) -> Iterator[None]:
-    """Turn whatever reading ``path`` raises (numpy, FAISS, JSON, OS errors) into an :class:`UnreadableFileError`."""
-    try:
-        yield
-    except UnreadableFileError:
-        raise
-    except (OSError, EOFError, ValueError, RuntimeError, KeyError, IndexError, GraphDocError) as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
-        reason = reason.rsplit(" Error: ", 1)[-1]  # FAISS prefixes the C++ function's signature
-        reason = reason if len(reason) <= 120 else reason[:117] + "..."
-        raise UnreadableFileError(path, f"cannot be read ({reason})") from exc
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from graphdoc.errors import GraphDocError, IndexMismatchError
-from graphdoc.fileio import atomic_directory
+from graphdoc.fileio import atomic_directory, remove_stale_temporaries
 from graphdoc.retrieval.finalize import finalize
 from graphdoc.retrieval.manifest import (
     LOCK_NAME,
@@ -44,7 +44,8 @@ def merge_indexes(output: str | Path, parts: Sequence[str | Path], on_duplicate:
     if not any(m.shards for m in manifests):
         raise GraphDocError("the parts hold no documents")
     with writer_lock(output):
-        _remove_leftovers(output)
+        for stale in remove_stale_temporaries(output.parent, output.name):  # a killed merge's (we hold its lock)
+            logger.info("removing %s left by an interrupted merge", stale.name)
         with atomic_directory(output) as tmp:
             merged = _copy_parts(tmp, parts, manifests)
             finalize(tmp, merged)
@@ -84,19 +85,6 @@ def _check_compatible(parts: list[Path], manifests: list[Manifest]) -> None:
         for source in manifest.sources:
             if not source.complete:
                 raise GraphDocError(f"cannot merge {path}: {source.corpus} part {source.part} is incomplete")
-
-
-def _remove_leftovers(output: Path) -> None:
-    """Delete the temporary folders a killed merge into ``output`` left beside it (we hold its lock)."""
-    prefix = f".{output.name}."
-    for entry in output.parent.iterdir():
-        name = entry.name
-        if name.startswith(prefix) and (name.endswith(".tmp") or name[len(prefix):].startswith("old-")):
-            logger.info("removing %s left by an interrupted merge", name)
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
 
 
 def _copy_parts(folder: Path, parts: list[Path], manifests: list[Manifest]) -> Manifest:

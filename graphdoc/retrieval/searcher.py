@@ -15,7 +15,8 @@ from graphdoc.config import check_count
 from graphdoc.errors import GraphDocError
 from graphdoc.retrieval.bm25 import BM25Index
 from graphdoc.retrieval.dense import prepare_vectors
-from graphdoc.retrieval.dense_searcher import DenseSearcher, DenseSettings, UnreadableFileError, reading
+from graphdoc.fileio import UnreadableFileError, reading
+from graphdoc.retrieval.dense_searcher import DenseSearcher, DenseSettings
 from graphdoc.retrieval.docstore import DocStore, offsets_path
 from graphdoc.retrieval.finalize import FINAL_DIR
 from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig, fuse
@@ -60,7 +61,7 @@ class Searcher:
         try:
             self._open_final(final)
         except UnreadableFileError as exc:
-            raise self._damaged(f"{exc.path.relative_to(self.index_dir)} {exc.problem}") from exc
+            raise self._damaged(f"{exc.path.relative_to(self.index_dir)} cannot be read ({exc.reason})") from exc
         self.fusion = FusionConfig.from_dict(self.manifest.fusion) if self.manifest.fusion else HYBRID_DEFAULT
         self.device = device
         self._model = None
@@ -115,7 +116,7 @@ class Searcher:
             with reading(self.docstore.path):
                 return self.docstore[row]
         except UnreadableFileError as exc:
-            raise self._damaged(f"{exc.path.relative_to(self.index_dir)} {exc.problem}") from exc
+            raise self._damaged(f"{exc.path.relative_to(self.index_dir)} cannot be read ({exc.reason})") from exc
 
     @functools.cached_property
     def row_of(self) -> dict[str, int]:

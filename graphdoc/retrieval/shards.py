@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from graphdoc.errors import GraphDocError, InputError
-from graphdoc.fileio import atomic_directory
+from graphdoc.fileio import UnreadableFileError, atomic_directory, reading
 from graphdoc.retrieval import docstore
 
 
@@ -62,10 +62,10 @@ def check_shard(folder: Path) -> None:
 
 
 def _read(path: Path, load):
+    if not path.exists():
+        raise InputError(f"{path}: missing from the index")
     try:
-        return load(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: missing from the index") from None
-    except (OSError, ValueError, EOFError) as exc:  # UnicodeDecodeError is a ValueError
-        lines = str(exc).strip().splitlines() or [type(exc).__name__]
-        raise InputError(f"{path}: damaged ({lines[-1]})") from None
+        with reading(path):
+            return load(path)
+    except UnreadableFileError as exc:
+        raise InputError(f"{path}: damaged ({exc.reason})") from None
