@@ -67,7 +67,7 @@ def read_beir_qrels(folder: Path, split: str | None = None) -> Qrels:
 def read_tsv_qrels(path: Path) -> Qrels:
     """A BEIR qrels file: ``query-id<TAB>corpus-id<TAB>score`` lines after an optional header."""
     qrels: Qrels = {}
-    judgements = Judgements(path, qrels)
+    qrels_builder = QrelsBuilder(path, qrels)
     for lineno, line in iter_lines(path):
         if not line.strip():
             continue
@@ -80,11 +80,11 @@ def read_tsv_qrels(path: Path) -> Qrels:
         qid, doc_id, score = (f.strip() for f in fields)
         check_id(path, lineno, "query", qid)
         check_id(path, lineno, "judged document", doc_id)
-        judgements.add(qid, doc_id, parse_relevance(path, lineno, score), lineno)
+        qrels_builder.add(qid, doc_id, parse_relevance(path, lineno, score), lineno)
     return qrels
 
 
-class Judgements:
+class QrelsBuilder:
     """Builds :data:`Qrels` from lines of ``path``; a pair judged twice with two grades is an error."""
 
     def __init__(self, path: Path, qrels: Qrels) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterator
 
 from graphdoc.errors import InputError
-from graphdoc.corpus.beir import Judgements, Qrels, parse_relevance
+from graphdoc.corpus.beir import QrelsBuilder, Qrels, parse_relevance
 from graphdoc.corpus.files import iter_lines
 from graphdoc.corpus.jsonl import check_id
 
@@ -48,7 +48,7 @@ def _parse_topic(path: Path, lineno: int, block: str) -> tuple[str, str]:
 def read_trec_qrels(path: Path) -> Qrels:
     """A TREC qrels file: whitespace-separated ``query-id iteration doc-id relevance`` lines."""
     qrels: Qrels = {}
-    judgements = Judgements(path, qrels)
+    qrels_builder = QrelsBuilder(path, qrels)
     for lineno, line in iter_lines(path):
         fields = line.split()
         if not fields:
@@ -57,7 +57,7 @@ def read_trec_qrels(path: Path) -> Qrels:
             raise InputError(f"{path}:{lineno}: expected 4 fields (query-id iteration doc-id relevance), "
                              f"got {len(fields)}")
         qid, _, doc_id, rel = fields
-        judgements.add(qid, doc_id, parse_relevance(path, lineno, rel), lineno)
+        qrels_builder.add(qid, doc_id, parse_relevance(path, lineno, rel), lineno)
     return qrels
 
 

@@ -10,9 +10,9 @@ Layout of ``INDEX_DIR``::
         passages.faiss  bm25/  docstore.jsonl(+.offsets.npy)
 
 A killed run rerun with the same command skips the documents already in shards; shards a crash
-left unlisted in the manifest, and temporaries of a killed atomic write, are removed. The same command
-on a corpus that has grown indexes the documents appended to it. Adding a corpus to an existing index
-appends shards; an id already indexed is refused (``on_duplicate="error"``), skipped, or replaces the
+left unlisted in the manifest, and temporaries of a killed atomic write, are removed; a corpus that changed
+since such a run is refused (a run resumes by position). A corpus already indexed is not read again (a
+change to it is warned about). Adding a corpus to an existing index appends shards; an id already indexed is refused (``on_duplicate="error"``), skipped, or replaces the
 old document. One process at a time writes a folder (:func:`~graphdoc.retrieval.manifest.writer_lock`).
 """
 
@@ -256,10 +256,6 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     bar.close()
     if stats.empty_skipped:
         logger.info("skipped %d empty documents", stats.empty_skipped)
-    if cursor.position < cursor.start:
-        logger.warning("%s now holds %d documents, fewer than the %d read from it before the run was "
-                       "interrupted: it changed in between (index it into a new folder to start over)", corpus,
-                       cursor.position, cursor.start)
     source.complete, source.state, manifest.finalized = True, corpus_state(corpus), False
     source.documents_read = max(source.documents_read, cursor.position)
     manifest.save(index_dir)

@@ -63,7 +63,8 @@ def _distinct(parts: Sequence[str | Path]) -> list[Path]:
     for part in map(Path, parts):
         resolved = part.resolve()
         if resolved in seen:
-            raise GraphDocError(f"{part} is named twice" + (f" (as {seen[resolved]})" if seen[resolved] != part else ""))
+            also = f" (as {seen[resolved]})" if seen[resolved] != part else ""
+            raise GraphDocError(f"{part} is named twice{also}")
         seen[resolved] = part
     return list(seen.values())
 

@@ -88,8 +88,8 @@ def tune_alpha(
     """Cross-validate alpha of weighted fusion (``alpha`` weights the dense side).
 
     Only queries that were searched (in either run) and have qrels are used: a judged query that was
-    not searched would count as 0 for every alpha and only lower the figures. For each fold the alpha maximising `measure` on the other
-    folds is applied to the held-out fold. Ties go to the first alpha in `alphas`.
+    not searched would count as 0 for every alpha and only lower the figures. For each fold the alpha
+    maximising `measure` on the other folds is applied to the held-out fold. Ties go to the first alpha in `alphas`.
     """
     alphas = list(DEFAULT_ALPHAS if alphas is None else alphas)
     if not alphas:
