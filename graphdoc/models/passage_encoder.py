@@ -79,6 +79,8 @@ class PassageEncoder(nn.Module):
         """The longest prefix of ``text`` of at most ``max_tokens`` tokens (special tokens not counted), cut
         between words, or between tokens in a text without spaces. The last answer is kept: each passage of a
         document asks for its title."""
+        if len(text.encode("utf-8")) + len(text.split()) <= max_tokens:
+            return text  # no tokenizer makes more tokens than bytes plus word starts: most titles end here
         if self._last_clip is not None and self._last_clip[0] == (text, max_tokens):
             return self._last_clip[1]
         try:
