@@ -211,13 +211,13 @@ def maxp_scores(queries: np.ndarray, docs: list[tuple[torch.Tensor, list[int]]])
 
 # ------------------------------------------------------------------ training (graphdoc pretrain, subprocess)
 def train(args, work: Path, objective: str, sources: list[str], frozen: bool = True,
-          max_steps: int | None = None) -> dict:
+          max_steps: int | None = None, extra: dict | None = None) -> dict:
     name = f"{objective}-{'frozen' if frozen else 'full'}"
     pretrain = {"objective": objective, "similarity": args.similarity, "temperature": args.temperature,
                 "lr": args.lr, "batch_size": args.batch_size if frozen else args.full_batch, "epochs": args.epochs,
                 "max_steps": max_steps, "frozen_encoder": frozen, "max_passages": args.train_passages,
                 "grad_cache_chunk": 8192 if frozen else 32, "checkpoint_every": 100000, "log_every": 1,
-                "seed": args.seed}
+                "seed": args.seed, **(extra or {})}
     config = write_yaml(work / f"{name}.yaml", {"model": {"passage_encoder": {"precision": args.precision}},
                                                 "pretrain": pretrain})
     return run_pretrain(name, config, work / "runs" / name, sources, work / "cache", args.threads)

@@ -7,7 +7,11 @@ text, once per setting, and clusters the held-out documents (k-means k=20 on L2-
 purity over ``--seeds`` seeds). Nothing is scored on the test sets. Passage vectors come through ``pretrain.py``'s
 cache layout (``--work-dir``).
 
-    python benchmarks/pretrain_select.py --settings half:0.2:20 ict:0.2:20 ict:0.1:20 half:0.1:20 ict:0.2:20:512
+    python benchmarks/pretrain_select.py --settings half:0.2:20 ict:0.2:20 ict:0.1:20 half:0.1:20 ict:0.2:20:512 \
+        ict:0.2:20:projection_head=384
+
+A setting is ``OBJECTIVE:TEMPERATURE:EPOCHS``, then optionally ``:BATCH`` and any ``:KEY=VALUE`` of the
+``pretrain`` section (the value read as YAML).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pretrain as bench  # the pretraining benchmark's data, training and scoring
@@ -28,7 +33,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Namespac
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--held-out", type=int, default=1000, help="20news train documents held out (stratified)")
     p.add_argument("--settings", nargs="+", default=["half:0.2:20", "ict:0.2:20"],
-                   metavar="OBJECTIVE:TEMPERATURE:EPOCHS[:BATCH]", help="BATCH: documents per step (--batch-size)")
+                   metavar="OBJECTIVE:TEMPERATURE:EPOCHS[:BATCH][:KEY=VALUE...]",
+                   help="BATCH: documents per step (--batch-size); KEY=VALUE: any other pretrain setting")
     own, rest = p.parse_known_args(argv)
     return own, bench.parse_args(rest)
 
@@ -57,13 +63,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = {"untrained (mean of passages)": (bench.clustering(bench.graph_vectors(base, vectors), labels, args.seeds),
                                              None)}
     for setting in own.settings:
-        objective, temperature, epochs, *batch = setting.split(":")
+        objective, temperature, epochs, *rest = setting.split(":")
+        extra = {key: yaml.safe_load(value) for key, value in (part.split("=", 1) for part in rest if "=" in part)}
+        batch = [part for part in rest if "=" not in part]
         batch_size = int(batch[0]) if batch else args.batch_size
         run_args = argparse.Namespace(**{**vars(args), "temperature": float(temperature), "epochs": int(epochs),
                                          "batch_size": batch_size})
-        run = bench.train(run_args, args.work_dir, objective, d["sources"])
+        run = bench.train(run_args, args.work_dir, objective, d["sources"], extra=extra)
         model = GraphDocEncoder.from_pretrained(args.work_dir / "runs" / f"{objective}-frozen" / "model", device="cpu")
-        rows[f"{objective}, temperature {temperature}, {epochs} epochs, batch {batch_size}"] = (
+        settings = "".join(f", {key} {value}" for key, value in extra.items())
+        rows[f"{objective}, temperature {temperature}, {epochs} epochs, batch {batch_size}{settings}"] = (
             bench.clustering(bench.graph_vectors(model, vectors), labels, args.seeds), run)
     lines = [(f"{len(d['news_train'])} 20news train documents (+ Wikipedia {d['wiki']}, QMSum train "
               f"{len(d['qm_train'])}) trained on, first {args.train_passages} passages; {len(held)} held out and "

@@ -78,15 +78,18 @@ def test_global_random_states_round_trip_through_json():
     assert (np.random.random(), random.random()) == expected
 
 
-@pytest.mark.parametrize("frozen", [False, True], ids=["full", "frozen"])
-def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, tmp_path, monkeypatch, frozen):
+@pytest.mark.parametrize("frozen,head", [(False, None), (True, None), (True, 6)],
+                         ids=["full", "frozen", "frozen-projection-head"])
+def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, tmp_path, monkeypatch, frozen, head):
     corpus = write_corpus(tmp_path / "corpus.jsonl")
-    setup = tiny_setup(tiny_bert, frozen_encoder=frozen)
+    setup = tiny_setup(tiny_bert, frozen_encoder=frozen, projection_head=head)
     whole = pretrain(corpus, tmp_path / "whole", setup, device="cpu")
     assert whole.steps == whole.total_steps == 6 and whole.epoch == 1  # 3 steps per epoch, 2 epochs
 
     pretrain_killed_before_step_5(corpus, tmp_path / "run", setup, monkeypatch)
     assert [p.name for p in ckpt.list_checkpoints(tmp_path / "run")] == ["step-00000002", "step-00000004"]
+    head_file = ckpt.list_checkpoints(tmp_path / "run")[-1] / "projection_head.safetensors"
+    assert head_file.is_file() == (head is not None)
     resumed = pretrain(corpus, tmp_path / "run", setup, resume=True, device="cpu")
 
     assert resumed.steps == 6
@@ -122,6 +125,23 @@ def test_existing_run_needs_resume_and_the_same_settings(tiny_bert, tmp_path):
         pretrain(corpus, tmp_path / "run", setup.with_overrides(lr=0.5), resume=True, device="cpu")
     done = pretrain(corpus, tmp_path / "run", setup.with_overrides(log_every=5), resume=True, device="cpu")
     assert done.steps == 2  # already finished: nothing more to do
+
+
+def test_projection_head_trains_with_the_model_and_is_left_out_of_it(tiny_bert, tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    plain = pretrain(corpus, tmp_path / "plain", tiny_setup(tiny_bert, frozen_encoder=True), device="cpu")
+    headed = pretrain(corpus, tmp_path / "head", tiny_setup(tiny_bert, frozen_encoder=True, projection_head=3),
+                      device="cpu")
+    expected, got = weights(plain.model_dir), weights(headed.model_dir)
+    assert set(got) == set(expected)  # the saved model is the encoder alone, loadable as any other
+    assert not torch.allclose(got["graph.layers.0.out.weight"], expected["graph.layers.0.out.weight"])
+    head = load_file(str(ckpt.list_checkpoints(tmp_path / "head")[-1] / "projection_head.safetensors"))
+    dim = expected["graph.layers.0.out.weight"].shape[0]
+    assert {k: tuple(v.shape) for k, v in head.items()} == {"0.weight": (dim, dim), "0.bias": (dim,),
+                                                            "2.weight": (3, dim), "2.bias": (3,)}
+    with pytest.raises(GraphDocError, match=r"cannot resume with pretrain.projection_head=None: the run was "
+                                            r"started with 3"):
+        pretrain(corpus, tmp_path / "head", tiny_setup(tiny_bert, frozen_encoder=True), resume=True, device="cpu")
 
 
 def test_documents_are_prepared_once_per_run_and_the_memo_changes_nothing(tiny_bert, tmp_path, monkeypatch):

@@ -135,6 +135,8 @@ def test_shipped_docsplit_configs_load():
     ({"pretrain": {"crop_min_ratio": 0.6}}, "pretrain.crop_min_ratio and pretrain.crop_max_ratio must satisfy "
                                             "0 < min <= max <= 1; got 0.6, 0.5"),
     ({"pretrain": {"max_seconds": 0}}, "pretrain.max_seconds must be positive or null; got 0"),
+    ({"pretrain": {"projection_head": 0}}, "pretrain.projection_head must be at least 1 or null; got 0"),
+    ({"pretrain": {"projection_head": 1.5}}, "pretrain.projection_head must be an integer"),
 ])
 def test_bad_config_is_one_line(tmp_path, corpus, capsys, config, message):
     path = tmp_path / "bad.yaml"

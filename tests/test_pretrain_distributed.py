@@ -91,7 +91,8 @@ def test_two_gloo_processes_equal_one(tiny_bert, tmp_path):
 
 def test_two_gloo_processes_equal_one_for_flat_docsplit_with_mlm(tiny_bert, tmp_path):
     """The flat texts are gathered like sub-document graphs; the MLM term is the mean over every process's
-    masked tokens, so it too equals the single-process run."""
+    masked tokens, so it too equals the single-process run; the projection head's gradients are averaged
+    like the model's."""
     if shutil.which("torchrun") is None:
         pytest.skip("torchrun not on PATH")
     model = no_dropout_copy(tiny_bert, tmp_path / "encoder")
@@ -105,7 +106,7 @@ def test_two_gloo_processes_equal_one_for_flat_docsplit_with_mlm(tiny_bert, tmp_
         "backbone": "flat", "model": {"passage_encoder": {"model_name_or_path": str(model), "pooling": "mean"}},
         "pretrain": {"objective": "docsplit", "batch_size": 5, "epochs": 1, "lr": 1e-3, "adam_epsilon": 1e-3,
                      "warmup_ratio": 0.0, "grad_cache_chunk": 4, "gradient_checkpointing": False, "log_every": 1,
-                     "shuffle_buffer": 4, "temperature": 0.1}}), encoding="utf-8")
+                     "shuffle_buffer": 4, "temperature": 0.1, "projection_head": 16}}), encoding="utf-8")
     single = run_two_processes_and_one(corpus, config, tmp_path)
     assert single.steps == 2 and single.mlm_loss is not None
     ddp_log, single_log = read_log(tmp_path / "ddp"), read_log(tmp_path / "single")

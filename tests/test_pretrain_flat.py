@@ -112,6 +112,24 @@ def test_flat_docsplit_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert
     assert np.allclose(rows[1], rows[0], rtol=1e-5)
 
 
+def test_flat_projection_head_is_checkpointed_and_resumed_and_not_saved(tiny_bert, corpus, tmp_path, monkeypatch):
+    setup = flat_setup(tiny_bert, "simcse", max_steps=6, epochs=2, projection_head=8)
+    whole = pretrain(corpus, tmp_path / "whole", setup, device="cpu")
+    pretrain_killed_before_step_5(corpus, tmp_path / "run", setup, monkeypatch)
+    resumed = pretrain(corpus, tmp_path / "run", setup, resume=True, device="cpu")
+    heads = [load_file(str(ckpt.list_checkpoints(tmp_path / r)[-1] / "projection_head.safetensors"))
+             for r in ("whole", "run")]
+    assert heads[0]["2.weight"].shape == (8, 32)
+    for name in heads[0]:
+        torch.testing.assert_close(heads[1][name], heads[0][name], atol=1e-6, rtol=1e-5, msg=name)
+    expected = encoder_weights(whole.model_dir / "passage_encoder")
+    got = encoder_weights(resumed.model_dir / "passage_encoder")
+    assert set(got) == set(encoder_weights(tiny_bert))  # the saved model is the encoder alone
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], atol=1e-6, rtol=1e-5, msg=name)
+    assert load_model(str(resumed.model_dir)).encode(["Dense vectors."]).shape == (1, 32)
+
+
 # ------------------------------------------------------------------ views
 def test_simcse_views_differ_only_by_dropout(tiny_bert):
     model = FlatEncoder.from_pretrained(tiny_bert, FlatModelConfig(

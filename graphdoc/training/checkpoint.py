@@ -10,7 +10,8 @@ no partial folder behind)::
     rng.safetensors           torch random states (CPU, and CUDA where used) of every process
     rng.json                  numpy's and Python's global random states (of process 0)
     trainer_state.json        step, data position, data counts, schedule length, loss scaler, settings
-    NAME.safetensors          weights trained beside the model, if any (mlm_head: a flat model's MLM head)
+    NAME.safetensors          weights trained beside the model, if any (mlm_head: a flat model's MLM head;
+                              projection_head: the head of pretrain.projection_head)
 """
 
 from __future__ import annotations

@@ -44,6 +44,8 @@ class PretrainConfig:
         crop_min_ratio, crop_max_ratio: a ``crop`` view keeps ``r`` of the document's words,
             ``r ~ U(min, max)``.
         similarity: ``dot`` or ``cosine`` between sub-document vectors, divided by ``temperature``.
+        projection_head: compare the vectors through a two-layer MLP head of this output size that is
+            trained with the model and not saved with it (SimCLR; ``None``: compare the vectors themselves).
         lr, warmup_ratio, weight_decay: AdamW learning rate, linear warm-up over this fraction of the
             steps then linear decay to zero, decoupled weight decay (not on biases and norms).
         adam_epsilon: AdamW's epsilon (a larger one damps the steps of near-zero gradients).
@@ -78,6 +80,7 @@ class PretrainConfig:
     crop_max_ratio: float = 0.5
     similarity: str = "cosine"
     temperature: float = 0.05
+    projection_head: int | None = None
     lr: float = 5e-5
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
@@ -117,6 +120,8 @@ class PretrainConfig:
                                 f"negatives; batch_size counts over all processes); got {self.batch_size}")
         if self.max_passages < 2:
             raise GraphDocError(f"pretrain.max_passages must be at least 2; got {self.max_passages}")
+        if self.projection_head is not None and self.projection_head < 1:
+            raise GraphDocError(f"pretrain.projection_head must be at least 1 or null; got {self.projection_head}")
         if self.max_seconds is not None and not self.max_seconds > 0:
             raise GraphDocError(f"pretrain.max_seconds must be positive or null; got {self.max_seconds!r}")
         if self.max_steps is not None and self.max_steps < 1:

@@ -36,6 +36,7 @@ from graphdoc.training.flat_objectives import IGNORE_INDEX, crop_texts, docsplit
 from graphdoc.training.graph_pretraining import enable_checkpointing
 from graphdoc.training.grad_cache import LossFn, grad_cache_backward
 from graphdoc.training.masked_lm_head import MaskedLMHead
+from graphdoc.training.projection_head import PROJECTION_HEAD, projection_head, restore_head
 
 REQUIREMENTS = {"docsplit": "two or more sentences", "simcse": "text", "crop": "text"}
 MLM_HEAD = "mlm_head"  # the head's weights in a checkpoint: mlm_head.safetensors
@@ -45,7 +46,8 @@ class FlatPretraining:
     """The flat backbone's side of a run: preparation, text views, the backward pass of a step.
 
     ``trainable`` is what the optimiser updates: the model, with the MLM head when the loss has an MLM term
-    (the head's output embeddings are the model's, so they are one parameter).
+    (the head's output embeddings are the model's, so they are one parameter) and the projection head when
+    there is one.
     """
 
     def __init__(self, model, cfg: PretrainConfig, resume: bool = False, ctx: DistContext | None = None) -> None:
@@ -59,7 +61,11 @@ class FlatPretraining:
         self.mlm_head = None
         if self.mlm_weight > 0:  # a resumed run reads the head's weights from its checkpoint
             self.mlm_head = MaskedLMHead.load(self.encoder, None if resume else mlm_source(model), cfg.seed)
-        self.trainable = model if self.mlm_head is None else nn.ModuleDict({"model": model, MLM_HEAD: self.mlm_head})
+        self.head = None
+        if cfg.projection_head:
+            self.head = projection_head(model.dimension, cfg.projection_head, cfg.seed).to(model.device)
+        extra = {name: m for name, m in ((MLM_HEAD, self.mlm_head), (PROJECTION_HEAD, self.head)) if m is not None}
+        self.trainable = nn.ModuleDict({"model": model, **extra}) if extra else model
         self.trainable.train()
 
     # ------------------------------------------------------------------ data
@@ -110,7 +116,8 @@ class FlatPretraining:
         """Pooled vectors of token sequences, with gradients: ``[len(ids), hidden]``."""
         if not ids:  # a process with no share of a tiny last batch still joins the gather
             return torch.zeros((0, self.model.dimension), device=self.model.device, requires_grad=True)
-        return self.encoder.encode_ids(list(ids))
+        vectors = self.encoder.encode_ids(list(ids))
+        return vectors if self.head is None else self.head(vectors)
 
     def masked_views(self, ids: list[list[int]], examples: Sequence[data.Example],
                      epoch: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -125,10 +132,13 @@ class FlatPretraining:
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_tensors(self) -> dict[str, dict[str, torch.Tensor]]:
-        """The MLM head's own weights, saved beside the model (which is the FlatEncoder alone)."""
-        return {} if self.mlm_head is None else {MLM_HEAD: self.mlm_head.own_state_dict()}
+        """The heads' own weights, saved beside the model (which is the FlatEncoder alone)."""
+        tensors = {} if self.mlm_head is None else {MLM_HEAD: self.mlm_head.own_state_dict()}
+        return tensors if self.head is None else {**tensors, PROJECTION_HEAD: self.head.state_dict()}
 
     def restore_tensors(self, folder: Path) -> None:
+        if self.head is not None:
+            restore_head(self.head, folder)
         if self.mlm_head is None:
             return
         path = folder / f"{MLM_HEAD}.safetensors"

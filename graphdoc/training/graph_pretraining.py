@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
 from graphdoc.documents import Document
 from graphdoc.encoder import GraphDocEncoder
@@ -23,6 +24,7 @@ from graphdoc.training.cache import PassageVectorCache
 from graphdoc.training.config import PretrainConfig
 from graphdoc.training.flat_objectives import docsplit_pair, document_sentences
 from graphdoc.training.grad_cache import LossFn, grad_cache_backward
+from graphdoc.training.projection_head import PROJECTION_HEAD, projection_head, restore_head
 
 #: what a document needs to be split, by objective
 REQUIREMENTS = {"half": "two or more passages", "ict": "two or more passages",
@@ -32,7 +34,8 @@ REQUIREMENTS = {"half": "two or more passages", "ict": "two or more passages",
 class GraphPretraining:
     """The graph backbone's side of a run: preparation, positives and the backward pass of a step.
 
-    ``trainable`` is what the optimiser updates (the model); ``cache`` the frozen-encoder passage cache.
+    ``trainable`` is what the optimiser updates: the model, with the projection head when there is one;
+    ``cache`` the frozen-encoder passage cache.
     """
 
     def __init__(self, model: GraphDocEncoder, cfg: PretrainConfig, output: Path) -> None:
@@ -46,7 +49,11 @@ class GraphPretraining:
                                             encoder)
         elif cfg.gradient_checkpointing:
             enable_checkpointing(encoder.model)
-        model.train()
+        self.head = None
+        if cfg.projection_head:
+            self.head = projection_head(model.dimension, cfg.projection_head, cfg.seed).to(model.device)
+            self.trainable = nn.ModuleDict({"model": model, PROJECTION_HEAD: self.head})
+        self.trainable.train()
         if cfg.frozen_encoder:
             encoder.eval()  # no dropout: the cached vectors are the encoder's inference vectors
 
@@ -98,15 +105,17 @@ class GraphPretraining:
         else:
             flat = self.model.passage_encoder.encode_ids([t for s in subdocs for t in s.token_ids])
             passage_vectors = list(torch.split(flat, [s.num_passages for s in subdocs]))
-        return self.model.forward_passage_vectors(passage_vectors, [s.section_ids for s in subdocs]).document_embeddings
+        vectors = self.model.forward_passage_vectors(passage_vectors, [s.section_ids for s in subdocs]).document_embeddings
+        return vectors if self.head is None else self.head(vectors)
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_tensors(self) -> dict[str, dict[str, torch.Tensor]]:
-        """Weights to checkpoint beside the model and optimiser: none (the model is all there is)."""
-        return {}
+        """Weights to checkpoint beside the model and optimiser: the projection head's, if any."""
+        return {} if self.head is None else {PROJECTION_HEAD: self.head.state_dict()}
 
     def restore_tensors(self, folder: Path) -> None:
-        pass
+        if self.head is not None:
+            restore_head(self.head, folder)
 
 
 def enable_checkpointing(hf_model) -> None:

@@ -1,0 +1,37 @@
+"""A projection head for contrastive pretraining (SimCLR): the loss compares ``head(vector)``, not the vector.
+
+``pretrain.projection_head: N`` puts a two-layer MLP (``d -> d -> N``, ReLU between) on top of the
+document vectors while training; the saved model is the encoder without it, so the vectors a user gets
+are the ones *before* the head. SimCLR (Chen et al., 2020) found those to transfer better than the
+contrastively trained output itself, which the loss shapes to tell the training documents apart. The
+head's weights are checkpointed beside the model (``projection_head.safetensors``) so that a resumed run
+continues with them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from graphdoc.errors import GraphDocError
+
+PROJECTION_HEAD = "projection_head"  # its weights in a checkpoint: projection_head.safetensors
+
+
+def projection_head(dimension: int, out_dim: int, seed: int) -> nn.Sequential:
+    """``Linear(d, d) -> ReLU -> Linear(d, out_dim)``, initialised from ``seed`` alone."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(dimension, dimension), nn.ReLU(), nn.Linear(dimension, out_dim))
+
+
+def restore_head(head: nn.Module, folder: Path) -> None:
+    """Load the head's weights from checkpoint ``folder``."""
+    path = folder / f"{PROJECTION_HEAD}.safetensors"
+    if not path.is_file():
+        raise GraphDocError(f"checkpoint {folder} has no {path.name}: it was not written by a run with "
+                            "pretrain.projection_head")
+    head.load_state_dict(load_file(str(path)))
