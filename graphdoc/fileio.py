@@ -31,8 +31,11 @@ def _nearest_existing_parent(path: Path) -> Path:
 
 
 def _target(path: str | Path) -> Path:
-    """``path`` made absolute (so that ``.`` has a name and a parent), its parent folder created."""
-    path = Path(os.path.abspath(path))
+    """``path`` made absolute (so that ``.`` has a name and a parent), its parent folder created.
+
+    A symbolic link is followed, as a plain ``open`` would: what it points to is replaced and the link stays.
+    """
+    path = Path(os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path))
     if path.parent == path:
         raise GraphDocError(f"cannot write to {path}: it is the root folder")
     try:

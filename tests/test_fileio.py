@@ -148,6 +148,24 @@ def test_a_rewritten_file_keeps_its_permissions(tmp_path, umask_022):
     assert (path.read_text(), mode(path)) == ("new", 0o600)
 
 
+def test_writes_through_a_symbolic_link_replace_its_target_and_keep_the_link(tiny_bert, tmp_path):
+    (tmp_path / "store").mkdir()
+    (tmp_path / "run.txt").symlink_to(tmp_path / "store" / "run.txt")  # dangling until written
+    for text in ("first", "second"):
+        with atomic_write(tmp_path / "run.txt", "w", encoding="utf-8") as handle:
+            handle.write(text)
+        assert (tmp_path / "run.txt").is_symlink() and (tmp_path / "store" / "run.txt").read_text() == text
+    model = GraphDocEncoder.from_pretrained(tiny_bert, device="cpu")
+    model.save_pretrained(tmp_path / "store" / "model")
+    (tmp_path / "model").symlink_to(tmp_path / "store" / "model", target_is_directory=True)
+    model.save_pretrained(tmp_path / "model")  # a saved model behind the link: replaced in place
+    assert (tmp_path / "model").is_symlink()
+    assert sorted(p.name for p in (tmp_path / "store" / "model").iterdir()) == [
+        "config.json", "model.safetensors", "passage_encoder"]
+    assert GraphDocEncoder.from_pretrained(tmp_path / "model", device="cpu").dimension == model.dimension
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["model", "run.txt"]  # no temporaries
+
+
 def test_save_pretrained_keeps_files_added_to_a_saved_model(tiny_bert, tmp_path):
     model = GraphDocEncoder.from_pretrained(tiny_bert, device="cpu")
     model.save_pretrained(tmp_path / "m")
