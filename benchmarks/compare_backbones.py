@@ -230,6 +230,12 @@ def table(results: dict, shots: int) -> list[str]:
     return lines
 
 
+def reached(runs: dict, schedule_steps: int) -> str:
+    """Whether any run got to the end of the schedule (the budget is meant to stop every run before it)."""
+    done = [row for row, r in runs.items() if r["steps"] >= schedule_steps]
+    return f"reached by {', '.join(done)}" if done else "which no run reaches"
+
+
 def render(args, d: dict, runs: dict, results: dict, encode: dict, seconds: float) -> str:
     import transformers
 
@@ -258,7 +264,8 @@ def render(args, d: dict, runs: dict, results: dict, encode: dict, seconds: floa
               f"{d['train_sizes']['qmsum_train']}, each cut to its first {args.train_passages} passages, "
               "shuffled together",
               f"- budget: {args.budget:.0f} s of training loop per row (`pretrain.max_seconds`), constant learning "
-              f"rate (no warm-up; the linear decay spans {args.schedule_steps} steps, which no run reaches). Flat "
+              f"rate (no warm-up; the linear decay spans {args.schedule_steps} steps, "
+              f"{reached(runs, args.schedule_steps)}). Flat "
               "rows train the encoder (configs/docsplit-minilm.yaml: AdamW 5e-5, cosine / 0.05, "
               f"{args.flat_batch} documents per step; docsplit adds 0.1 x MLM through a freshly initialised "
               "head, MiniLM having none); graph rows keep it frozen (configs/pretrain-default.yaml: the GAT "

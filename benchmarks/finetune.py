@@ -84,7 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="passage encoder precision of the 20news parts, and of the ranking parts' index model "
                         "(the precision its index was built at) (bf16: about 1.7x as fast on CPUs with native "
                         "bfloat16; its vectors are cached apart from fp32 ones)")
-    p.add_argument("--output", type=Path, default=ROOT / "docs" / "finetune.md")
+    p.add_argument("--output", type=Path, default=None,
+                   help="the report (default WORK_DIR/report.md; docs/finetune.md is written by hand from reports)")
     return p.parse_args(argv)
 
 
@@ -540,7 +541,10 @@ def write_report(args, results: dict) -> None:
         res = results["news-supcon"]
         out += ["", "## 20news: cross-entropy vs supcon", "", f"sizes: {json.dumps(res['sizes'])}", ""]
         out += supcon_table(res)
-    (args.work_dir / "report.md").write_text("\n".join(out) + "\n", encoding="utf-8")
+    report = args.output or args.work_dir / "report.md"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text("\n".join(out) + "\n", encoding="utf-8")
+    log(f"report: {report}")
 
 
 if __name__ == "__main__":

@@ -246,6 +246,21 @@ def run_pretrain(name: str, config: Path, out: Path, sources: list[str], cache_d
     return summary
 
 
+#: the epilog of the scripts that take this benchmark's options for their data and training
+SHARED_OPTIONS = ("Every other option is benchmarks/pretrain.py's (python benchmarks/pretrain.py --help): data "
+                  "sizes, passages, training settings, --work-dir, --precision, --threads; its full-mode options "
+                  "are unused here.")
+
+
+def show_table(lines: list[str], output: Path | None) -> None:
+    """Print a report's lines, and write them to ``output`` too when one is given."""
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+
+
 def write_yaml(path: Path, data: dict) -> Path:
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return path

@@ -11,6 +11,7 @@ same options as ``pretrain.py``) on the QMSum train meetings only, then scores Q
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from dataclasses import replace
@@ -23,7 +24,10 @@ import pretrain as bench  # the pretraining benchmark's data, training and scori
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = bench.parse_args(argv)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=bench.SHARED_OPTIONS)
+    p.add_argument("--output", type=Path, default=None, help="also write the table to this file")
+    own, rest = p.parse_known_args(argv)
+    args = bench.parse_args(rest)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(args.threads)
     from graphdoc.config import ModelConfig
@@ -52,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         run = next((r for o, r in runs.items() if name.endswith(f"({o})")), None)
         trained = f"{run['steps']} | {run['loss']:.3f}" if run else "- | -"
         lines.append(f"| {name} | {score:.3f} | {clustered} | {trained} |")
-    print("\n".join(lines))
+    bench.show_table(lines, own.output)
     return 0
 
 

@@ -30,11 +30,12 @@ import pretrain as bench  # the pretraining benchmark's data, training and scori
 
 
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Namespace]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=bench.SHARED_OPTIONS)
     p.add_argument("--held-out", type=int, default=1000, help="20news train documents held out (stratified)")
     p.add_argument("--settings", nargs="+", default=["half:0.2:20", "ict:0.2:20"],
                    metavar="OBJECTIVE:TEMPERATURE:EPOCHS[:BATCH][:KEY=VALUE...]",
                    help="BATCH: documents per step (--batch-size); KEY=VALUE: any other pretrain setting")
+    p.add_argument("--output", type=Path, default=None, help="also write the table to this file")
     own, rest = p.parse_known_args(argv)
     return own, bench.parse_args(rest)
 
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         trained = f"{run['steps']} | {run['wall_s']:.0f}" if run else "- | -"
         lines.append(f"| {name} | {c['NMI']:.3f} ({c['NMI sd']:.3f}) | {c['purity']:.3f} ({c['purity sd']:.3f}) "
                      f"| {trained} |")
-    print("\n".join(lines))
+    bench.show_table(lines, own.output)
     return 0
 
 
