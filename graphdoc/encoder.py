@@ -139,16 +139,22 @@ class GraphDocEncoder(nn.Module):
 
     # ----------------------------------------------------------------- encoding API
     def iter_forward(self, documents: Iterable[DocumentLike], batch_size: int = 32,
-                     return_attention_weights: bool = False,
-                     max_passages: int | None = None) -> Iterator[GraphOutput]:
-        """Stream :class:`GraphOutput` batches of ``batch_size`` documents (inference mode)."""
+                     return_attention_weights: bool = False, max_passages: int | None = None,
+                     document_only: bool = False) -> Iterator[GraphOutput]:
+        """Stream :class:`GraphOutput` batches of ``batch_size`` documents (inference mode).
+
+        ``document_only``: the caller reads nothing but the document vectors, so a model that does not need
+        the passages for them (a flat FirstP model) may leave them out instead of chunking and tokenizing
+        text it never encodes.
+        """
         check_count("batch_size", batch_size)
         was_training = self.training
         self.eval()
         try:
             batch: list[PreparedDocument] = []
             for i, item in enumerate(documents):
-                batch.append(self.prepare(as_document(item, i), max_passages))
+                batch.append(self.prepare_for_inference(as_document(item, i), max_passages,
+                                                        document_only and not return_attention_weights))
                 if len(batch) == batch_size:
                     yield self._infer(batch, return_attention_weights)
                     batch = []
@@ -156,6 +162,11 @@ class GraphDocEncoder(nn.Module):
                 yield self._infer(batch, return_attention_weights)
         finally:
             self.train(was_training)
+
+    def prepare_for_inference(self, document: Document, max_passages: int | None,
+                              document_only: bool) -> PreparedDocument:
+        """:meth:`prepare`: a graph embeds its passages, so it needs them even for the document vector alone."""
+        return self.prepare(document, max_passages)
 
     def _infer(self, batch: list[PreparedDocument], return_attention_weights: bool) -> GraphOutput:
         with torch.inference_mode():
@@ -174,7 +185,7 @@ class GraphDocEncoder(nn.Module):
         cut_before = self.chunker.passages_cut
         bar = tqdm(total=len(docs), desc="Documents", unit="doc", disable=not _show(show_progress_bar))
         chunks = []
-        for out in self.iter_forward(docs, batch_size):
+        for out in self.iter_forward(docs, batch_size, document_only=True):
             chunks.append(out.document_embeddings)
             bar.update(len(out.documents))
         bar.close()

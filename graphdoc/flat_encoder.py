@@ -72,6 +72,14 @@ class FlatEncoder(nn.Module):
     head_state_dict = GraphDocEncoder.head_state_dict  # empty: a flat model adds no weights
 
     # ----------------------------------------------------------------- forward
+    def prepare_for_inference(self, document: Document, max_passages: int | None,
+                              document_only: bool) -> PreparedDocument:
+        """:meth:`prepare`, except that FirstP's document vector alone needs no passages: with
+        ``document_only`` a ``first`` model leaves them out (its forward reads the document's text)."""
+        if document_only and self.config.graph.document == "first":
+            return PreparedDocument(document, [], [])
+        return self.prepare(document, max_passages)
+
     def first_input(self, document: Document) -> str:
         """FirstP's text: the whole document as one passage, titled as the first passage is."""
         return self.passage_input(document, Passage(document.id, 0, 0, "", 0, len(document.text), document.text))

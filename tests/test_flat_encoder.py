@@ -96,6 +96,21 @@ def test_first_mode_encodes_passages_only_when_the_index_asks(tiny_bert: Path, m
         assert torch.allclose(out.document_attention(i), torch.full((n_passages[i],), 1 / n_passages[i]))
 
 
+def test_first_mode_encode_does_not_chunk_the_passages_it_never_encodes(tiny_bert: Path, monkeypatch) -> None:
+    model = flat(tiny_bert)
+    expected = next(model.iter_forward(DOCS)).document_embeddings  # prepared in full, as before
+    chunked = []
+    prepare = model.prepare
+    monkeypatch.setattr(model, "prepare", lambda doc, cap=None: chunked.append(doc.id) or prepare(doc, cap))
+    assert torch.equal(model.encode(DOCS, convert_to_tensor=True), expected)
+    out = next(model.iter_forward(DOCS, document_only=True))
+    assert chunked == [] and [p.passages for p in out.documents] == [[]] * len(DOCS)
+    assert torch.equal(out.document_embeddings, expected)
+    # passages are still there for callers that read them: attention (the index) or a mean model
+    next(model.iter_forward(DOCS, return_attention_weights=True, document_only=True))
+    assert chunked == [d.id for d in DOCS]
+
+
 def test_batch_size_and_training_mode(tiny_roberta: Path) -> None:
     model = flat(tiny_roberta, "mean")
     assert np.allclose(model.encode(DOCS * 2, batch_size=1), model.encode(DOCS * 2, batch_size=4), atol=1e-5)

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             yield doc
 
     with tqdm(desc="Embedding", unit="doc", disable=args.quiet, delay=1) as bar:
-        for out in model.iter_forward(tracked(), batch_size=args.batch_size):
+        for out in model.iter_forward(tracked(), batch_size=args.batch_size, document_only=True):
             vectors = out.document_embeddings.float()
             if args.normalize:
                 vectors = vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=1e-12)
