@@ -130,6 +130,19 @@ def test_flat_projection_head_is_checkpointed_and_resumed_and_not_saved(tiny_ber
     assert load_model(str(resumed.model_dir)).encode(["Dense vectors."]).shape == (1, 32)
 
 
+def test_an_empty_share_has_the_width_of_the_projection_head(tiny_bert):
+    """A process with no share of a tiny last batch joins the gather with a ``[0, head]`` tensor, as wide as
+    the other processes' vectors."""
+    from graphdoc.encoder import GraphDocEncoder
+
+    cfg = PretrainConfig(objective="simcse", projection_head=8)
+    flat = FlatPretraining(FlatEncoder.from_pretrained(tiny_bert, device="cpu"), cfg)
+    assert flat.embed([]).shape == (0, 8) and flat.embed([[2, 5, 3]]).shape == (1, 8)
+    graph = GraphPretraining(GraphDocEncoder.from_pretrained(tiny_bert, device="cpu"),
+                             PretrainConfig(objective="half", projection_head=8), Path("/nonexistent"))
+    assert graph.embed([]).shape == (0, 8)
+
+
 # ------------------------------------------------------------------ views
 def test_simcse_views_differ_only_by_dropout(tiny_bert):
     model = FlatEncoder.from_pretrained(tiny_bert, FlatModelConfig(

@@ -61,9 +61,7 @@ class FlatPretraining:
         self.mlm_head = None
         if self.mlm_weight > 0:  # a resumed run reads the head's weights from its checkpoint
             self.mlm_head = MaskedLMHead.load(self.encoder, None if resume else mlm_source(model), cfg.seed)
-        self.head = None
-        if cfg.projection_head:
-            self.head = projection_head(model.dimension, cfg.projection_head, cfg.seed).to(model.device)
+        self.head = projection_head(model, cfg.projection_head, cfg.seed)
         extra = {name: m for name, m in ((MLM_HEAD, self.mlm_head), (PROJECTION_HEAD, self.head)) if m is not None}
         self.trainable = nn.ModuleDict({"model": model, **extra}) if extra else model
         self.trainable.train()
@@ -113,10 +111,12 @@ class FlatPretraining:
         return float(sum(t.item() for t in gather_tensors(torch.tensor([float(value)], device=device), self.ctx)))
 
     def embed(self, ids: Sequence[list[int]]) -> torch.Tensor:
-        """Pooled vectors of token sequences, with gradients: ``[len(ids), hidden]``."""
+        """Pooled vectors of token sequences, with gradients, through the projection head if there is one:
+        ``[len(ids), hidden]``."""
         if not ids:  # a process with no share of a tiny last batch still joins the gather
-            return torch.zeros((0, self.model.dimension), device=self.model.device, requires_grad=True)
-        vectors = self.encoder.encode_ids(list(ids))
+            vectors = torch.zeros((0, self.model.dimension), device=self.model.device, requires_grad=True)
+        else:
+            vectors = self.encoder.encode_ids(list(ids))
         return vectors if self.head is None else self.head(vectors)
 
     def masked_views(self, ids: list[list[int]], examples: Sequence[data.Example],

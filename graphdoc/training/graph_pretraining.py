@@ -49,9 +49,8 @@ class GraphPretraining:
                                             encoder)
         elif cfg.gradient_checkpointing:
             enable_checkpointing(encoder.model)
-        self.head = None
-        if cfg.projection_head:
-            self.head = projection_head(model.dimension, cfg.projection_head, cfg.seed).to(model.device)
+        self.head = projection_head(model, cfg.projection_head, cfg.seed)
+        if self.head is not None:
             self.trainable = nn.ModuleDict({"model": model, PROJECTION_HEAD: self.head})
         self.trainable.train()
         if cfg.frozen_encoder:
@@ -97,15 +96,17 @@ class GraphPretraining:
         return float(loss), None
 
     def embed(self, subdocs: Sequence[data.SubDocument]) -> torch.Tensor:
-        """Document vectors of sub-documents, each its own graph: ``[len(subdocs), d]``."""
+        """Document vectors of sub-documents, each its own graph, through the projection head if there is one:
+        ``[len(subdocs), d]``."""
         if not subdocs:  # a process with no share of a tiny last batch still joins the gather
-            return torch.zeros((0, self.model.dimension), device=self.model.device, requires_grad=True)
-        if subdocs[0].vectors is not None:
-            passage_vectors = [s.vectors for s in subdocs]
+            vectors = torch.zeros((0, self.model.dimension), device=self.model.device, requires_grad=True)
+        elif subdocs[0].vectors is not None:
+            vectors = self.model.forward_passage_vectors([s.vectors for s in subdocs],
+                                                         [s.section_ids for s in subdocs]).document_embeddings
         else:
             flat = self.model.passage_encoder.encode_ids([t for s in subdocs for t in s.token_ids])
-            passage_vectors = list(torch.split(flat, [s.num_passages for s in subdocs]))
-        vectors = self.model.forward_passage_vectors(passage_vectors, [s.section_ids for s in subdocs]).document_embeddings
+            vectors = self.model.forward_passage_vectors(list(torch.split(flat, [s.num_passages for s in subdocs])),
+                                                         [s.section_ids for s in subdocs]).document_embeddings
         return vectors if self.head is None else self.head(vectors)
 
     # ------------------------------------------------------------------ checkpoints

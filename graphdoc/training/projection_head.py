@@ -21,11 +21,15 @@ from graphdoc.errors import GraphDocError
 PROJECTION_HEAD = "projection_head"  # its weights in a checkpoint: projection_head.safetensors
 
 
-def projection_head(dimension: int, out_dim: int, seed: int) -> nn.Sequential:
-    """``Linear(d, d) -> ReLU -> Linear(d, out_dim)``, initialised from ``seed`` alone."""
+def projection_head(model: nn.Module, out_dim: int | None, seed: int) -> nn.Sequential | None:
+    """``Linear(d, d) -> ReLU -> Linear(d, out_dim)`` on ``model``'s vectors and device, initialised from
+    ``seed`` alone; ``None`` when ``out_dim`` is (no head)."""
+    if not out_dim:
+        return None
+    d = model.dimension
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return nn.Sequential(nn.Linear(dimension, dimension), nn.ReLU(), nn.Linear(dimension, out_dim))
+        return nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, out_dim)).to(model.device)
 
 
 def restore_head(head: nn.Module, folder: Path) -> None:
