@@ -66,7 +66,8 @@ class ChunkerConfig:
         max_passages: cap on passages per document (the paper uses 50 in training, 100 at inference);
             ``None`` for no cap. What the cap cuts is counted and logged.
         title: prepend the document title to the encoder input of the ``first`` passage, of ``all``
-            passages, or ``none``.
+            passages, or ``none``; a passage whose first line is already the title (a Markdown
+            file's ``# Title``) is left as it is.
     """
 
     max_words: int = 100

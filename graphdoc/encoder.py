@@ -83,7 +83,7 @@ class GraphDocEncoder(nn.Module):
         mode = self.config.chunker.title
         if document.title and (mode == "all" or (mode == "first" and passage.index == 0)):
             title = self.title_input(document.title)
-            if title:
+            if title and not starts_with_title(passage.text, document.title):
                 return f"{title} {passage.text}" if passage.text else title
         return passage.text
 
@@ -261,6 +261,14 @@ def load_pretrained(cls: type, name_or_path: str | Path | None, config, device):
         raise ModelLoadError(f"{path} is a saved graphdoc model without its {serialization.PASSAGE_ENCODER_DIR}/ "
                              "folder (copy the whole model folder)")
     return serialization.load(cls, name_or_path, config, device)
+
+
+def starts_with_title(text: str, title: str) -> bool:
+    """Whether the first line of ``text`` is ``title`` (a Markdown file's ``# Title`` line, a page
+    that opens with its name on a line of its own), case, runs of white space and ``#`` marks aside:
+    such a passage gets no second copy of the title."""
+    line = text.lstrip()[: 2 * len(title) + 16].split("\n", 1)[0].strip().strip("#")
+    return " ".join(line.split()).casefold() == " ".join(title.split()).casefold()
 
 
 def check_query(text: Any, index: int) -> None:

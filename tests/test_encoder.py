@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from graphdoc.config import ChunkerConfig, GraphConfig, ModelConfig
+from graphdoc.corpus import read_corpus
 from graphdoc.documents import Document
 from graphdoc.encoder import GraphDocEncoder
 from graphdoc.errors import ModelLoadError
@@ -193,6 +194,17 @@ def test_title_is_prepended_per_chunker_setting(tiny_bert: Path, mode: str, expe
     prepared = model.prepare(doc)
     assert [model.passage_input(doc, p) for p in prepared.passages] == expected
     assert [p.text for p in prepared.passages] == ["A b.", "C d."]
+
+
+def test_a_passage_that_opens_with_the_title_does_not_get_it_twice(tiny_bert: Path, tmp_path: Path) -> None:
+    (tmp_path / "notes.md").write_text("# Graph  Attention\n\nA b. C d.\n\n## Graph attention again\n\nE f.\n")
+    doc = next(iter(read_corpus(tmp_path)))
+    model = load(tiny_bert, chunker={"title": "all"})
+    assert doc.title == "Graph  Attention"
+    assert [model.passage_input(doc, p) for p in model.prepare(doc).passages] == [
+        "# Graph  Attention\n\nA b. C d.", "Graph Attention ## Graph attention again\n\nE f."]
+    prose = Document("p", "Graph attention networks read graphs. More.", title="Graph attention")
+    assert model.passage_input(prose, model.prepare(prose).passages[0]).startswith("Graph attention Graph")
 
 
 def test_title_changes_the_embedding(model: GraphDocEncoder) -> None:
