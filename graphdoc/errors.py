@@ -21,3 +21,16 @@ class ModelLoadError(GraphDocError):
 
 class IndexMismatchError(GraphDocError):
     """An index was opened with a model or settings other than the ones it was built with."""
+
+
+class DamagedIndexError(GraphDocError):
+    """Files of an index folder's ``final/`` are missing, cut short or disagree with each other.
+
+    ``problem`` names the file and what is wrong with it. ``final/`` is derived from the shards, so
+    rerunning the ``graphdoc index`` command rebuilds it.
+    """
+
+    def __init__(self, index_dir, problem: str) -> None:
+        super().__init__(f"index {index_dir} is damaged: {problem}; rerun the graphdoc index command that built it "
+                         "(final/ is rebuilt from the shards), or build it anew in a new folder")
+        self.problem = problem

@@ -18,7 +18,7 @@ from _retrieval_helpers import cli, error_line, make_docs, write_jsonl
 from graphdoc.cli import main
 from graphdoc.errors import GraphDocError
 from graphdoc.retrieval.evaluation import format_table, parse_measures
-from graphdoc.retrieval.searcher import Searcher
+from graphdoc.retrieval.searcher import Searcher, final_problem
 from graphdoc.retrieval.trec import run_lines, unwritable_ids
 from graphdoc.retrieval.tuning import tune_alpha
 
@@ -27,7 +27,8 @@ pytestmark = pytest.mark.usefixtures("restore_cli_state")
 #: one word found in one document only: BM25 ranks that document first and alone, so BM25 is perfect
 WORDS = {"q1": ("d001", "aardvark"), "q2": ("d004", "bison"), "q3": ("d008", "caracal"),
          "q4": ("d011", "dingo"), "q5": ("d015", "emu"), "q6": ("d018", "ferret")}
-DAMAGED = "; rebuild it with graphdoc index (into a new folder)"
+DAMAGED = ("; rerun the graphdoc index command that built it (final/ is rebuilt from the shards), or build it anew "
+           "in a new folder")
 
 
 @pytest.fixture(scope="module")
@@ -302,6 +303,30 @@ def test_a_truncated_faiss_file_is_named_in_one_line(index, tmp_path, capsys, na
     message = refused(capsys, "search", "--index-dir", copy, "aardvark")
     assert message.startswith(f"index {copy} is damaged: final/{name} cannot be read ('ret == (size)' failed: ")
     assert message.endswith(DAMAGED)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (lambda final: _truncate(final / "dense.faiss"), "final/dense.faiss cannot be read"),
+    (lambda final: _drop_last_line(final / "docstore.jsonl"), "final/docstore.jsonl is cut short"),
+    (shutil.rmtree, "final/ is missing"),
+])
+def test_rerunning_the_index_command_rebuilds_a_damaged_final(index, files, model_dir, tmp_path, capsys, damage,
+                                                             problem) -> None:
+    copy = Path(shutil.copytree(index, tmp_path / "copy"))
+    built = _files(copy / "final")
+    damage(copy / "final")
+    assert final_problem(copy).startswith(problem)
+    capsys.readouterr()
+    assert cli("index", "--corpus", files["corpus"], "--index-dir", copy, "--model", model_dir) == 0
+    assert f"WARNING graphdoc.retrieval.builder: index {copy} is damaged ({problem}" in capsys.readouterr().err
+    assert final_problem(copy) is None
+    assert _files(copy / "final") == built
+    assert cli("index", "--corpus", files["corpus"], "--index-dir", copy, "--model", model_dir) == 0
+    assert "damaged" not in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ 17. eval warns about runs that miss the qrels

@@ -40,7 +40,8 @@ from graphdoc.retrieval.dense import METRICS, TrainingError, new_faiss_index, tr
 from graphdoc.retrieval.manifest import (LOCK_NAME, MANIFEST_NAME, Manifest, SourceProgress, check_identity,
                                          model_identity, writer_lock)
 from graphdoc.retrieval.shards import read_shard, write_shard
-from graphdoc.retrieval.finalize import finalize
+from graphdoc.retrieval.finalize import FINAL_DIR, finalize
+from graphdoc.retrieval.searcher import final_problem
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +185,9 @@ def build_index(model, corpus: str, index_dir: str | Path, settings: IndexSettin
             manifest.sources.append(source)
         _index_source(model, corpus, index_dir, manifest, source, settings, (part_no, parts), batch_size,
                       show_progress_bar)
+        if manifest.finalized and manifest.shards and (problem := final_problem(index_dir)):
+            logger.warning("index %s is damaged (%s): rebuilding %s/ from its shards", index_dir, problem, FINAL_DIR)
+            manifest.finalized = False
         if not manifest.finalized:
             _finalize(index_dir, manifest, part, show_progress_bar)
     return manifest

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from graphdoc.config import check_count
-from graphdoc.errors import GraphDocError
+from graphdoc.errors import DamagedIndexError, GraphDocError
 from graphdoc.retrieval.bm25 import BM25Index
 from graphdoc.retrieval.dense import prepare_vectors
 from graphdoc.fileio import UnreadableFileError, reading
@@ -56,8 +56,10 @@ class Searcher:
         if self.manifest.finalized and not self.manifest.shards:
             raise GraphDocError(f"index {self.index_dir} holds no documents (an empty part of a sharded corpus): "
                                 "merge it with the other parts (graphdoc merge) and search the merged index")
-        if not self.manifest.finalized or not final.is_dir():
+        if not self.manifest.finalized:
             raise GraphDocError(f"index {self.index_dir} is incomplete: rerun the same graphdoc index command")
+        if not final.is_dir():
+            raise self._damaged(f"{FINAL_DIR}/ is missing")
         try:
             self._open_final(final)
         except UnreadableFileError as exc:
@@ -106,9 +108,8 @@ class Searcher:
                 problem = f"{ATTENTION_FILE} holds {attention} passages, not {len(self.dense.passage_vectors)}"
         return None if problem is None else f"{FINAL_DIR}/{problem}"
 
-    def _damaged(self, problem: str) -> GraphDocError:
-        return GraphDocError(f"index {self.index_dir} is damaged: {problem}; "
-                             "rebuild it with graphdoc index (into a new folder)")
+    def _damaged(self, problem: str) -> DamagedIndexError:
+        return DamagedIndexError(self.index_dir, problem)
 
     def record(self, row: int) -> dict[str, Any]:
         """The document store's record of document ``row``."""
@@ -245,3 +246,13 @@ def _split_queries(queries: Mapping[str, str] | Sequence[str]) -> tuple[list[str
     if blank is not None:
         raise GraphDocError("the query is empty" if len(texts) == 1 else f"query {blank!r} is empty")
     return qids, texts
+
+
+def final_problem(index_dir: str | Path) -> str | None:
+    """What is wrong with the ``final/`` files of a finalised index (as :class:`Searcher` would refuse
+    them: missing, cut short, disagreeing in size), or ``None`` when it opens."""
+    try:
+        Searcher(index_dir)
+    except DamagedIndexError as exc:
+        return exc.problem
+    return None
