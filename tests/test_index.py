@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -32,7 +33,7 @@ from graphdoc.errors import GraphDocError, IndexMismatchError
 from graphdoc.retrieval import builder
 from graphdoc.retrieval.builder import IndexSettings, build_index
 from graphdoc.retrieval.docstore import DocStore
-from graphdoc.retrieval.manifest import model_fingerprint
+from graphdoc.retrieval.manifest import Manifest, SourceProgress, model_fingerprint
 from graphdoc.retrieval.merge import merge_indexes
 from graphdoc.retrieval.searcher import Searcher
 
@@ -315,6 +316,70 @@ def test_merge_refuses_an_incomplete_part(built, tmp_path) -> None:
         (parts[position] / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
         with pytest.raises(GraphDocError, match="is incomplete"):
             merge_indexes(tmp_path / f"{position}out", parts, on_duplicate="replace")
+
+
+def test_merge_takes_the_parts_of_one_split_of_one_version(model, tmp_path, caplog, capsys) -> None:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", make_docs(6))
+    settings = IndexSettings(shard_size=3)
+    for part in ("1/2", "2/3"):
+        build_index(model, str(corpus), tmp_path / part.replace("/", "of"), settings, part=part)
+    with pytest.raises(GraphDocError) as info:
+        merge_indexes(tmp_path / "out", [tmp_path / "1of2", tmp_path / "2of3"])
+    assert str(info.value) == (f"cannot merge {tmp_path / '2of3'}: it holds {corpus} part 2/3, {tmp_path / '1of2'} "
+                               "part 1/2: parts of different --shard splits overlap and leave documents out")
+    write_jsonl(corpus, make_docs(8))  # grown before its second part was indexed
+    build_index(model, str(corpus), tmp_path / "2of2", settings, part="2/2")
+    with pytest.raises(GraphDocError) as info:
+        merge_indexes(tmp_path / "out", [tmp_path / "1of2", tmp_path / "2of2"])
+    assert str(info.value) == (f"cannot merge {tmp_path / '2of2'}: {corpus} had 8 documents when its part 2/2 was "
+                               f"indexed, 6 when {tmp_path / '1of2'}'s part 1/2 was: the parts come from different "
+                               "versions of it")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps(make_docs(1)[0]) + "\n{broken\n", encoding="utf-8")
+    with pytest.raises(GraphDocError, match="broken.jsonl"):
+        build_index(model, str(broken), tmp_path / "stopped", settings)
+    with pytest.raises(GraphDocError) as info:
+        merge_indexes(tmp_path / "out", [tmp_path / "stopped", tmp_path / "1of2"])
+    assert str(info.value) == (f"cannot merge {tmp_path / 'stopped'}: nothing was indexed into it (its graphdoc "
+                               "index run stopped before the first shard was saved): rerun that command")
+    with caplog.at_level(logging.WARNING, logger="graphdoc"):
+        assert merge_indexes(tmp_path / "out", [tmp_path / "1of2"]).counts["documents"] == 3
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        f"the parts hold {corpus} without its part 2/2: the merged index lacks those documents"]
+    assert cli("merge", "--index-dir", tmp_path / "out2", tmp_path / "1of2", tmp_path / "nothere") == 1
+    assert error_line(capsys, "merge") == f"graphdoc merge: error: index folder not found: {tmp_path / 'nothere'}"
+    assert not (tmp_path / "out2").exists()
+
+
+def test_indexing_a_corpus_into_the_merge_of_its_parts_adds_nothing(built, model, tmp_path, monkeypatch,
+                                                                    caplog) -> None:
+    corpus = str(built.parent / "corpus.jsonl")
+    for part in ("1/2", "2/2"):
+        build_index(model, corpus, tmp_path / part.replace("/", "of"), IndexSettings(shard_size=3), part=part)
+    merged = tmp_path / "merged"
+    merge_indexes(merged, [tmp_path / "1of2", tmp_path / "2of2"])
+    before = doc_ids(merged)
+    monkeypatch.setattr(builder, "read_corpus", lambda *a, **k: pytest.fail("the corpus was read again"))
+    for part in ("1/1", "2/2", "1/3"):
+        with caplog.at_level(logging.INFO, logger="graphdoc"):
+            assert build_index(model, corpus, merged, part=part).counts["documents"] == 10
+    assert doc_ids(merged) == before
+    assert caplog.messages.count(f"{corpus} (parts 1/2, 2/2) is already in the index") == 2
+    assert caplog.messages.count(f"{corpus} (part 2/2) is already in the index") == 1
+
+
+@pytest.mark.parametrize("parts, whole", [
+    ({"1/1": True}, ["1/1"]),
+    ({"1/2": True}, []),
+    ({"2/2": True, "1/2": True}, ["1/2", "2/2"]),
+    ({"1/3": True, "2/3": False, "3/3": True}, []),
+    ({"1/2": True, "1/3": True, "2/3": True, "3/3": True}, ["1/3", "2/3", "3/3"]),
+])
+def test_manifest_knows_when_the_parts_of_a_corpus_make_it_whole(parts, whole) -> None:
+    manifest = Manifest(model={}, dimension=2, metric="cosine", faiss_factory="Flat",
+                        sources=[SourceProgress("c", part, 10, complete) for part, complete in parts.items()])
+    manifest.sources.append(SourceProgress("other", "2/2", 10, True))
+    assert [s.part for s in manifest.whole("c")] == whole
 
 
 # ------------------------------------------------------------------ adding corpora

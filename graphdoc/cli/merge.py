@@ -19,5 +19,6 @@ def run(args: argparse.Namespace) -> int:
     from graphdoc.retrieval.merge import merge_indexes
 
     manifest = merge_indexes(args.index_dir, args.parts, args.on_duplicate)
-    print(f"{args.index_dir}: {manifest.counts['documents']} documents from {len(args.parts)} parts")
+    parts = len(args.parts)
+    print(f"{args.index_dir}: {manifest.counts['documents']} documents from {parts} part{'s' if parts > 1 else ''}")
     return 0

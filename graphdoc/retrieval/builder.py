@@ -171,7 +171,7 @@ def build_index(model, corpus: str, index_dir: str | Path, settings: IndexSettin
                 or _new_manifest(model, identity, settings))
     key = str(corpus) if not Path(corpus).exists() else str(Path(corpus).resolve())
     source = manifest.source(key, part) or SourceProgress(corpus=key, part=part)
-    if not source.complete:  # a corpus already indexed is not read again
+    if not source.complete and not manifest.whole(key):  # a corpus already indexed is not read again
         _open_corpus(corpus)
         _check_training_size(index_dir, manifest, corpus, source, part_no, parts)
     with writer_lock(index_dir):
@@ -180,11 +180,14 @@ def build_index(model, corpus: str, index_dir: str | Path, settings: IndexSettin
         manifest = open_manifest(index_dir, model, settings, identity)  # again: the folder is ours only now
         remove_orphans(index_dir, manifest)
         source = manifest.source(key, part)
-        if source is None:
-            source = SourceProgress(corpus=key, part=part)
-            manifest.sources.append(source)
-        _index_source(model, corpus, index_dir, manifest, source, settings, (part_no, parts), batch_size,
-                      show_progress_bar)
+        if source is None and manifest.whole(key):  # all its parts are in (a merged index): nothing to add
+            _report_complete(corpus, manifest.whole(key))
+        else:
+            if source is None:
+                source = SourceProgress(corpus=key, part=part)
+                manifest.sources.append(source)
+            _index_source(model, corpus, index_dir, manifest, source, settings, (part_no, parts), batch_size,
+                          show_progress_bar)
         if manifest.finalized and manifest.shards and (problem := final_problem(index_dir)):
             logger.warning("index %s is damaged (%s): rebuilding %s/ from its shards", index_dir, problem, FINAL_DIR)
             manifest.finalized = False
@@ -237,7 +240,7 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     """Encode the documents of ``corpus`` past ``source.documents_read`` (all of a new corpus; the rest of one a
     killed run left) into shards, saving the manifest after each. A corpus already indexed is not read again."""
     if source.complete:
-        _report_complete(corpus, source)
+        _report_complete(corpus, [source])
         return
     if source.documents_read == 0:
         source.state = corpus_state(corpus)
@@ -278,13 +281,15 @@ def corpus_state(corpus: str) -> list[int] | None:
     return [len(files), sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)]
 
 
-def _report_complete(corpus: str, source: SourceProgress) -> None:
-    if source.state is not None and corpus_state(corpus) != source.state:
+def _report_complete(corpus: str, sources: list[SourceProgress]) -> None:
+    """Say that ``corpus`` is in the index already (as ``sources``: one, or the parts of a split)."""
+    parts = ", ".join(s.part for s in sources)
+    if any(s.state is not None and s.state != corpus_state(corpus) for s in sources):
         logger.warning("%s changed since it was indexed; the index keeps the %d documents read from it then. To "
                        "add documents, put them in another file and index that; to pick up changes, build a new "
-                       "index", corpus, source.documents_read)
+                       "index", corpus, max(s.documents_read for s in sources))
     else:
-        logger.info("%s (part %s) is already in the index", corpus, source.part)
+        logger.info("%s (part%s %s) is already in the index", corpus, "s" if len(sources) > 1 else "", parts)
 
 
 def _finalize(index_dir: Path, manifest: Manifest, part: str, show_progress_bar: bool) -> None:

@@ -26,8 +26,10 @@ def _kept_rows(ids: list[str]) -> np.ndarray:
     return np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
 
 
-def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = False) -> None:
-    """Rebuild ``final/`` from every shard (atomically) and mark the manifest finalised."""
+def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = False,
+             shown_as: Path | None = None) -> None:
+    """Rebuild ``final/`` from every shard (atomically) and mark the manifest finalised; ``shown_as`` names the
+    folder in the log when ``index_dir`` is a temporary one (a merge's)."""
     ids, doc_vectors, passage_vectors, passage_ptr, attention, stores = _gather(index_dir, manifest)
     if not ids:
         raise GraphDocError(f"index {index_dir} has no documents")
@@ -57,7 +59,7 @@ def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = Fals
                             "replaced": len(ids) - len(keep)})
     manifest.finalized = True
     manifest.save(index_dir)
-    logger.info("index %s: %d documents, %d passages", index_dir, len(keep), n_passages)
+    logger.info("index %s: %d documents, %d passages", shown_as or index_dir, len(keep), n_passages)
 
 
 def _gather(index_dir: Path, manifest: Manifest):

@@ -70,6 +70,8 @@ class Manifest:
     @classmethod
     def load(cls, folder: Path) -> "Manifest":
         path = folder / MANIFEST_NAME
+        if not folder.exists():
+            raise GraphDocError(f"index folder not found: {folder}")
         if not path.is_file():
             raise GraphDocError(f"{folder} is not a graphdoc index (no {MANIFEST_NAME})")
         try:
@@ -92,6 +94,26 @@ class Manifest:
 
     def source(self, corpus: str, part: str) -> SourceProgress | None:
         return next((s for s in self.sources if s.corpus == corpus and s.part == part), None)
+
+    def whole(self, corpus: str) -> list[SourceProgress]:
+        """The complete sources that together hold all of ``corpus``: its ``1/1``, or every part of one
+        ``--shard I/N`` split (as a merge of those parts has); ``[]`` when none do."""
+        complete = [s for s in self.sources if s.corpus == corpus and s.complete]
+        for source in complete:
+            parts = [s for s in complete if split_of(s.part) == split_of(source.part)]
+            if len({s.part for s in parts}) == split_of(source.part):
+                return sorted(parts, key=lambda s: part_number(s.part))
+        return []
+
+
+def split_of(part: str) -> int:
+    """``"2/4"`` -> 4, the number of parts of its split."""
+    return int(part.split("/")[1])
+
+
+def part_number(part: str) -> int:
+    """``"2/4"`` -> 2."""
+    return int(part.split("/")[0])
 
 
 def _settings_class(name: str) -> type:

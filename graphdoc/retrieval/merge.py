@@ -18,7 +18,10 @@ from graphdoc.retrieval.finalize import finalize
 from graphdoc.retrieval.manifest import (
     LOCK_NAME,
     Manifest,
+    SourceProgress,
     first_difference,
+    part_number,
+    split_of,
     writer_lock,
 )
 from graphdoc.retrieval.shards import check_shard, read_shard
@@ -48,7 +51,7 @@ def merge_indexes(output: str | Path, parts: Sequence[str | Path], on_duplicate:
             logger.info("removing %s left by an interrupted merge", stale.name)
         with atomic_directory(output) as tmp:
             merged = _copy_parts(tmp, parts, manifests)
-            finalize(tmp, merged)
+            finalize(tmp, merged, shown_as=output)
     return merged
 
 
@@ -83,9 +86,42 @@ def _check_compatible(parts: list[Path], manifests: list[Manifest]) -> None:
         for name in SETTINGS:
             if getattr(manifest, name) != getattr(first, name):
                 raise GraphDocError(f"cannot merge {path}: its {name} differs from {parts[0]}'s")
+        if not manifest.sources:
+            raise GraphDocError(f"cannot merge {path}: nothing was indexed into it (its graphdoc index run stopped "
+                                "before the first shard was saved): rerun that command")
         for source in manifest.sources:
             if not source.complete:
                 raise GraphDocError(f"cannot merge {path}: {source.corpus} part {source.part} is incomplete")
+    _check_splits(parts, manifests)
+    for path, manifest in zip(parts[1:], manifests[1:]):
+        for name in ("fusion", "dense"):
+            if getattr(manifest, name) != getattr(first, name):
+                logger.warning("%s's search settings (%s) differ from %s's: the merged index takes %s's", path, name,
+                               parts[0], parts[0])
+
+
+def _check_splits(parts: list[Path], manifests: list[Manifest]) -> None:
+    """The parts of one corpus must come from one ``--shard I/N`` split of one version of it; a part of the split
+    that is missing is warned about (the merged index lacks its documents)."""
+    by_corpus: dict[str, list[tuple[Path, SourceProgress]]] = {}
+    for path, manifest in zip(parts, manifests):
+        for source in manifest.sources:
+            by_corpus.setdefault(source.corpus, []).append((path, source))
+    for corpus, found in by_corpus.items():
+        (path_a, a), *others = found
+        for path_b, b in others:
+            if split_of(b.part) != split_of(a.part):
+                raise GraphDocError(f"cannot merge {path_b}: it holds {corpus} part {b.part}, {path_a} part {a.part}: "
+                                    "parts of different --shard splits overlap and leave documents out")
+            if b.documents_read != a.documents_read:
+                raise GraphDocError(f"cannot merge {path_b}: {corpus} had {b.documents_read} documents when its part "
+                                    f"{b.part} was indexed, {a.documents_read} when {path_a}'s part {a.part} was: "
+                                    "the parts come from different versions of it")
+        have = {part_number(s.part) for _, s in found}
+        missing = [f"{i}/{split_of(a.part)}" for i in range(1, split_of(a.part) + 1) if i not in have]
+        if missing:
+            logger.warning("the parts hold %s without its part%s %s: the merged index lacks those documents",
+                           corpus, "s" if len(missing) > 1 else "", ", ".join(missing))
 
 
 def _copy_parts(folder: Path, parts: list[Path], manifests: list[Manifest]) -> Manifest:
