@@ -59,6 +59,9 @@ def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype
     if precision == "fp32":
         return None
     if device.type == "cpu":
+        if precision == "fp16":
+            _warn_once("precision fp16 asked for, but CPUs run half precision slowly: running in fp32 "
+                       "(bf16 is honoured on CPUs with native bfloat16)")
         if precision != "bf16":
             return None
         if not cpu_supports_bf16():

@@ -133,6 +133,8 @@ def test_output_must_end_in_npy(tiny_bert: Path, tmp_path: Path, capsys) -> None
     line = error_line(capsys)
     assert "--output must end in .npy" in line and "emb.txt" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]
+    assert embed(corpus, tmp_path / ".npy", tiny_bert) == 0  # a name that is all suffix is still .npy
+    assert np.load(tmp_path / ".npy").shape[0] == len(DOCS)
 
 
 def test_only_empty_documents_is_an_error(tiny_bert: Path, tmp_path: Path, capsys) -> None:
@@ -172,3 +174,20 @@ def test_an_error_mid_corpus_leaves_no_output_and_keeps_an_earlier_one(tiny_bert
 def test_error_is_one_line_without_quiet(tiny_bert: Path, tmp_path: Path, capsys) -> None:
     assert embed(tmp_path / "nope.jsonl", tmp_path / "emb.npy", tiny_bert, quiet=False) == 1
     error_line(capsys)
+
+
+def test_a_pretrain_config_gives_its_model_section_and_backbone(tiny_bert: Path, tmp_path: Path) -> None:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", DOCS)
+    model = {"chunker": {"max_words": 8}, "passage_encoder": {"model_name_or_path": str(tiny_bert)},
+             "graph": {"document": "mean"}}
+    config = tmp_path / "pretrain.json"
+    config.write_text(json.dumps({"backbone": "flat", "model": model, "pretrain": {"objective": "simcse"}}),
+                      encoding="utf-8")
+    assert main(["-q", "embed", "--corpus", str(corpus), "--output", str(tmp_path / "a.npy"), "--config",
+                 str(config)]) == 0
+    (tmp_path / "model.json").write_text(json.dumps(model), encoding="utf-8")
+    assert main(["-q", "embed", "--corpus", str(corpus), "--output", str(tmp_path / "b.npy"), "--config",
+                 str(tmp_path / "model.json"), "--backbone", "flat"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
+    assert main(["-q", "embed", "--corpus", str(corpus), "--output", str(tmp_path / "c.npy"), "--config",
+                 str(config), "--backbone", "graph"]) == 1  # the flat settings do not fit a graph model

@@ -50,6 +50,16 @@ def test_cpu_bf16_without_support_warns_once_and_runs_fp32(bf16_cpu, caplog):
         assert (torch.ones(2, 3) @ torch.ones(3, 2)).dtype == torch.float32
 
 
+def test_cpu_fp16_warns_once_that_it_runs_fp32(bf16_cpu, caplog):
+    bf16_cpu(True)
+    with caplog.at_level(logging.WARNING, logger="graphdoc.device"):
+        assert autocast_dtype(CPU, "fp16") is None
+        assert autocast_dtype(CPU, "fp16") is None
+        assert autocast_dtype(CPU, "auto") is None
+    assert caplog.messages == ["precision fp16 asked for, but CPUs run half precision slowly: running in fp32 "
+                               "(bf16 is honoured on CPUs with native bfloat16)"]
+
+
 def test_unknown_or_missing_devices_are_one_line_errors():
     with pytest.raises(GraphDocError, match="unknown device 'tpu0'"):
         resolve_device("tpu0")

@@ -124,6 +124,22 @@ def test_compare_errors(model_dir, corpus, tmp_path, capsys, args, message) -> N
     assert message in error_line(capsys, "compare")
 
 
+def test_compare_names_a_folder_an_empty_document_and_its_file(model_dir, tmp_path, capsys) -> None:
+    (tmp_path / "b.md").write_text(MARKDOWN, encoding="utf-8")
+    (tmp_path / "empty.json").write_text(json.dumps({"title": "Nothing", "text": " "}), encoding="utf-8")
+    corpus = tmp_path / "withempty.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in [DOCS[0], {"_id": "e", "text": ""}]), encoding="utf-8")
+    cases = [
+        ([tmp_path, tmp_path / "b.md"], f"{tmp_path} is a folder; name a document file (.txt, .md, .json, .jsonl, "
+                                        f".jsonl.gz), or use --corpus {tmp_path} ID_A ID_B"),
+        ([tmp_path / "empty.json", tmp_path / "b.md"], f"{tmp_path / 'empty.json'}: document has no text"),
+        (["d0", "e", "--corpus", corpus], f"{corpus}: document 'e' is empty (no text to compare)"),
+    ]
+    for args, message in cases:
+        assert cli("compare", *args, "--model", model_dir) == 1
+        assert error_line(capsys, "compare") == f"graphdoc compare: error: {message}"
+
+
 def test_plot_embeddings_and_attention(model_dir, corpus, tmp_path, capsys) -> None:
     pytest.importorskip("matplotlib", reason="the plot extra is not installed")
     pytest.importorskip("sklearn", reason="the plot extra is not installed")

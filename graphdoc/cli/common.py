@@ -7,7 +7,7 @@ import logging
 from dataclasses import replace
 
 from graphdoc.backbones import BACKBONES, DEFAULT_BACKBONE, FLAT
-from graphdoc.config import PRECISIONS, check_count, load_config_file
+from graphdoc.config import PRECISIONS, check_count, from_dict, read_config_file
 from graphdoc.errors import GraphDocError
 from graphdoc.flat_config import DOCUMENT_MODES, FlatModelConfig
 
@@ -48,8 +48,10 @@ def load_model(args: argparse.Namespace):
 
     check_at_least_one("--batch-size", getattr(args, "batch_size", None))
     saved = saved_backbone(args.model)
-    backbone = args.backbone or saved or DEFAULT_BACKBONE
-    config = _config_file(args.config, backbone, args.backbone is None) if args.config else None
+    section, file_backbone = _model_section(args.config) if args.config else (None, None)
+    chosen = args.backbone or (file_backbone if saved is None else None)
+    backbone = chosen or saved or DEFAULT_BACKBONE
+    config = _config_file(args.config, section, backbone, chosen is None) if args.config else None
     if args.flat_document is not None:
         if backbone != FLAT:
             raise GraphDocError(f"--flat-document needs --backbone flat; the model's backbone is {backbone}")
@@ -57,7 +59,7 @@ def load_model(args: argparse.Namespace):
             config = config or FlatModelConfig()
             config = replace(config, graph=replace(config.graph, document=args.flat_document))
     name = args.model if args.model is not None or config is None else config.passage_encoder.model_name_or_path
-    model = backbones.load_model(name, backbone=args.backbone, config=config, device=args.device)
+    model = backbones.load_model(name, backbone=chosen, config=config, device=args.device)
     if args.flat_document is not None and saved is not None:
         model.config = replace(model.config, graph=replace(model.config.graph, document=args.flat_document))
     if getattr(args, "precision", None) is not None:
@@ -65,19 +67,30 @@ def load_model(args: argparse.Namespace):
     return model
 
 
-def _config_file(path: str, backbone: str, guessed: bool):
-    """The model settings of ``path`` for ``backbone``; when the backbone was not given and the file reads as
-    the other backbone's settings, the error says to give it."""
+def _model_section(path: str):
+    """The model settings a config file holds, and the backbone it names: a model config is all model
+    settings; a ``pretrain``/``finetune`` config holds them in its ``model`` section (and may name a
+    ``backbone``)."""
+    data = read_config_file(path)
+    if isinstance(data, dict) and isinstance(data.get("model"), dict):
+        logger.info("using the model section of %s", path)
+        return data["model"], data.get("backbone")
+    return data, None
+
+
+def _config_file(path: str, data, backbone: str, guessed: bool):
+    """The model settings ``data`` of ``path`` for ``backbone``; when the backbone was not given and they
+    read as the other backbone's settings, the error says to give it."""
     from graphdoc import backbones
     from graphdoc.serialization import config_class_of
 
     try:
-        return load_config_file(path, config_class_of(backbones.backbone_class(backbone)))
+        return from_dict(config_class_of(backbones.backbone_class(backbone)), data)
     except GraphDocError as err:
         other = FLAT if backbone != FLAT else None
         if guessed and other is not None:
             try:
-                load_config_file(path, config_class_of(backbones.backbone_class(other)))
+                from_dict(config_class_of(backbones.backbone_class(other)), data)
             except GraphDocError:
                 raise err from None
             raise GraphDocError(f"{err}; {path} reads as {other}-backbone settings: add --backbone {other}") from None

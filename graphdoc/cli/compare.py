@@ -36,6 +36,8 @@ def read_document_file(path: Path):
     from graphdoc.documents import Document
 
     name = path.name.lower()
+    if path.is_dir():
+        raise InputError(f"{path} is a folder; name a document file ({FILE_KINDS}), or use --corpus {path} ID_A ID_B")
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     if name.endswith((".txt", ".md")):
@@ -48,28 +50,34 @@ def read_document_file(path: Path):
         if not isinstance(record, dict):
             raise InputError(f"{path}: expected one JSON object")
         try:
-            return Document.from_dict(record, default_id=path.stem)
+            document = Document.from_dict(record, default_id=path.stem)
         except InputError as err:
             raise InputError(f"{path}: {err}") from None
+        document.metadata.setdefault("path", str(path))  # named by an error about it
+        return document
     if name.endswith((".jsonl", ".jsonl.gz")):
         docs = list(read_jsonl_corpus(path))
         if len(docs) != 1:
             raise InputError(f"{path}: holds {len(docs)} documents; give one, or use --corpus {path} ID_A ID_B")
+        docs[0].metadata.setdefault("path", str(path))
         return docs[0]
     raise InputError(f"{path}: unknown document file (accepted: {FILE_KINDS}; or --corpus with ids)")
 
 
 def read_from_corpus(corpus: str, ids: list[str]) -> list:
     """The documents with ``ids`` from ``corpus`` (read until all are found)."""
-    from graphdoc.corpus import read_corpus
+    from graphdoc.corpus import ReadStats, read_corpus
 
-    wanted, found = set(ids), {}
-    for doc in read_corpus(corpus):
+    wanted, found, stats = set(ids), {}, ReadStats()
+    for doc in read_corpus(corpus, stats=stats):
         if doc.id in wanted:
             found[doc.id] = doc
             if len(found) == len(wanted):
                 break
     missing = [i for i in ids if i not in found]
+    empty = [i for i in missing if i in stats.skipped_ids]
+    if empty:
+        raise InputError(f"{corpus}: document {empty[0]!r} is empty (no text to compare)")
     if missing:
         raise InputError(f"{corpus}: no document with id {', '.join(map(repr, missing))}")
     return [found[i] for i in ids]

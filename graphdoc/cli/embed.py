@@ -32,7 +32,7 @@ def ids_path(output: Path) -> Path:
 def run(args: argparse.Namespace) -> int:
     from graphdoc.corpus import ReadStats, read_corpus
 
-    if args.output.suffix.lower() != ".npy":
+    if not args.output.name.lower().endswith(".npy"):
         raise GraphDocError(f"--output must end in .npy; got {args.output}")
     if args.batch_size < 1:
         raise GraphDocError(f"--batch-size must be at least 1; got {args.batch_size}")
