@@ -351,6 +351,21 @@ def test_merge_takes_the_parts_of_one_split_of_one_version(model, tmp_path, capl
     assert not (tmp_path / "out2").exists()
 
 
+def test_merge_warns_that_it_takes_the_first_parts_search_settings(built, model, tmp_path, caplog) -> None:
+    corpus = str(built.parent / "corpus.jsonl")
+    for part in ("1/2", "2/2"):
+        build_index(model, corpus, tmp_path / part.replace("/", "of"), IndexSettings(shard_size=3), part=part)
+    m = manifest_json(tmp_path / "2of2")
+    m["fusion"]["alpha"] = 0.3
+    (tmp_path / "2of2" / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="graphdoc"):
+        merged = merge_indexes(tmp_path / "out", [tmp_path / "1of2", tmp_path / "2of2"])
+    assert merged.fusion["alpha"] == 0.6
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        f"{tmp_path / '2of2'}'s search settings (fusion) differ from {tmp_path / '1of2'}'s: the merged index takes "
+        f"{tmp_path / '1of2'}'s"]
+
+
 def test_indexing_a_corpus_into_the_merge_of_its_parts_adds_nothing(built, model, tmp_path, monkeypatch,
                                                                     caplog) -> None:
     corpus = str(built.parent / "corpus.jsonl")
