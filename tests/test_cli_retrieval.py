@@ -128,22 +128,27 @@ def test_eval_prints_measures_of_a_run_file(files, tmp_path, capsys) -> None:
 
 # ------------------------------------------------------------------ tune-fusion
 def test_tune_fusion_saves_alpha_that_later_hybrid_searches_use(own_index, model, files, tmp_path, capsys) -> None:
+    manifest = manifest_json(own_index)
+    manifest["fusion"] = {"method": "rrf", "alpha": 0.0, "normalization": "zscore", "rrf_k": 60}
+    (own_index / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     capsys.readouterr()
     assert cli("tune-fusion", "--index-dir", own_index, "--queries", files["queries"], "--qrels", files["qrels"],
                "--folds", 2, "--save", "--output", tmp_path / "cv.trec") == 0
     out = capsys.readouterr().out.splitlines()
-    # BM25 alone is perfect on these queries and the first of equally good alphas wins: 0.0
+    # BM25 alone is perfect on these queries and of equally good alphas the one nearest the index's (0.0) wins
     assert out[-2:] == ["cross-validated nDCG@10: 1.0000; alpha on all queries: 0.00",
-                        f"stored alpha=0.00 in {own_index}/manifest.json"]
+                        f"stored fusion weighted alpha=0.00 normalization=zscore in {own_index}/manifest.json "
+                        "(was rrf k=60)"]
     assert [line.split(":")[0] for line in out[:-2]] == ["fold 1", "fold 2"]
-    assert manifest_json(own_index)["fusion"] == {"method": "weighted", "alpha": 0.0, "normalization": "minmax",
+    assert manifest_json(own_index)["fusion"] == {"method": "weighted", "alpha": 0.0, "normalization": "zscore",
                                                   "rrf_k": 60}
     assert sorted(read_run(tmp_path / "cv.trec")) == ["q1", "q2", "q3"]
 
     assert cli("search", "--index-dir", own_index, "graph zebra", "--json", "-k", 20) == 0
     printed = {h["doc_id"]: h["score"] for h in map(json.loads, capsys.readouterr().out.splitlines())}
     searcher = Searcher(own_index, model=model)
-    assert printed == pytest.approx(searcher.batch_search(["graph zebra"], k=20, fusion=FusionConfig(alpha=0.0))["0"])
+    saved = FusionConfig(alpha=0.0, normalization="zscore")
+    assert printed == pytest.approx(searcher.batch_search(["graph zebra"], k=20, fusion=saved)["0"])
     assert printed != pytest.approx(searcher.batch_search(["graph zebra"], k=20, fusion=FusionConfig())["0"])
 
 

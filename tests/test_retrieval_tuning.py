@@ -1,8 +1,16 @@
-import pytest
+import argparse
+import json
+import shutil
+from pathlib import Path
 
+import pytest
+from _retrieval_helpers import cli, cli_state_restored, make_docs, manifest_json, write_jsonl
+
+from graphdoc.cli import build_parser
 from graphdoc.errors import GraphDocError
 from graphdoc.retrieval.evaluation import evaluate
-from graphdoc.retrieval.fusion import FusionConfig, fuse
+from graphdoc.retrieval.fusion import HYBRID_DEFAULT, NORMALIZERS, FusionConfig, fuse
+from graphdoc.retrieval.searcher import Searcher
 from graphdoc.retrieval.tuning import DEFAULT_ALPHAS, assign_folds, tune_alpha
 
 QIDS = [f"q{i}" for i in range(10)]
@@ -23,6 +31,7 @@ def test_perfect_dense_picks_alpha_one():
     assert list(result.scores_by_alpha) == list(DEFAULT_ALPHAS) == [i / 10 for i in range(11)]
     assert result.run == {q: fuse(GOOD, BAD, FusionConfig(alpha=1.0)) for q in QIDS}
     assert result.to_dict()["folds"][0]["alpha"] == 1.0
+    assert not result.alphas_tied and result.to_dict()["alphas_tied"] is False
 
 
 def test_perfect_sparse_picks_alpha_zero():
@@ -49,3 +58,147 @@ def test_fold_assignment_is_deterministic():
         assign_folds(["q1"], 2)
     with pytest.raises(GraphDocError, match=r"^folds must be between 2 and the number of queries \(10\), got 11$"):
         assign_folds(QIDS, 11)
+
+
+# ------------------------------------------------------------------ ties between alphas
+#: RR@10 with A relevant: minmax fuses A = 1 - 0.75a and X = a, so A leads for a < 4/7: alphas 0.0 ... 0.5 all
+#: score 1.0, 0.6 ... 1.0 score 0.5 (z-score and no normalisation split the same way)
+SPLIT_DENSE, SPLIT_SPARSE = {"X": 1.0, "A": 0.25, "Z": 0.0}, {"A": 1.0, "X": 0.0, "Z": 0.0}
+ONE_QRELS = {q: {"A": 1} for q in QIDS[:4]}
+
+
+def split_runs(qids) -> tuple[dict, dict]:
+    return dict.fromkeys(qids, SPLIT_DENSE), dict.fromkeys(qids, SPLIT_SPARSE)
+
+
+@pytest.mark.parametrize("prefer, alpha", [(None, 0.5), (0.9, 0.5), (0.6, 0.5), (0.2, 0.2), (0.25, 0.2), (0.0, 0.0)])
+def test_tied_alphas_go_to_the_one_nearest_prefer(prefer, alpha):
+    result = tune_alpha(*split_runs(QIDS[:4]), ONE_QRELS, folds=2, measure="RR@10", prefer=prefer)
+    assert result.scores_by_alpha == {a: 1.0 if a <= 0.5 else 0.5 for a in DEFAULT_ALPHAS}
+    assert result.alpha == alpha and [f.alpha for f in result.folds] == [alpha, alpha]
+    assert result.mean_test_score == 1.0 and not result.alphas_tied
+
+
+@pytest.mark.parametrize("prefer, alpha", [(None, 0.5), (0.6, 0.6), (0.62, 0.6), (1.0, 1.0)])
+def test_when_no_alpha_scores_better_the_tie_break_decides_and_says_so(prefer, alpha):
+    # both retrievers rank A first: every alpha is perfect, the measure cannot choose
+    runs = dict.fromkeys(QIDS[:4], {"A": 1.0, "X": 0.0})
+    result = tune_alpha(runs, runs, ONE_QRELS, folds=2, measure="RR@10", prefer=prefer)
+    assert result.alphas_tied and result.to_dict()["alphas_tied"] is True
+    assert result.alpha == alpha and [f.alpha for f in result.folds] == [alpha, alpha]
+    nothing_relevant = tune_alpha(runs, runs, {q: {"Q": 1} for q in QIDS[:4]}, folds=2, prefer=prefer)
+    assert nothing_relevant.alphas_tied and nothing_relevant.alpha == alpha
+    assert set(nothing_relevant.scores_by_alpha.values()) == {0.0}
+
+
+# ------------------------------------------------------------------ graphdoc tune-fusion
+@pytest.fixture(scope="module")
+def cli_files(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("tune-files")
+    (folder / "qrels.tsv").write_text("".join(f"{q}\tA\t1\n" for q in QIDS[:4]), encoding="utf-8")
+    return {"corpus": write_jsonl(folder / "corpus.jsonl", make_docs(5)),
+            "queries": write_jsonl(folder / "queries.jsonl", [{"_id": q, "text": "graph"} for q in QIDS[:4]]),
+            "qrels": folder / "qrels.tsv"}
+
+
+@pytest.fixture(scope="module")
+def built_index(cli_files, model_dir, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tune-index") / "index"
+    with cli_state_restored():
+        assert cli("index", "--corpus", cli_files["corpus"], "--index-dir", folder, "--model", model_dir) == 0
+    return folder
+
+
+def own_index(built_index: Path, tmp_path: Path, fusion: dict | None = None) -> Path:
+    """A copy of the index, with `fusion` as its manifest's setting when given."""
+    folder = Path(shutil.copytree(built_index, tmp_path / "index"))
+    if fusion is not None:
+        manifest = manifest_json(folder)
+        (folder / "manifest.json").write_text(json.dumps({**manifest, "fusion": fusion}), encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def fixed_runs(monkeypatch):
+    """``component_runs`` gives `runs` (dense, sparse) for every query: exact figures, no model involved."""
+    runs = {}
+
+    def component_runs(self, queries, depth=100):
+        return {q: runs["dense"] for q in queries}, {q: runs["sparse"] for q in queries}
+
+    monkeypatch.setattr(Searcher, "component_runs", component_runs)
+    return runs
+
+
+def tune(capsys, index: Path, files: dict, *extra) -> tuple[list[str], str]:
+    capsys.readouterr()
+    with cli_state_restored():
+        assert cli("tune-fusion", "--index-dir", index, "--queries", files["queries"], "--qrels", files["qrels"],
+                   "--folds", 2, "--measure", "RR@10", *extra) == 0
+    captured = capsys.readouterr()
+    return captured.out.splitlines(), captured.err
+
+
+def test_tune_fusion_uses_the_index_normalization_and_prefers_its_alpha(built_index, cli_files, fixed_runs,
+                                                                        tmp_path, capsys):
+    fixed_runs.update(dense=SPLIT_DENSE, sparse=SPLIT_SPARSE)
+    index = own_index(built_index, tmp_path)
+    assert manifest_json(index)["fusion"] == HYBRID_DEFAULT.to_dict()  # weighted, alpha 0.6, zscore
+    out, err = tune(capsys, index, cli_files, "--save")
+    # 0.0 ... 0.5 tie: 0.5 is the nearest to the index's 0.6; the normalisation stays the index's zscore
+    assert out == ["fold 1: alpha=0.50  train RR@10=1.0000  test RR@10=1.0000",
+                   "fold 2: alpha=0.50  train RR@10=1.0000  test RR@10=1.0000",
+                   "cross-validated RR@10: 1.0000; alpha on all queries: 0.50",
+                   (f"stored fusion weighted alpha=0.50 normalization=zscore in {index}/manifest.json "
+                    "(was weighted alpha=0.60 normalization=zscore)")]
+    assert err == ""
+    assert manifest_json(index)["fusion"] == {"method": "weighted", "alpha": 0.5, "normalization": "zscore",
+                                              "rrf_k": 60}
+    out, _ = tune(capsys, index, cli_files, "--save")
+    assert out[-1] == f"{index}/manifest.json already holds fusion weighted alpha=0.50 normalization=zscore; unchanged"
+
+
+@pytest.mark.parametrize("normalization", ["minmax", "none"])
+def test_tune_fusion_normalization_overrides_the_index(built_index, cli_files, fixed_runs, tmp_path, capsys,
+                                                       normalization):
+    fixed_runs.update(dense=SPLIT_DENSE, sparse=SPLIT_SPARSE)
+    index = own_index(built_index, tmp_path)
+    out, _ = tune(capsys, index, cli_files, "--save", "--normalization", normalization)
+    assert out[-1] == (f"stored fusion weighted alpha=0.50 normalization={normalization} in {index}/manifest.json "
+                       "(was weighted alpha=0.60 normalization=zscore)")
+    assert manifest_json(index)["fusion"]["normalization"] == normalization
+
+
+def test_tune_fusion_save_says_it_replaces_rrf(built_index, cli_files, fixed_runs, tmp_path, capsys):
+    fixed_runs.update(dense=SPLIT_DENSE, sparse=SPLIT_SPARSE)
+    index = own_index(built_index, tmp_path, {"method": "rrf", "alpha": 0.2, "normalization": "minmax", "rrf_k": 30})
+    out, _ = tune(capsys, index, cli_files, "--save")
+    assert out[-2:] == ["cross-validated RR@10: 1.0000; alpha on all queries: 0.20",
+                        (f"stored fusion weighted alpha=0.20 normalization=minmax in {index}/manifest.json "
+                         "(was rrf k=30)")]
+    assert manifest_json(index)["fusion"] == {"method": "weighted", "alpha": 0.2, "normalization": "minmax",
+                                              "rrf_k": 30}
+
+
+def test_tune_fusion_without_signal_warns_and_does_not_save(built_index, cli_files, fixed_runs, tmp_path, capsys):
+    fixed_runs.update(dense={"A": 1.0, "X": 0.0}, sparse={"A": 1.0, "X": 0.0})  # every alpha ranks A first
+    index = own_index(built_index, tmp_path)
+    before = (index / "manifest.json").read_bytes()
+    out, err = tune(capsys, index, cli_files, "--save")
+    assert out[-2:] == ["cross-validated RR@10: 1.0000; alpha on all queries: 0.60",
+                        (f"not stored: {index}/manifest.json keeps fusion weighted alpha=0.60 normalization=zscore, "
+                         "as no alpha scored better than another")]
+    assert err == ("WARNING graphdoc.cli: every alpha scores RR@10=1.0000 on the 4 queries: the measure does not "
+                   "tell the alphas apart, so alpha 0.60 is only the tie-break (the tried alpha nearest the "
+                   "index's 0.60)\n")
+    assert (index / "manifest.json").read_bytes() == before
+
+
+def test_tune_fusion_help_gives_defaults_and_the_normalizations_of_search():
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    options = {a.dest: a for a in commands["tune-fusion"]._actions}
+    for dest in ("folds", "measure", "normalization", "depth", "model", "device"):
+        assert "(default" in options[dest].help, dest
+    search_normalization = next(a for a in commands["search"]._actions if a.dest == "normalization")
+    assert options["normalization"].choices == search_normalization.choices == tuple(NORMALIZERS)
+    assert options["normalization"].default is None

@@ -9,6 +9,10 @@ from graphdoc.cli.common import check_at_least_one, logger
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import check_output_file
 
+#: as ``graphdoc search --normalization`` (graphdoc.retrieval.fusion.NORMALIZERS, not imported here to keep
+#: ``--help`` fast)
+NORMALIZATIONS = ("minmax", "zscore", "none")
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("tune-fusion", help="pick the fusion weight alpha by cross-validation",
@@ -17,14 +21,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--queries", required=True, help="queries file, BEIR folder or dataset name")
     parser.add_argument("--qrels", required=True, help="qrels file, BEIR folder or dataset name")
     parser.add_argument("--split", default=None, help="split of a BEIR folder (queries and qrels)")
-    parser.add_argument("--folds", type=int, default=5)
-    parser.add_argument("--measure", default="nDCG@10")
-    parser.add_argument("--normalization", choices=("minmax", "zscore"), default="minmax")
-    parser.add_argument("--depth", type=int, default=100, help="candidates per retriever")
+    parser.add_argument("--folds", type=int, default=5,
+                        help="cross-validation folds over the judged queries (default 5)")
+    parser.add_argument("--measure", default="nDCG@10",
+                        help="the ir-measures name alpha maximises, e.g. RR@10 or R@100 (default nDCG@10)")
+    parser.add_argument("--normalization", choices=NORMALIZATIONS, default=None,
+                        help="score normalisation of weighted fusion (default: the index's, as graphdoc search "
+                             "uses, so the tuned alpha means what search --alpha does)")
+    parser.add_argument("--depth", type=int, default=100, help="candidates per retriever (default 100)")
     parser.add_argument("--output", type=Path, help="write the cross-validated fused run here")
-    parser.add_argument("--save", action="store_true", help="store the chosen alpha in the index manifest")
-    parser.add_argument("--model", default=None)
-    parser.add_argument("--device", default=None)
+    parser.add_argument("--save", action="store_true",
+                        help="make weighted fusion with the chosen alpha and normalisation the index's setting "
+                             "(kept when every alpha scores the same)")
+    parser.add_argument("--model", default=None, help="query encoder (default: the index's model)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: CUDA when present)")
     parser.set_defaults(func=run)
 
 
@@ -59,20 +69,50 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         check_trec_ids(searcher)
     dense_run, sparse_run = searcher.component_runs(queries, args.depth)
-    result = tune_alpha(dense_run, sparse_run, qrels, folds=args.folds, normalization=args.normalization,
-                        measure=args.measure)
-    for i, fold in enumerate(result.folds, start=1):
-        print(f"fold {i}: alpha={fold.alpha:.2f}  train {args.measure}={fold.train_score:.4f}  "
-              f"test {args.measure}={fold.test_score:.4f}")
-    print(f"cross-validated {args.measure}: {result.mean_test_score:.4f}; alpha on all queries: {result.alpha:.2f}")
+    normalization = args.normalization or searcher.fusion.normalization
+    result = tune_alpha(dense_run, sparse_run, qrels, folds=args.folds, normalization=normalization,
+                        measure=args.measure, prefer=searcher.fusion.alpha)
+    _report(result, args.measure, searcher.fusion.alpha)
     if args.output:
         from graphdoc.retrieval.trec import write_run
 
         write_run(result.run, args.output, tag="graphdoc-hybrid-cv")
     if args.save:
-        manifest = searcher.manifest
-        manifest.fusion = {**searcher.fusion.to_dict(), "method": "weighted", "alpha": result.alpha,
-                           "normalization": args.normalization}
-        manifest.save(args.index_dir)
-        print(f"stored alpha={result.alpha:.2f} in {args.index_dir}/manifest.json")
+        _save(searcher, args.index_dir, result)
     return 0
+
+
+def _report(result, measure: str, index_alpha: float) -> None:
+    for i, fold in enumerate(result.folds, start=1):
+        print(f"fold {i}: alpha={fold.alpha:.2f}  train {measure}={fold.train_score:.4f}  "
+              f"test {measure}={fold.test_score:.4f}")
+    print(f"cross-validated {measure}: {result.mean_test_score:.4f}; alpha on all queries: {result.alpha:.2f}")
+    if result.alphas_tied:
+        logger.warning("every alpha scores %s=%.4f on the %d queries: the measure does not tell the alphas apart, "
+                       "so alpha %.2f is only the tie-break (the tried alpha nearest the index's %.2f)", measure,
+                       result.scores_by_alpha[result.alpha], sum(len(f.query_ids) for f in result.folds),
+                       result.alpha, index_alpha)
+
+
+def _describe(fusion) -> str:
+    """A fusion setting in one phrase: its method and the values that method uses."""
+    if fusion.method == "rrf":
+        return f"rrf k={fusion.rrf_k:g}"
+    return f"{fusion.method} alpha={fusion.alpha:.2f} normalization={fusion.normalization}"
+
+
+def _save(searcher, index_dir: Path, result) -> None:
+    """Store weighted fusion with the tuned alpha in the manifest, saying what it replaces; keep it on a tie."""
+    from dataclasses import replace
+
+    where, old = f"{index_dir}/manifest.json", searcher.fusion
+    if result.alphas_tied:
+        print(f"not stored: {where} keeps fusion {_describe(old)}, as no alpha scored better than another")
+        return
+    new = replace(old, method="weighted", alpha=result.alpha, normalization=result.normalization)
+    if new == old:
+        print(f"{where} already holds fusion {_describe(new)}; unchanged")
+        return
+    searcher.manifest.fusion = new.to_dict()
+    searcher.manifest.save(index_dir)
+    print(f"stored fusion {_describe(new)} in {where} (was {_describe(old)})")

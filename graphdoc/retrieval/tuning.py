@@ -14,6 +14,9 @@ from graphdoc.retrieval.fusion import FusionConfig, fuse_runs
 from graphdoc.retrieval.runs import Run
 
 DEFAULT_ALPHAS = tuple(round(i * 0.1, 1) for i in range(11))  # 0.0, 0.1, ..., 1.0
+#: two mean scores closer than this are a tie (a mean of the same per-query values summed in another order
+#: may differ in the last bits)
+TIE_TOLERANCE = 1e-12
 
 
 @dataclass
@@ -44,6 +47,13 @@ class TuningResult:
     scores_by_alpha: dict[float, float]
     run: Run = field(repr=False)
 
+    @property
+    def alphas_tied(self) -> bool:
+        """True when every alpha scores the same on all queries: the measure does not tell them apart,
+        and ``alpha`` is only the tie-break (see :func:`tune_alpha`)."""
+        scores = list(self.scores_by_alpha.values())
+        return max(scores) - min(scores) <= TIE_TOLERANCE
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (without the fused run)."""
         return {
@@ -52,6 +62,7 @@ class TuningResult:
             "normalization": self.normalization,
             "mean_test_score": self.mean_test_score,
             "scores_by_alpha": {str(a): s for a, s in self.scores_by_alpha.items()},
+            "alphas_tied": self.alphas_tied,
             "folds": [vars(f) for f in self.folds],
         }
 
@@ -67,10 +78,17 @@ def assign_folds(query_ids: Sequence[str], folds: int, seed: int = 0) -> list[li
     return [sorted(qids[i] for i in order[f::folds]) for f in range(folds)]
 
 
-def _best(alphas: Sequence[float], per_query: list[dict[str, float]], qids: Sequence[str]) -> tuple[int, float]:
-    """Index of the alpha with the highest mean over `qids` (first one wins ties), and that mean."""
+def _best(alphas: Sequence[float], per_query: list[dict[str, float]], qids: Sequence[str],
+          prefer: float) -> tuple[int, float]:
+    """Index of the alpha with the highest mean over `qids`, and that mean.
+
+    Of alphas whose means tie (within ``TIE_TOLERANCE``), the one closest to `prefer` wins; of those
+    equally close, the first in `alphas`.
+    """
     means = [float(np.mean([scores[q] for q in qids])) for scores in per_query]
-    best = int(np.argmax(means))
+    top = max(means)
+    tied = [i for i, m in enumerate(means) if m >= top - TIE_TOLERANCE]
+    best = min(tied, key=lambda i: (round(abs(alphas[i] - prefer), 9), i))
     return best, means[best]
 
 
@@ -84,16 +102,23 @@ def tune_alpha(
     normalization: str = "minmax",
     measure: str = "nDCG@10",
     seed: int = 0,
+    prefer: float | None = None,
 ) -> TuningResult:
     """Cross-validate alpha of weighted fusion (``alpha`` weights the dense side).
 
     Only queries that were searched (in either run) and have qrels are used: a judged query that was
     not searched would count as 0 for every alpha and only lower the figures. For each fold the alpha
-    maximising `measure` on the other folds is applied to the held-out fold. Ties go to the first alpha in `alphas`.
+    maximising `measure` on the other folds is applied to the held-out fold.
+
+    Alphas that score the same are told apart by `prefer` (e.g. the index's current alpha; default: the
+    middle of the range of `alphas`, 0.5): the one closest to it wins, and of two equally close, the first
+    in `alphas`. So where the measure cannot choose (``TuningResult.alphas_tied``) the result is `prefer`
+    or its nearest alpha, not an extreme such as 0.0 (BM25 alone).
     """
     alphas = list(DEFAULT_ALPHAS if alphas is None else alphas)
     if not alphas:
         raise GraphDocError("alphas must hold at least one value")
+    prefer = (min(alphas) + max(alphas)) / 2 if prefer is None else prefer
     name = str(parse_measures([measure])[0])
     qids = sorted(q for q, docs in qrels.items() if docs and (q in dense_run or q in sparse_run))
     if not qids:
@@ -109,11 +134,11 @@ def tune_alpha(
     fold_results, chosen = [], {}  # chosen[qid]: index of the alpha applied to that query
     for f, test in enumerate(groups):
         train = [q for g, group in enumerate(groups) if g != f for q in group]
-        best, train_score = _best(alphas, per_query, train)
+        best, train_score = _best(alphas, per_query, train, prefer)
         test_score = float(np.mean([per_query[best][q] for q in test]))
         fold_results.append(FoldResult(f, alphas[best], train_score, test_score, test))
         chosen.update(dict.fromkeys(test, best))
-    best_all, _ = _best(alphas, per_query, qids)
+    best_all, _ = _best(alphas, per_query, qids, prefer)
     return TuningResult(
         alpha=alphas[best_all],
         measure=name,
