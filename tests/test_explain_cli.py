@@ -133,7 +133,7 @@ def test_compare_names_a_folder_an_empty_document_and_its_file(model_dir, tmp_pa
         ([tmp_path, tmp_path / "b.md"], f"{tmp_path} is a folder; name a document file (.txt, .md, .json, .jsonl, "
                                         f".jsonl.gz), or use --corpus {tmp_path} ID_A ID_B"),
         ([tmp_path / "empty.json", tmp_path / "b.md"], f"{tmp_path / 'empty.json'}: document has no text"),
-        (["d0", "e", "--corpus", corpus], f"{corpus}: document 'e' is empty (no text to compare)"),
+        (["d0", "e", "--corpus", corpus], f"{corpus}: document 'e' is empty: it has no passages"),
     ]
     for args, message in cases:
         assert cli("compare", *args, "--model", model_dir) == 1

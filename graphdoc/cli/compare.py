@@ -77,7 +77,7 @@ def read_from_corpus(corpus: str, ids: list[str]) -> list:
     missing = [i for i in ids if i not in found]
     empty = [i for i in missing if i in stats.skipped_ids]
     if empty:
-        raise InputError(f"{corpus}: document {empty[0]!r} is empty (no text to compare)")
+        raise InputError(f"{corpus}: document {empty[0]!r} is empty: it has no passages")
     if missing:
         raise InputError(f"{corpus}: no document with id {', '.join(map(repr, missing))}")
     return [found[i] for i in ids]
