@@ -56,8 +56,11 @@ def write_jsonl(path: Path, records: list[dict]) -> Path:
 
 
 def save_model(tiny_bert: Path, folder: Path, config: ModelConfig = MODEL_CONFIG) -> Path:
-    """A saved graphdoc model on ``tiny_bert`` with ``config``: usable as ``--model folder``."""
-    GraphDocEncoder.from_pretrained(str(tiny_bert), config=config, device="cpu").save_pretrained(folder)
+    """A saved graphdoc model on ``tiny_bert`` with ``config``: usable as ``--model folder``. Its freshly
+    initialised layers are seeded, so every test session scores the same."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        GraphDocEncoder.from_pretrained(str(tiny_bert), config=config, device="cpu").save_pretrained(folder)
     return folder
 
 
