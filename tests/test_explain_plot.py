@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import struct
 from pathlib import Path
 
@@ -11,6 +12,10 @@ import pytest
 pytest.importorskip("matplotlib", reason="the plot extra is not installed (pip install 'graphdoc[plot]')")
 pytest.importorskip("sklearn", reason="the plot extra is not installed (pip install 'graphdoc[plot]')")
 
+import sklearn.manifold  # noqa: E402
+from _retrieval_helpers import cli, error_line, write_jsonl  # noqa: E402
+
+from graphdoc.cli import build_parser  # noqa: E402
 from graphdoc.config import ChunkerConfig, ModelConfig, PassageEncoderConfig  # noqa: E402
 from graphdoc.corpus import markdown_sections  # noqa: E402
 from graphdoc.documents import Document  # noqa: E402
@@ -18,10 +23,14 @@ from graphdoc.encoder import GraphDocEncoder  # noqa: E402
 from graphdoc.errors import GraphDocError  # noqa: E402
 from graphdoc.explain.plot import (  # noqa: E402
     document_attention_layers,
+    label_of,
     plot_attention,
     plot_embeddings,
     project_2d,
+    sort_labels,
 )
+from graphdoc.flat_config import FlatModelConfig  # noqa: E402
+from graphdoc.flat_encoder import FlatEncoder  # noqa: E402
 
 TEXT = ("# One\nGraph attention networks read documents. Passages become nodes.\n"
         "# Two\nDense vectors and BM25 are fused. The quick brown fox jumps over the lazy dog.\n"
@@ -70,3 +79,119 @@ def test_bad_requests_name_the_problem(tmp_path) -> None:
         project_2d(np.zeros((5, 4)), "pca")
     with pytest.raises(GraphDocError, match="2 labels for 4 documents"):
         plot_embeddings(np.random.default_rng(0).normal(size=(4, 3)), ["a", "b"], tmp_path / "x.png", "tsne")
+
+
+# --- the CLI's one-line refusals and the edge cases of a map ------------------------------------------------
+
+RECORDS = [{"_id": f"n{i}", "title": f"Title {i}", "text": f"{w} graph document passage {w} query."}
+           for i, w in enumerate(["alpha", "beta", "gamma", "delta", "eps", "zeta"])]
+
+
+@pytest.fixture
+def cli_state(restore_cli_state):
+    """``main`` configures logging and quiets transformers for the process (see conftest)."""
+    yield
+
+
+@pytest.fixture
+def no_tsne(monkeypatch):
+    """t-SNE that fails the test when reached: a refused map must stop before scikit-learn (which segfaults
+    on identical rows)."""
+    def reached(*args, **kwargs):
+        raise AssertionError("t-SNE was reached")
+
+    monkeypatch.setattr(sklearn.manifold, "TSNE", reached)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32])
+def test_a_seed_out_of_range_is_one_line(model_dir, tmp_path, capsys, cli_state, seed) -> None:
+    corpus = write_jsonl(tmp_path / "c.jsonl", RECORDS)
+    assert cli("plot", "embeddings", "--corpus", corpus, "--output", tmp_path / "m.png", "--model", model_dir,
+               "--method", "tsne", "--seed", seed) == 1
+    assert f"--seed must be in 0..4294967295; got {seed}" in error_line(capsys, "plot")
+    with pytest.raises(GraphDocError, match="seed must be in 0..4294967295"):
+        project_2d(np.random.default_rng(0).normal(size=(5, 4)), "tsne", seed=seed)
+
+
+@pytest.mark.parametrize("vectors", [np.ones((4, 32)), np.zeros((5, 8)),
+                                     np.ones((4, 32)) + np.arange(32) * 1e-9])  # equal to float32 precision
+def test_identical_embeddings_are_refused_before_tsne(no_tsne, vectors) -> None:
+    with pytest.raises(GraphDocError, match=f"all {len(vectors)} document embeddings are identical"):
+        project_2d(vectors, "tsne")
+
+
+def test_near_identical_embeddings_still_map() -> None:
+    vectors = np.ones((4, 32), dtype=np.float32)
+    vectors[0, 0] += 1e-4
+    assert project_2d(vectors, "tsne")[0].shape == (4, 2)
+    with pytest.raises(GraphDocError, match="NaN or infinite"):
+        project_2d(np.where(np.eye(4, 6) > 0, np.nan, 1.0), "tsne")
+
+
+def test_a_corpus_of_identical_documents_is_one_line(model_dir, tmp_path, capsys, cli_state, no_tsne) -> None:
+    corpus = write_jsonl(tmp_path / "same.jsonl", [{"_id": c, "text": "same text"} for c in "abcd"])
+    assert cli("plot", "embeddings", "--corpus", corpus, "--output", tmp_path / "m.png", "--model", model_dir,
+               "--method", "tsne") == 1
+    assert "all 4 document embeddings are identical" in error_line(capsys, "plot")
+    assert not (tmp_path / "m.png").exists()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_few_documents_map_or_say_why(model_dir, tmp_path, capsys, cli_state, n) -> None:
+    corpus = write_jsonl(tmp_path / "few.jsonl", RECORDS[:n])
+    status = cli("plot", "embeddings", "--corpus", corpus, "--output", tmp_path / "m.png", "--model", model_dir,
+                 "--method", "tsne", "--labels-field", "title")
+    if n < 3:
+        assert status == 1
+        assert f"a map needs at least 3 documents; {corpus} has {n}" in error_line(capsys, "plot")
+    else:
+        assert status == 0 and png_size(tmp_path / "m.png")
+
+
+@pytest.mark.parametrize("figure", ["embeddings", "attention"])
+@pytest.mark.parametrize("flag, dest", [("-q", "quiet"), ("--quiet", "quiet"), ("-v", "verbose")])
+def test_log_options_also_after_the_figure(figure, flag, dest) -> None:
+    args = build_parser().parse_args(["plot", figure, "--corpus", "c", "--id", "d", "--output", "o.png", flag]
+                                     if figure == "attention" else
+                                     ["plot", figure, "--corpus", "c", "--output", "o.png", flag])
+    assert getattr(args, dest) is True
+    assert build_parser().parse_args(["plot", "embeddings", "--corpus", "c", "--output", "o.png"]).quiet is False
+
+
+def test_a_flat_model_has_no_attention_to_plot(tiny_bert, model_dir, tmp_path, capsys, cli_state) -> None:
+    flat = FlatEncoder.from_pretrained(str(tiny_bert), FlatModelConfig(), device="cpu")
+    with pytest.raises(GraphDocError, match="backbone is flat .* no graph attention"):
+        document_attention_layers(flat, Document("d", TEXT, sections=markdown_sections(TEXT)))
+    capsys.readouterr()  # transformers' loading bar
+    corpus = write_jsonl(tmp_path / "c.jsonl", RECORDS)
+    assert cli("plot", "attention", "--corpus", corpus, "--id", "n1", "--output", tmp_path / "att.png",
+               "--model", tiny_bert, "--backbone", "flat") == 1
+    assert "no graph attention" in error_line(capsys, "plot")
+    assert not (tmp_path / "att.png").exists()
+
+
+def test_title_and_id_are_label_fields(model_dir, tmp_path, capsys, cli_state) -> None:
+    doc = Document.from_dict({"_id": "x1", "title": "T", "text": "t", "label": 3})
+    assert [label_of(doc, f) for f in ("_id", "id", "docid", "title", "label", "colour")] == ["x1", "x1", "x1", "T",
+                                                                                            3, None]
+    assert label_of(Document.from_dict({"id": 7, "text": "t"}), "title") is None
+    with pytest.raises(GraphDocError, match="'text' is a document's text, not a label"):
+        label_of(doc, "text")
+    corpus = write_jsonl(tmp_path / "c.jsonl", RECORDS)
+    for field in ("title", "_id", "id"):
+        assert cli("plot", "embeddings", "--corpus", corpus, "--output", tmp_path / f"{field}.png",
+                   "--model", model_dir, "--method", "tsne", "--labels-field", field) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_labels_past_the_palette_warn_and_numbers_sort_by_value(tmp_path, caplog) -> None:
+    assert sort_labels(["10", "b", "4", "", "1", "a", "4", "2.5", "nan"]) == ["1", "2.5", "4", "10", "a", "b", "nan",
+                                                                             ""]
+    vectors = np.random.default_rng(0).normal(size=(22, 8))
+    with caplog.at_level(logging.WARNING, logger="graphdoc.explain.plot"):
+        plot_embeddings(vectors, [str(i) for i in range(20)] + ["0", "1"], tmp_path / "a.png", "tsne", dpi=20)
+    assert not caplog.records
+    with caplog.at_level(logging.WARNING, logger="graphdoc.explain.plot"):
+        plot_embeddings(vectors, [str(i) for i in range(22)], tmp_path / "b.png", "tsne", dpi=20)
+    assert [r.getMessage() for r in caplog.records] == [
+        "22 distinct labels: past 20 the colours repeat and the map has no legend"]

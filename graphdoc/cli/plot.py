@@ -28,16 +28,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     emb.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N documents")
     emb.add_argument("--method", choices=("auto", "tsne", "umap"), default="auto",
                      help="auto: UMAP when umap-learn is installed, else t-SNE")
-    emb.add_argument("--seed", type=int, default=0)
+    emb.add_argument("--seed", type=int, default=0, help="random seed of the projection, 0..2**32-1 (default: 0)")
     emb.add_argument("--output", required=True, type=Path, metavar="FILE.png")
     add_model_arguments(emb)
+    _add_log_options(emb)
     emb.set_defaults(func=run_embeddings)
     att = kinds.add_parser("attention", help="the document node's attention over one document's passages")
     att.add_argument("--corpus", required=True, help="corpus file, folder or name")
     att.add_argument("--id", required=True, dest="doc_id", metavar="DOC", help="the document's id")
     att.add_argument("--output", required=True, type=Path, metavar="FILE.png")
     add_model_arguments(att)
+    _add_log_options(att)
     att.set_defaults(func=run_attention)
+
+
+def _add_log_options(parser: argparse.ArgumentParser) -> None:
+    """-v / -q after the figure too: ``graphdoc.cli.build_parser`` adds them to ``plot`` itself, whose
+    arguments end at the figure's name."""
+    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log debug messages")
+    parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="only warnings and errors; no progress bars")
 
 
 def _check_output(path: Path) -> None:
@@ -48,17 +58,25 @@ def _check_output(path: Path) -> None:
 
 def run_embeddings(args: argparse.Namespace) -> int:
     from graphdoc.corpus import read_corpus
-    from graphdoc.explain.plot import plot_embeddings, require_plotting
+    from graphdoc.explain.plot import (
+        check_seed,
+        label_of,
+        plot_embeddings,
+        require_plotting,
+    )
 
     _check_output(args.output)
+    check_seed(args.seed, "--seed")
     require_plotting(args.method)
     if args.limit is not None and args.limit < 3:
         raise GraphDocError(f"--limit must be at least 3; got {args.limit}")
     docs = list(islice(read_corpus(args.corpus), args.limit))
+    if len(docs) < 3:  # before loading the model
+        raise GraphDocError(f"a map needs at least 3 documents; {args.corpus} has {len(docs)}")
     field = args.labels_field
-    if field and docs and all(field not in d.metadata for d in docs):
+    labels = [label_of(d, field) for d in docs] if field else None
+    if labels is not None and all(label is None for label in labels):
         raise GraphDocError(f"no document of {args.corpus} has a {field!r} field")
-    labels = [d.metadata.get(field) for d in docs] if field else None
     vectors = load_model(args).encode(docs, batch_size=args.batch_size, show_progress_bar=not args.quiet)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     plot_embeddings(vectors, labels, args.output, method=args.method, seed=args.seed)

@@ -9,19 +9,26 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
+import math
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
-from graphdoc.documents import Passage, as_document
+from graphdoc.backbones import FLAT, config_backbone
+from graphdoc.documents import ID_KEYS, TEXT_KEYS, Document, Passage, as_document
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write, check_output_file
 
+logger = logging.getLogger(__name__)
+
 INSTALL_HINT = "pip install 'graphdoc[plot]'"
 METHODS = ("auto", "tsne", "umap")
-MAX_LEGEND = 20
+MAX_LEGEND = 20  # also the number of colours (tab20): past it they repeat
+MAX_SEED = 2**32 - 1  # scikit-learn's and UMAP's random_state: a NumPy seed
 
 
 #: import name -> (package name, how to install it)
@@ -53,13 +60,26 @@ def _figure(size: tuple[float, float], dpi: int):
     return figure
 
 
+def check_seed(seed: int, name: str = "seed") -> None:
+    """Refuse a seed that t-SNE and UMAP would not take, naming ``name`` (``--seed`` for the CLI)."""
+    if not 0 <= seed <= MAX_SEED:
+        raise GraphDocError(f"{name} must be in 0..{MAX_SEED}; got {seed}")
+
+
 def project_2d(vectors: np.ndarray, method: str = "auto", seed: int = 0) -> tuple[np.ndarray, str]:
     """``[n, d] -> [n, 2]`` with t-SNE or UMAP; returns the coordinates and the method used."""
     if method not in METHODS:
         raise GraphDocError(f"unknown projection {method!r}; valid: {', '.join(METHODS)}")
+    check_seed(seed)
     vectors = np.asarray(vectors, dtype=np.float32)
     if len(vectors) < 3:
         raise GraphDocError(f"a map needs at least 3 documents; got {len(vectors)}")
+    if not np.isfinite(vectors).all():
+        raise GraphDocError("the document embeddings hold NaN or infinite values")
+    # identical rows leave t-SNE's PCA start with zero spread: NaN coordinates, and scikit-learn crashes
+    if np.isclose(vectors, vectors[0], rtol=1e-6, atol=0).all():
+        raise GraphDocError(f"all {len(vectors)} document embeddings are identical: a map needs documents "
+                            "whose vectors differ")
     if method == "auto":
         method = "umap" if importlib.util.find_spec("umap") is not None else "tsne"
     if method == "umap":
@@ -82,7 +102,10 @@ def plot_embeddings(vectors: np.ndarray, labels: Sequence[str] | None, path: str
     coords, used = project_2d(vectors, method, seed)
     figure = _figure(size, dpi)
     ax = figure.add_subplot()
-    names = sorted(set(labels))
+    names = sort_labels(labels)
+    if len(names) > MAX_LEGEND:
+        logger.warning("%d distinct labels: past %d the colours repeat and the map has no legend",
+                       len(names), MAX_LEGEND)
     for k, name in enumerate(names):
         mask = np.array([label == name for label in labels])
         ax.scatter(coords[mask, 0], coords[mask, 1], s=12, color=_colour(k, len(names)),
@@ -93,6 +116,36 @@ def plot_embeddings(vectors: np.ndarray, labels: Sequence[str] | None, path: str
     ax.set_yticks([])
     ax.set_title(title or f"{len(coords)} document embeddings ({'UMAP' if used == 'umap' else 't-SNE'})")
     return _save(figure, path, dpi)
+
+
+def sort_labels(labels: Iterable[str]) -> list[str]:
+    """The distinct labels in legend order: numbers by value ("4" before "10"), then the others as strings,
+    then the empty label (no label)."""
+    return sorted(set(labels), key=_label_order)
+
+
+def _label_order(label: str) -> tuple[int, float, str]:
+    if not label:
+        return 2, 0.0, label
+    try:
+        value = float(label)
+    except ValueError:
+        return 1, 0.0, label
+    return (0, value, label) if math.isfinite(value) else (1, 0.0, label)
+
+
+def label_of(document: Document, field: str) -> Any:
+    """``document``'s value of the record field ``field`` (``None`` when it has none): a metadata field,
+    the title (``title``) or the id (``_id``, ``id``, ``docid``, ``doc_id``)."""
+    if field in document.metadata:
+        return document.metadata[field]
+    if field in ID_KEYS:
+        return document.id
+    if field == "title":
+        return document.title or None
+    if field in TEXT_KEYS + ("sections",):
+        raise GraphDocError(f"{field!r} is a document's text, not a label")
+    return None
 
 
 def _colour(k: int, n: int):
@@ -114,7 +167,11 @@ def document_attention_layers(model, document) -> tuple[np.ndarray, list[Passage
     """The document node's attention over its passages in every GAT layer: ``[layers, n_passages]``.
 
     Mean over heads; with no GAT layers, one row of uniform weights (the document node is the mean).
+    A flat model has no passage graph, so no such attention: a :class:`GraphDocError`.
     """
+    if config_backbone(model.config) == FLAT:
+        raise GraphDocError("the model's backbone is flat (the encoder alone): it has no graph attention "
+                            "to plot; use a graph model")
     out = next(iter(model.iter_forward([as_document(document, 0)], batch_size=1, return_attention_weights=True)))
     layers = range(len(out.attention)) if out.attention else [None]
     rows = [out.document_attention(0) if layer is None else out.document_attention(0, layer) for layer in layers]
