@@ -120,6 +120,15 @@ def test_bad_qrels(tmp_path, name, text, message):
         read_qrels(path)
 
 
+@pytest.mark.parametrize("text", ["", "\n  \n"])
+def test_an_empty_qrels_file_says_it_is_empty(tmp_path, text):
+    path = tmp_path / "qrels.txt"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        read_qrels(path)
+    assert str(err.value) == f"{path}: the qrels file is empty"
+
+
 def test_tsv_queries(tmp_path):
     path = tmp_path / "queries.tsv"
     path.write_text("qid\ttext\n1185869\t)what was the immediate impact\n19335\tanthropological definition\n")

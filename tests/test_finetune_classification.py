@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 import torch
-from _finetune_helpers import labelled_files
+from _finetune_helpers import TOPICS, labelled_files, write_jsonl
 
 from graphdoc.errors import GraphDocError
 from graphdoc.finetune import (
@@ -72,6 +75,8 @@ def test_few_shot_mode_reports_mean_and_std(tiny_bert, tmp_path):
     assert [r["seed"] for r in result["runs"]] == [42, 43, 44]
     assert all(len(r["train"]) == 4 for r in result["runs"])
     assert set(result["accuracy"]) == {"mean", "std"} and 0 <= result["macro_f1"]["mean"] <= 1
+    for seed in (42, 43, 44):  # each seed's classifier predicts with the passage cap it was trained with
+        assert DocumentClassifier.from_pretrained(tmp_path / "fs" / f"seed-{seed}" / "model").max_passages == 2
 
 
 def test_metrics_exact_values():
@@ -95,3 +100,118 @@ def test_head_module_and_classifier_save_load(tiny_bert, tmp_path):
     assert torch.allclose(loaded.head.linear.weight, classifier.head.linear.weight)
     with pytest.raises(GraphDocError, match="two or more distinct labels"):
         DocumentClassifier(classifier.encoder, ["x"])
+
+
+def long_documents(path, per_class: int = 3):
+    """Labelled documents of many passages (100-word passages, ~600 words each)."""
+    records = [{"_id": f"{label}{i}", "text": " ".join(f"{TOPICS[topic]} {i} {j}." for j in range(50)),
+                "label": label}
+               for label, topic in (("animals", "fox"), ("numbers", "numbers")) for i in range(per_class)]
+    return write_jsonl(path, records)
+
+
+def _probabilities(path) -> torch.Tensor:
+    return torch.tensor([list(r["probabilities"].values()) for r in read_predictions(path)])
+
+
+def _scored_as_in_training(classifier: DocumentClassifier, docs, max_passages: int) -> torch.Tensor:
+    """Class probabilities of ``docs`` through the training inputs (each cut to ``max_passages`` passages)."""
+    from graphdoc.finetune.inputs import GraphInputs
+
+    inputs = GraphInputs(classifier.encoder)
+    inputs.add_documents(docs, max_passages)
+    vectors = inputs.embed_all([d.id for d in docs]).document_embeddings
+    with torch.inference_mode():
+        return torch.softmax(classifier.eval().logits(vectors), dim=-1)
+
+
+def test_predict_keeps_the_passage_cap_the_classifier_was_trained_with(trained, tmp_path):
+    from graphdoc.corpus import read_corpus
+
+    _, _, model_dir = trained
+    assert json.loads((model_dir / "head_config.json").read_text())["max_passages"] == 2
+    classifier = DocumentClassifier.from_pretrained(model_dir)
+    assert classifier.max_passages == 2 and "max_passages=2" in repr(classifier)
+    source = long_documents(tmp_path / "long.jsonl")
+    docs = list(read_corpus(source))
+    assert min(len(classifier.encoder.prepare(d).passages) for d in docs) > 2
+    expected = _scored_as_in_training(classifier, docs, 2)  # how finetune scored its dev set
+    everything = _scored_as_in_training(classifier, docs, 100)
+    assert not torch.allclose(expected, everything, atol=1e-3)
+    predict(model_dir, source, tmp_path / "p.jsonl")
+    assert torch.allclose(_probabilities(tmp_path / "p.jsonl"), expected, atol=1e-5)
+    assert torch.allclose(classifier.predict_proba(docs), expected, atol=1e-5)
+    # an explicit cap wins, in the API and the CLI
+    predict(model_dir, source, tmp_path / "p100.jsonl", max_passages=100)
+    assert torch.allclose(_probabilities(tmp_path / "p100.jsonl"), everything, atol=1e-5)
+    assert torch.allclose(classifier.predict_proba(docs, max_passages=100), everything, atol=1e-5)
+    from graphdoc.cli import main
+
+    assert main(["-q", "predict", "--model", str(model_dir), "--input", str(source), "--output",
+                 str(tmp_path / "c.jsonl"), "--max-passages", "100"]) == 0
+    assert torch.allclose(_probabilities(tmp_path / "c.jsonl"), everything, atol=1e-5)
+
+
+def test_a_classifier_saved_before_the_cap_was_recorded_keeps_the_encoders_cap(trained, tmp_path):
+    from graphdoc.corpus import read_corpus
+
+    _, _, model_dir = trained
+    old = shutil.copytree(model_dir, tmp_path / "old")
+    head = json.loads((old / "head_config.json").read_text())
+    del head["max_passages"]
+    (old / "head_config.json").write_text(json.dumps(head))
+    classifier = DocumentClassifier.from_pretrained(old)
+    assert classifier.max_passages is None and classifier.encoder.config.chunker.max_passages == 100
+    docs = list(read_corpus(long_documents(tmp_path / "long.jsonl")))
+    assert torch.allclose(classifier.predict_proba(docs), _scored_as_in_training(classifier, docs, 100), atol=1e-5)
+
+
+def test_a_frozen_flat_classifier_predicts_what_it_was_scored_on(tiny_bert, tmp_path):
+    """A frozen flat model trains its head over vectors computed once: with the training cap, as predict reads."""
+    from graphdoc.corpus import read_corpus
+    from graphdoc.finetune.classification import FixedFeatures
+    from graphdoc.flat_config import FlatConfig, FlatModelConfig
+
+    source = long_documents(tmp_path / "long.jsonl")
+    config = ClassificationConfig(**{**CONFIG, "epochs": 1})
+    finetune_classification(source, source, tmp_path / "run", config=config, model=str(tiny_bert), backbone="flat",
+                            model_config=FlatModelConfig(graph=FlatConfig(document="mean")))
+    classifier = DocumentClassifier.from_pretrained(tmp_path / "run" / "model")
+    assert classifier.max_passages == 2
+    docs = list(read_corpus(source))
+    fixed = FixedFeatures.compute(classifier.encoder, docs, None, 2)
+    vectors = torch.stack([fixed.vectors[d.id] for d in docs])
+    with torch.inference_mode():
+        expected = torch.softmax(classifier.eval().logits(vectors), dim=-1)
+    uncapped = torch.stack(list(FixedFeatures.compute(classifier.encoder, docs, None, 100).vectors.values()))
+    assert not torch.allclose(vectors, uncapped, atol=1e-4)  # the cap changes a mean-pooled vector
+    predict(tmp_path / "run" / "model", source, tmp_path / "p.jsonl")
+    assert torch.allclose(_probabilities(tmp_path / "p.jsonl"), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("label, problem", [
+    (["animals"], "has a 'label' that is an array"),
+    ({"name": "animals"}, "has a 'label' that is an object"),
+    (True, "has a 'label' that is true/false"),
+    (1.5, "has a 'label' that is a non-integer number"),
+    (None, "has no 'label'"),
+    (" ", "has no 'label'"),
+])
+def test_a_label_that_is_not_a_string_or_an_integer_is_refused_naming_file_and_line(label, problem, tmp_path):
+    from graphdoc.errors import InputError
+    from graphdoc.finetune.classification import read_labelled
+
+    records = [{"_id": "a", "text": "one", "label": "x"}, {"_id": "b", "text": "two", "label": label}]
+    path = write_jsonl(tmp_path / "t.jsonl", records)
+    suffix = "" if problem == "has no 'label'" else "; a label is a string or an integer"
+    with pytest.raises(InputError) as err:
+        read_labelled(path, "train")
+    assert str(err.value) == f"{path}:2: document 'b' {problem}{suffix}"
+
+
+def test_integer_labels_are_their_string_form(tmp_path):
+    from graphdoc.finetune.classification import labels_of, read_labelled
+
+    path = write_jsonl(tmp_path / "t.jsonl", [{"_id": "a", "text": "one", "label": 0},
+                                              {"_id": "b", "text": "two", "label": 1}])
+    assert labels_of(read_labelled(path, "train")) == ["0", "1"]

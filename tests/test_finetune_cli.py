@@ -37,7 +37,8 @@ def test_error_lines(tiny_bert, tmp_path, capsys):
     assert main(["finetune", "--task", "ranking", "--output", str(tmp_path / "x")]) == 1
     assert capsys.readouterr().err.strip() == \
         "graphdoc finetune: error: --task ranking needs --corpus, --queries, --qrels"
-    assert main(["predict", "--model", str(tmp_path), "--input", "x", "--output", str(tmp_path / "o")]) == 1
+    (tmp_path / "m").mkdir()
+    assert main(["predict", "--model", str(tmp_path / "m"), "--input", "x", "--output", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("graphdoc predict: error:") and "not a saved classifier" in err and "\n" not in err
     (tmp_path / "bad.yaml").write_text("ranking:\n  epochs: 0\n")

@@ -81,6 +81,13 @@ def _config(**changes) -> RankingConfig:
     return RankingConfig(**{**base, **changes})
 
 
+def _kept_lists(path) -> dict[str, list[str]]:
+    """The ranking lists a run keeps in ``OUTPUT/negatives/`` (beside the digest of what they were made from)."""
+    saved = json.loads(path.read_text())
+    assert set(saved) == {"digest", "lists"}
+    return saved["lists"]
+
+
 def test_training_uses_bm25_then_the_half_way_models_negatives(tiny_bert, tmp_path):
     files = ranking_files(tmp_path)
     summary = finetune_ranking(files["corpus"], files["queries"], files["qrels"], tmp_path / "run",
@@ -91,7 +98,7 @@ def test_training_uses_bm25_then_the_half_way_models_negatives(tiny_bert, tmp_pa
     # the model's negatives were ranked with the weights of the end of epoch 2, not the final ones
     assert any(not torch.equal(a, b) for a, b in zip(halfway.graph.state_dict().values(),
                                                      final.graph.state_dict().values()))
-    lists = json.loads((tmp_path / "run" / "negatives" / "model.json").read_text())
+    lists = _kept_lists(tmp_path / "run" / "negatives" / "model.json")
     assert sorted(lists) == sorted(read_qrels(files["qrels"])) and all(len(v) == 12 for v in lists.values())
 
 
@@ -102,9 +109,9 @@ def test_judged_pool_draws_negatives_only_from_documents_some_training_query_is_
     for name in ("corpus", "judged"):
         finetune_ranking(files["corpus"], files["queries"], files["qrels"], tmp_path / name,
                          config=_config(negative_pool=name), model=str(tiny_bert))
-    everything = {source: json.loads((tmp_path / "corpus" / "negatives" / f"{source}.json").read_text())
+    everything = {source: _kept_lists(tmp_path / "corpus" / "negatives" / f"{source}.json")
                   for source in ("bm25", "model")}
-    judged = {source: json.loads((tmp_path / "judged" / "negatives" / f"{source}-judged.json").read_text())
+    judged = {source: _kept_lists(tmp_path / "judged" / "negatives" / f"{source}-judged.json")
               for source in ("bm25", "model")}
     assert all(len(v) == 12 for v in everything["model"].values())  # the "-b" documents of even topics too
     assert all(sorted(v) == sorted(pool) for v in judged["model"].values())
@@ -197,3 +204,99 @@ def test_full_mode_trains_the_passage_encoder_too(tiny_bert, tmp_path):
     after = GraphDocEncoder.from_pretrained(tmp_path / "full" / "model").passage_encoder.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert not (tmp_path / "full" / "passage_cache").exists()
+
+
+def _interrupted_before_the_first_checkpoint(args, output, tiny_bert, monkeypatch) -> None:
+    """A run stopped in its first epoch: BM25's lists are kept, no checkpoint is."""
+    from graphdoc.finetune.ranking_trainer import RankingTrainer
+
+    def stopped(self, epoch, source):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RankingTrainer, "_epoch", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            finetune_ranking(*args, output, config=_config(), model=str(tiny_bert))
+    assert (output / "negatives" / "bm25.json").is_file() and not (output / "checkpoints").exists()
+
+
+def test_lists_an_interrupted_attempt_left_over_other_data_are_ranked_again(tiny_bert, tmp_path, monkeypatch):
+    files = ranking_files(tmp_path)
+    _interrupted_before_the_first_checkpoint((files["corpus"], files["queries"], files["qrels"]), tmp_path / "run",
+                                             tiny_bert, monkeypatch)
+    assert any("fox-b" in docs for docs in _kept_lists(tmp_path / "run" / "negatives" / "bm25.json").values())
+    # a fresh run in the same folder over a corpus without fox-b (judged relevant to no query)
+    lines = files["corpus"].read_text().splitlines(keepends=True)
+    smaller = tmp_path / "smaller.jsonl"
+    smaller.write_text("".join(line for line in lines if '"fox-b"' not in line))
+    summary = finetune_ranking(smaller, files["queries"], files["qrels"], tmp_path / "run", config=_config(),
+                               model=str(tiny_bert))
+    assert summary["epochs"] == 2
+    assert not any("fox-b" in docs for docs in _kept_lists(tmp_path / "run" / "negatives" / "bm25.json").values())
+
+
+def test_lists_of_the_same_data_and_settings_are_reused(tiny_bert, tmp_path, monkeypatch):
+    from graphdoc.finetune.retriever import CorpusRanker
+
+    files = ranking_files(tmp_path)
+    args = (files["corpus"], files["queries"], files["qrels"])
+    _interrupted_before_the_first_checkpoint(args, tmp_path / "run", tiny_bert, monkeypatch)
+    kept = (tmp_path / "run" / "negatives" / "bm25.json").read_text()
+    calls = []
+    real = CorpusRanker.bm25_run
+    monkeypatch.setattr(CorpusRanker, "bm25_run", lambda self, *a: calls.append(a) or real(self, *a))
+    finetune_ranking(*args, tmp_path / "run", config=_config(), model=str(tiny_bert))
+    assert calls == [] and (tmp_path / "run" / "negatives" / "bm25.json").read_text() == kept
+    # the same lists left where a run with another setting they depend on starts: ranked again
+    (tmp_path / "deep" / "negatives").mkdir(parents=True)
+    (tmp_path / "deep" / "negatives" / "bm25.json").write_text(kept)
+    finetune_ranking(*args, tmp_path / "deep", config=_config(negative_depth=3), model=str(tiny_bert))
+    assert len(calls) == 1
+    assert all(len(v) <= 3 for v in _kept_lists(tmp_path / "deep" / "negatives" / "bm25.json").values())
+
+
+def test_lists_kept_before_digests_are_taken_only_on_resume(tmp_path):
+    path = tmp_path / "bm25.json"
+    path.write_text(json.dumps({"q0": ["d1", "d2"]}))  # the bare format of earlier versions
+    assert rk.read_ranking_lists(path, "abc") is None
+    assert rk.read_ranking_lists(path, "abc", legacy_ok=True) == {"q0": ["d1", "d2"]}
+    rk.write_ranking_lists(path, {"q0": ["d3"]}, "abc")
+    assert rk.read_ranking_lists(path, "abc") == {"q0": ["d3"]}
+    assert rk.read_ranking_lists(path, "xyz") is None and rk.read_ranking_lists(path, "xyz", legacy_ok=True) is None
+    path.write_text("{broken")
+    assert rk.read_ranking_lists(path, "abc", legacy_ok=True) is None
+
+
+def test_an_empty_queries_file_is_one_error_line(tiny_bert, tmp_path):
+    files = ranking_files(tmp_path)
+    (tmp_path / "none.jsonl").write_text("")
+    with pytest.raises(GraphDocError) as err:
+        finetune_ranking(files["corpus"], tmp_path / "none.jsonl", files["qrels"], tmp_path / "run",
+                         config=_config(), model=str(tiny_bert))
+    assert str(err.value) == f"the queries file {tmp_path / 'none.jsonl'} holds no queries"
+
+
+def test_a_resumed_run_keeps_the_lists_an_earlier_version_saved_without_a_digest(tiny_bert, tmp_path, monkeypatch):
+    from graphdoc.finetune.ranking_trainer import RankingTrainer
+    from graphdoc.finetune.retriever import CorpusRanker
+
+    files = ranking_files(tmp_path)
+    args = (files["corpus"], files["queries"], files["qrels"], tmp_path / "run")
+    real = RankingTrainer._epoch
+
+    def stop_in_epoch_2(self, epoch, source):
+        if epoch == 1:
+            raise KeyboardInterrupt
+        return real(self, epoch, source)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RankingTrainer, "_epoch", stop_in_epoch_2)
+        with pytest.raises(KeyboardInterrupt):
+            finetune_ranking(*args, config=_config(epochs=4), model=str(tiny_bert))
+    path = tmp_path / "run" / "negatives" / "bm25.json"
+    path.write_text(json.dumps(_kept_lists(path)))  # as versions before digests wrote it
+    calls = []
+    real_run = CorpusRanker.bm25_run
+    monkeypatch.setattr(CorpusRanker, "bm25_run", lambda self, *a: calls.append(a) or real_run(self, *a))
+    assert finetune_ranking(*args, config=_config(epochs=4), model=str(tiny_bert), resume=True)["epochs"] == 4
+    assert calls == []

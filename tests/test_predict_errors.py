@@ -76,7 +76,9 @@ def broken_copy(classifier_dir: Path, tmp_path: Path, file: str, content: bytes)
     ("labels.json", b'["animals",\n', "labels.json: invalid JSON (Expecting value at line 2)"),
     ("labels.json", b'{"animals": 0}', "labels.json: not a JSON list of label strings"),
     ("labels.json", b'["a", "b", "c"]', "labels.json lists 3 labels; {dir}/head_config.json has num_classes 2"),
-], ids=["garbage-weights", "invalid-json", "not-a-list", "more-labels-than-outputs"])
+    ("head_config.json", b'{"in_channels": 32, "num_classes": 2, "dropout": 0.0, "max_passages": 0}',
+     "head_config.json: max_passages must be a positive integer or null; got 0"),
+], ids=["garbage-weights", "invalid-json", "not-a-list", "more-labels-than-outputs", "bad-max-passages"])
 def test_broken_classifier_files_are_one_line(file, content, problem, classifier_dir, docs, tmp_path, capsys):
     folder = broken_copy(classifier_dir, tmp_path, file, content)
     (tmp_path / "p.jsonl").write_text(KEPT)
@@ -148,3 +150,39 @@ def test_a_classifier_folder_is_not_an_encoder(classifier_dir, tmp_path, capsys)
                  "--output", str(tmp_path / "pt")]) == 1
     assert error_line(capsys) == \
         f"graphdoc pretrain: error: {classifier_dir} is a saved classifier; use {classifier_dir / 'encoder'} for its encoder"
+
+
+def test_a_missing_model_folder_is_not_found(docs, tmp_path, capsys):
+    assert predict(tmp_path / "nomodel", docs, tmp_path / "p.jsonl") == 1
+    assert error_line(capsys) == f"graphdoc predict: error: no model folder at {tmp_path / 'nomodel'}"
+    assert not (tmp_path / "p.jsonl").exists()
+
+
+@pytest.mark.parametrize("inside", ["labels.json", "head.safetensors", "encoder/config.json", "new.jsonl",
+                                    "sub/../labels.json"])
+def test_output_inside_the_model_folder_is_refused(inside, classifier_dir, docs, tmp_path, capsys):
+    model = shutil.copytree(classifier_dir, tmp_path / "model")
+    before = {p: p.read_bytes() for p in model.rglob("*") if p.is_file()}
+    assert predict(model, docs, model / inside) == 1
+    assert error_line(capsys) == (f"graphdoc predict: error: --output {model / inside} is inside the model folder "
+                                  f"{model}; write the predictions elsewhere")
+    assert {p: p.read_bytes() for p in model.rglob("*") if p.is_file()} == before
+    from graphdoc.errors import GraphDocError
+    from graphdoc.finetune import predict as predict_api
+
+    with pytest.raises(GraphDocError, match=r"^output .* is inside the model folder"):
+        predict_api(model, docs, model / inside)
+    # a sibling whose name starts like the folder's is not inside it
+    assert predict(model, docs, tmp_path / "model.jsonl") == 0
+
+
+def test_empty_documents_left_out_are_a_warning_with_their_count_and_ids(classifier_dir, tmp_path, capsys):
+    from _finetune_helpers import write_jsonl
+
+    records = [{"_id": f"d{i}", "text": "" if i % 2 else f"text {i}"} for i in range(12)]
+    source = write_jsonl(tmp_path / "docs.jsonl", records)
+    assert predict(classifier_dir, source, tmp_path / "p.jsonl") == 0
+    assert len((tmp_path / "p.jsonl").read_text().splitlines()) == 6
+    err = capsys.readouterr().err.strip()  # -q: warnings only
+    assert err == (f"WARNING graphdoc.finetune.predict: {source}: 6 document(s) with no text left out of the "
+                   "predictions ('d1', 'd3', 'd5', 'd7', 'd9', ...)")

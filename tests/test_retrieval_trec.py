@@ -56,3 +56,34 @@ def test_read_errors_name_file_and_line(tmp_path, line, message):
 def test_read_missing_file(tmp_path):
     with pytest.raises(InputError, match="^run file not found: "):
         read_run(tmp_path / "nope.trec")
+
+
+def test_read_drops_a_leading_byte_order_mark(tmp_path):
+    path = tmp_path / "bom.trec"
+    path.write_bytes("\ufeffq0 Q0 d1 1 2.0 t\nq0 Q0 d2 2 1.0 t\nq1 Q0 d3 1 0.5 t\n".encode("utf-8"))
+    assert read_run(path) == {"q0": {"d1": 2.0, "d2": 1.0}, "q1": {"d3": 0.5}}
+
+
+def test_read_a_folder_says_it_is_a_folder(tmp_path):
+    with pytest.raises(InputError) as err:
+        read_run(tmp_path)
+    assert str(err.value) == f"{tmp_path} is a folder, not a run file"
+
+
+def test_eval_scores_a_run_with_a_byte_order_mark_as_without(tmp_path, capsys, restore_cli_state):
+    from graphdoc.cli import main
+
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td2\t1\nq1\td3\t1\n")
+    lines = "q0 Q0 d1 1 2.0 t\nq0 Q0 d2 2 1.0 t\nq1 Q0 d3 1 0.5 t\n"
+    (tmp_path / "a.trec").write_text(lines, encoding="utf-8")
+    (tmp_path / "b.trec").write_text("\ufeff" + lines, encoding="utf-8")
+    outputs = []
+    for name in ("a.trec", "b.trec"):
+        assert main(["-q", "eval", "--run", str(tmp_path / name), "--qrels", str(tmp_path / "qrels.tsv"),
+                     "--measures", "RR@10"]) == 0
+        captured = capsys.readouterr()
+        assert captured.err == ""
+        outputs.append(captured.out.replace(name, "RUN"))
+    assert outputs[0] == outputs[1] and "0.75" in outputs[0]
+    assert main(["-q", "eval", "--run", str(tmp_path), "--qrels", str(tmp_path / "qrels.tsv")]) == 1
+    assert capsys.readouterr().err == f"graphdoc eval: error: {tmp_path} is a folder, not a run file\n"

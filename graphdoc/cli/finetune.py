@@ -26,7 +26,7 @@ OPTIONS = {"ranking": ("corpus", "queries", "qrels", "dev_qrels", "folds", "nega
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("finetune", help="fine-tune a model for ranking or classification", description=__doc__)
     parser.add_argument("--task", required=True, choices=tuple(NEEDS))
-    parser.add_argument("--output", required=True, type=Path, metavar="DIR", help="run folder; the model in DIR/model")
+    parser.add_argument("--output", required=True, metavar="DIR", help="run folder; the model in DIR/model")
     parser.add_argument("--config", default=None, metavar="YAML", help="configs/finetune-*.yaml")
     parser.add_argument("--model", default=None, metavar="NAME_OR_DIR", help="the model to start from")
     parser.add_argument("--backbone", choices=tuple(BACKBONES), default=None,
@@ -47,22 +47,40 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cls.add_argument("--dev", metavar="JSONL", help="labelled dev documents")
     cls.add_argument("--test", metavar="JSONL", help="labelled test documents (scored with the best model)")
     cls.add_argument("--few-shot", type=int, default=None, metavar="K", help="K examples per class")
-    cls.add_argument("--repeats", type=int, default=None, metavar="N", help="few-shot seeds (default 10)")
+    cls.add_argument("--repeats", type=int, default=None, metavar="N",
+                     help="few-shot seeds, with --few-shot (default: the config's, 10)")
     cls.add_argument("--objective", default=None, choices=("cross_entropy", "supcon"),
                      help="cross_entropy (default): the head's loss trains the model; supcon: supervised "
                           "contrastive over sub-documents, the head trained as a probe")
-    cls.add_argument("--temperature", type=float, default=None, metavar="T", help="supcon temperature (default 0.1)")
-    train = parser.add_argument_group("training (override the config)")
+    cls.add_argument("--temperature", type=float, default=None, metavar="T",
+                     help="the supcon loss's temperature, with --objective supcon (default: the config's, 0.1)")
+    train = parser.add_argument_group(
+        "training", "These override the --config file's settings; without --config, the defaults of "
+                    "graphdoc.finetune.RankingConfig or ClassificationConfig apply (shown as ranking / "
+                    "classification).")
     train.add_argument("--frozen-encoder", action=argparse.BooleanOptionalAction, default=None,
-                       help="train the graph layers (and head) over cached passage vectors")
-    train.add_argument("--epochs", type=int, default=None, metavar="N")
-    train.add_argument("--batch-size", type=int, default=None, metavar="N")
-    train.add_argument("--lr", type=float, default=None)
-    train.add_argument("--cache-dir", default=None, metavar="DIR", help="passage vector cache (frozen mode)")
+                       help="train the graph layers (and head) over cached passage vectors (default: frozen)")
+    train.add_argument("--epochs", type=int, default=None, metavar="N",
+                       help=_default_help("passes over the training data", "epochs"))
+    train.add_argument("--batch-size", type=int, default=None, metavar="N",
+                       help=_default_help("examples per optimiser step", "batch_size"))
+    train.add_argument("--lr", type=float, default=None, help=_default_help("learning rate of the model", "lr"))
+    train.add_argument("--max-passages", type=int, default=None, metavar="N",
+                       help=_default_help("passages kept per document (its first ones)", "max_passages"))
+    train.add_argument("--cache-dir", default=None, metavar="DIR",
+                       help="passage vector cache (frozen mode; default: DIR/passage_cache)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present)")
     parser.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     parser.set_defaults(func=run)
+
+
+def _default_help(text: str, name: str) -> str:
+    from graphdoc.finetune.config import ClassificationConfig, RankingConfig
+
+    values = [f"{getattr(cls, name):g}" for cls in (RankingConfig, ClassificationConfig)]
+    defaults = values[0] if values[0] == values[1] else " / ".join(values)
+    return f"{text} (default: the config's; without --config {defaults})"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,25 +91,30 @@ def run(args: argparse.Namespace) -> int:
     )
 
     _check_task_options(args)
-    if args.output.exists() and not args.output.is_dir():
-        raise GraphDocError(f"--output {args.output} exists and is not a folder")
+    if not args.output.strip():
+        raise GraphDocError("--output is empty: name the run's folder")
+    output = Path(args.output)
+    if output.exists() and not output.is_dir():
+        raise GraphDocError(f"--output {output} exists and is not a folder")
     common = {"frozen_encoder": args.frozen_encoder, "epochs": args.epochs, "batch_size": args.batch_size,
-              "lr": args.lr, "cache_dir": args.cache_dir}
+              "lr": args.lr, "max_passages": args.max_passages, "cache_dir": args.cache_dir}
     setup = load_finetune_setup(args.config)
     if args.backbone is not None:
         setup = setup.with_backbone(args.backbone)
+    model_config = _model_config(args, setup)
     if args.task == "ranking":
         config = setup.with_overrides("ranking", negative_pool=args.negative_pool, **common).ranking
-        result = finetune_ranking(args.corpus, args.queries, args.qrels, args.output, dev_qrels=args.dev_qrels,
-                                  config=config, model=args.model, model_config=setup.model, folds=args.folds,
+        result = finetune_ranking(args.corpus, args.queries, args.qrels, output, dev_qrels=args.dev_qrels,
+                                  config=config, model=args.model, model_config=model_config, folds=args.folds,
                                   resume=args.resume, device=args.device, precision=args.precision,
                                   backbone=args.backbone)
     else:
         config = setup.with_overrides("classification", shots=args.few_shot, repeats=args.repeats,
                                       objective=args.objective, temperature=args.temperature,
                                       **common).classification
-        result = finetune_classification(args.train, args.dev, args.output, test=args.test, config=config,
-                                         model=args.model, model_config=setup.model, resume=args.resume,
+        _check_classification_options(args, config)
+        result = finetune_classification(args.train, args.dev, output, test=args.test, config=config,
+                                         model=args.model, model_config=model_config, resume=args.resume,
                                          device=args.device, precision=args.precision, backbone=args.backbone)
     _report(result)
     return 0
@@ -111,6 +134,27 @@ def _check_task_options(args: argparse.Namespace) -> None:
     if args.folds is not None and args.dev_qrels is not None:
         raise GraphDocError("--folds does not take --dev-qrels: k-fold cross-validation holds out its own dev share "
                             "of each fold's training queries (ranking.fold_dev_fraction)")
+
+
+def _check_classification_options(args: argparse.Namespace, config) -> None:
+    """Refuse a classification option that the run's settings (flags and config together) would ignore."""
+    if args.temperature is not None and config.objective != "supcon":
+        raise GraphDocError(f"--temperature is the supcon loss's; the objective is {config.objective} "
+                            "(add --objective supcon)")
+    if args.repeats is not None and config.shots is None:
+        raise GraphDocError("--repeats counts few-shot runs; it needs --few-shot K")
+
+
+def _model_config(args: argparse.Namespace, setup):
+    """The model settings to build a plain encoder with; ``None`` for a saved model unless the config file gives
+    a ``model:`` section (which the API then warns it ignores)."""
+    from graphdoc.config import read_config_file
+    from graphdoc.serialization import saved_backbone
+
+    if args.model is None or saved_backbone(args.model) is None:
+        return setup.model
+    given = args.config is not None and "model" in read_config_file(args.config)
+    return setup.model if given else None
 
 
 def _flag(name: str) -> str:

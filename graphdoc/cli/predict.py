@@ -16,19 +16,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", required=True, type=Path, metavar="JSONL",
                         help='one {"id", "label", "probabilities"} line per document')
     parser.add_argument("--batch-size", type=int, default=32, metavar="N")
-    parser.add_argument("--max-passages", type=int, default=None, metavar="N", help="passages kept per document")
+    parser.add_argument("--max-passages", type=int, default=None, metavar="N",
+                        help="passages kept per document (default: the number the classifier was trained and "
+                             "scored with, so predictions reproduce its dev score; a classifier saved before "
+                             "graphdoc recorded it: its encoder's chunker max_passages)")
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from graphdoc.finetune import predict
+    from graphdoc.finetune.predict import check_output
 
     for flag, value in (("--batch-size", args.batch_size), ("--max-passages", args.max_passages)):
         if value is not None and value < 1:
             raise GraphDocError(f"{flag} must be a positive integer; got {value}")
-    if args.output.is_dir():
-        raise GraphDocError(f"--output {args.output} is a folder")
+    check_output(args.model, args.output, "--output")
     count = predict(args.model, args.input, args.output, args.batch_size, args.max_passages, args.device)
     logger.info("%d documents classified into %s", count, args.output)
     return 0

@@ -58,6 +58,8 @@ def read_trec_qrels(path: Path) -> Qrels:
                              f"got {len(fields)}")
         qid, _, doc_id, rel = fields
         qrels_builder.add(qid, doc_id, parse_relevance(path, lineno, rel), lineno)
+    if not qrels:
+        raise InputError(f"{path}: the qrels file is empty")
     return qrels
 
 
@@ -83,9 +85,10 @@ def is_trec_topics(first: str) -> bool:
 
 
 def is_trec_qrels(first: str) -> bool:
-    """Whether a first line looks like TREC qrels: four fields, the last an integer."""
+    """Whether a first line looks like TREC qrels: four fields, the last an integer. An empty file (no first
+    line) is taken as qrels too, so that reading it says it is empty rather than of an unknown format."""
     fields = first.split()
-    return len(fields) == 4 and fields[3].lstrip("-").isdigit()
+    return not first or (len(fields) == 4 and fields[3].lstrip("-").isdigit())
 
 
 def is_tsv_qrels(first: str) -> bool:

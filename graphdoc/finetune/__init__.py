@@ -60,6 +60,9 @@ def _load_start_model(model: Any, model_config, device: str | None, backbone: st
         return model
     name = None if model is None else str(model)
     if saved_backbone(name) is not None:
+        if model_config is not None:  # as graphdoc embed does
+            logger.warning("ignoring the given config's model settings: %s is a saved graphdoc model with its own",
+                           name)
         return load_model(name, backbone=backbone, device=device)
     if backbone is not None:
         model_config = convert_model_config(model_config or model_config_class(backbone)(), backbone)
@@ -89,18 +92,21 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
     from graphdoc.finetune.crossval import cross_validate
     from graphdoc.finetune.data import load_ranking_data, read_known_qrels, read_qrels_arg
     from graphdoc.finetune.inputs import open_cache
+    from graphdoc.finetune.loop import check_run_folder, check_start_model, run_kind
     from graphdoc.finetune.ranking_trainer import RankingTrainer
 
     if folds is not None and folds < 2:
         raise GraphDocError(f"folds must be at least 2; got {folds}")
+    output = _output_folder(output)
     # every input read or found now: a missing file is one line before a model loads or a passage is encoded
     train, dev = read_qrels_arg(qrels), read_qrels_arg(dev_qrels) if dev_qrels is not None else None
     for source, read in ((queries, read_queries), (corpus, read_corpus)):
         if isinstance(source, (str, Path)):
             read(source)  # finds the file and its format; nothing read yet
     config = config or RankingConfig()
-    output = Path(output)
+    check_run_folder(output, run_kind("ranking", folds=folds), resume)
     model = load_start_model(model, model_config, device, backbone, precision)
+    check_start_model(output, model, resume)
     if config.frozen_encoder and not hasattr(model, "forward_passage_vectors"):
         raise GraphDocError("a flat model has nothing to train over a frozen encoder: fine-tune it with "
                             "frozen_encoder false (--no-frozen-encoder) or use a graph model")
@@ -111,6 +117,16 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
         return cross_validate(model, config, data, train, output, folds, resume)
     dev = read_known_qrels(dev, data, name=_name(dev_qrels)) if dev is not None else None
     return RankingTrainer(model, config, data, train, output, dev).train(resume)
+
+
+def _output_folder(output: str | Path) -> Path:
+    """The run folder; an empty name (which would be the working directory) is an error."""
+    if not str(output).strip():
+        raise GraphDocError("the output folder name is empty: name the run's folder (--output DIR)")
+    output = Path(output)
+    if output.exists() and not output.is_dir():
+        raise GraphDocError(f"output {output} exists and is not a folder")
+    return output
 
 
 def _name(source) -> str | None:
@@ -145,11 +161,17 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     )
     from graphdoc.finetune.fewshot import few_shot
     from graphdoc.finetune.inputs import open_cache
-    from graphdoc.finetune.loop import seed_everything, write_summary
+    from graphdoc.finetune.loop import (
+        check_run_folder,
+        check_start_model,
+        run_kind,
+        seed_everything,
+        write_summary,
+    )
 
     config = config or ClassificationConfig()
     seed_everything(config.seed)  # the new graph layers and head start the same in every run
-    output = Path(output)
+    output = _output_folder(output)
     splits = {"train": read_labelled(train, "train"), "dev": read_labelled(dev, "dev")}
     if test is not None:
         splits["test"] = read_labelled(test, "test")
@@ -158,7 +180,9 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
         unknown = sorted(set(labels_of(splits.get(name, []))) - known)
         if unknown:
             raise GraphDocError(f"{source}: labels not in the training set: {', '.join(map(repr, unknown))}")
+    check_run_folder(output, run_kind("classification", shots=config.shots), resume)
     encoder = load_start_model(model, model_config, device, backbone, precision)
+    check_start_model(output, encoder, resume)
     if config.objective == "supcon" and config.frozen_encoder and not hasattr(encoder, "forward_passage_vectors"):
         raise GraphDocError(SUPCON_NEEDS_LAYERS)  # before the passages are encoded
     cache = open_cache(encoder, config.frozen_encoder, config.cache_dir, output)

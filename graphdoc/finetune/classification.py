@@ -19,8 +19,11 @@ import torch
 import torch.nn.functional as F
 
 from graphdoc.corpus import read_corpus
+from graphdoc.corpus.files import has_suffix
+from graphdoc.corpus.formats import JSONL_SUFFIXES
+from graphdoc.corpus.jsonl import JSON_TYPE_NAMES, iter_json_objects
 from graphdoc.documents import Document
-from graphdoc.errors import GraphDocError
+from graphdoc.errors import GraphDocError, InputError
 from graphdoc.finetune.classifier import DocumentClassifier
 from graphdoc.finetune.config import ClassificationConfig
 from graphdoc.finetune.inputs import GraphInputs
@@ -35,15 +38,42 @@ SUPCON_NEEDS_LAYERS = ("objective supcon trains layers over sub-documents, and a
 
 
 def read_labelled(source: str | Path, split: str) -> list[Document]:
-    """Documents with a ``label`` field (JSON lines); ids become ``split/id`` so splits never collide."""
+    """Documents with a ``label`` field (JSON lines); ids become ``split/id`` so splits never collide.
+
+    A label is a string or an integer (``0`` is the class ``"0"``); anything else is refused.
+    """
     docs = []
     for doc in read_corpus(source):
-        if doc.metadata.get("label") in (None, ""):
-            raise GraphDocError(f"{source}: document {doc.id!r} has no 'label'")
+        problem = label_problem(doc.metadata.get("label"))
+        if problem:
+            raise InputError(f"{_where(source, doc.id)}: document {doc.id!r} {problem}")
         docs.append(dataclasses.replace(doc, id=f"{split}/{doc.id}"))
     if not docs:
         raise GraphDocError(f"{source} holds no labelled document")
     return docs
+
+
+def label_problem(label) -> str | None:
+    """Why ``label`` cannot be a class label (``None`` when it can: a non-empty string or an integer)."""
+    if label is None or (isinstance(label, str) and not label.strip()):
+        return "has no 'label'"
+    if isinstance(label, str) or (isinstance(label, int) and not isinstance(label, bool)):
+        return None
+    kind = {**JSON_TYPE_NAMES, dict: "an object", float: "a non-integer number"}.get(type(label), type(label).__name__)
+    return f"has a 'label' that is {kind}; a label is a string or an integer"
+
+
+def _where(source: str | Path, doc_id: str) -> str:
+    """``source:line`` of the JSON lines record of ``doc_id`` (found again, on the error path only), else ``source``."""
+    path = Path(source)
+    if path.is_file() and has_suffix(path, *JSONL_SUFFIXES):
+        try:
+            for lineno, record in iter_json_objects(path):
+                if Document.from_dict(record).id == doc_id:
+                    return f"{source}:{lineno}"
+        except GraphDocError:  # the reader took the file: no error before the document's line
+            pass
+    return str(source)
 
 
 def labels_of(docs: Sequence[Document]) -> list[str]:
@@ -73,14 +103,16 @@ class FixedFeatures:
 
     @classmethod
     def compute(cls, model, documents: Sequence[Document], cache, max_passages: int | None) -> FixedFeatures:
-        """Through the cache when the model embeds passage vectors (graph backbone), else ``model.encode``."""
+        """Through the cache when the model embeds passage vectors (graph backbone), else the model's own
+        inference pass (:meth:`iter_forward`), each document cut to ``max_passages`` passages either way."""
         if cache is not None and hasattr(model, "forward_passage_vectors"):
             graphs = GraphInputs(model, cache)
             graphs.add_documents(documents, max_passages)
             vectors = graphs.embed_all([d.id for d in documents]).document_embeddings  # [n, d]
-        else:
-            vectors = model.encode(list(documents), show_progress_bar=False, convert_to_tensor=True,
-                                   convert_to_numpy=False).cpu()  # [n, d]
+        else:  # the passage cap as for training and predict (a mean-pooling flat model reads the passages)
+            vectors = torch.cat([out.document_embeddings.float().cpu() for out in model.iter_forward(
+                list(documents), max_passages=max_passages, document_only=True)]
+                or [torch.zeros(0, model.dimension)])  # [n, d]
         return cls(model, {d.id: v for d, v in zip(documents, vectors)})
 
     def embed(self, keys: Sequence[str]) -> GraphOutput:
@@ -94,6 +126,7 @@ class LabelledInputs:
 
     inputs: GraphInputs | FixedFeatures
     labels: dict[str, str]
+    max_passages: int | None = None  # the passage cap the documents were prepared with
 
     def set_model(self, model) -> None:
         self.inputs.model = model
@@ -107,7 +140,7 @@ def prepare_inputs(encoder, documents: Sequence[Document], cache, max_passages: 
     else:
         inputs = GraphInputs(encoder, cache)
         inputs.add_documents(documents, max_passages)
-    return LabelledInputs(inputs, {d.id: str(d.metadata["label"]) for d in documents})
+    return LabelledInputs(inputs, {d.id: str(d.metadata["label"]) for d in documents}, max_passages)
 
 
 @torch.inference_mode()
@@ -140,6 +173,8 @@ class ClassificationTrainer:
         if config.objective == "supcon" and isinstance(data.inputs, FixedFeatures):
             raise GraphDocError(SUPCON_NEEDS_LAYERS)
         data.set_model(classifier.encoder)
+        # saved with the classifier: predict then keeps the passage cap the dev score was measured with
+        classifier.max_passages = data.max_passages if data.max_passages is not None else config.max_passages
         self.index = {label: i for i, label in enumerate(classifier.labels)}
         self.terms: list[tuple[float, float]] = []  # this epoch's (supcon, probe) losses
         self.steps_per_epoch = -(-len(self.train_keys) // config.batch_size)

@@ -4,8 +4,12 @@ Saved as a folder::
 
     DIR/encoder/             the encoder, as its save_pretrained writes it
     DIR/head.safetensors     the head's weights
-    DIR/head_config.json     {"in_channels", "num_classes", "dropout"}
+    DIR/head_config.json     {"in_channels", "num_classes", "dropout", "max_passages"}
     DIR/labels.json          the label of each output, in order
+
+``max_passages`` is the passage cap the classifier was trained and scored with; :meth:`predict_proba` keeps it
+unless told otherwise, so predictions reproduce the dev score. A folder saved before it was recorded has
+none (``None``: the encoder's own chunker cap).
 """
 
 from __future__ import annotations
@@ -30,12 +34,16 @@ ENCODER_DIR, HEAD_WEIGHTS, HEAD_CONFIG, LABELS = "encoder", "head.safetensors", 
 class DocumentClassifier(nn.Module):
     """``head(encoder(document))``: class logits ``[B, num_classes]`` for ``B`` documents."""
 
-    def __init__(self, encoder: nn.Module, labels: Sequence[str], dropout: float = 0.0) -> None:
+    def __init__(self, encoder: nn.Module, labels: Sequence[str], dropout: float = 0.0,
+                 max_passages: int | None = None) -> None:
         super().__init__()
         if len(labels) < 2 or len(set(labels)) != len(labels):
             raise GraphDocError(f"a classifier needs two or more distinct labels; got {list(labels)}")
+        if max_passages is not None and not _positive_int(max_passages):
+            raise GraphDocError(f"max_passages must be a positive integer or None; got {max_passages!r}")
         self.encoder = encoder
         self.labels = [str(label) for label in labels]
+        self.max_passages = max_passages  # the passage cap of training (None: the encoder's chunker cap)
         self.head = ClassificationHead(encoder.dimension, len(labels), dropout).to(encoder.device)
 
     @property
@@ -48,7 +56,11 @@ class DocumentClassifier(nn.Module):
 
     @torch.inference_mode()
     def predict_proba(self, documents: Sequence, batch_size: int = 32, max_passages: int | None = None) -> torch.Tensor:
-        """Class probabilities ``[n, num_classes]`` of documents (strings, dicts or Documents)."""
+        """Class probabilities ``[n, num_classes]`` of documents (strings, dicts or Documents).
+
+        ``max_passages``: passages kept per document (``None``: :attr:`max_passages`, the training cap).
+        """
+        max_passages = max_passages if max_passages is not None else self.max_passages
         was_training = self.training
         self.eval()
         try:
@@ -70,7 +82,7 @@ class DocumentClassifier(nn.Module):
             save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
                       str(tmp / HEAD_WEIGHTS))
             head = {"in_channels": self.head.in_channels, "num_classes": self.head.num_classes,
-                    "dropout": self.head.dropout}
+                    "dropout": self.head.dropout, "max_passages": self.max_passages}
             (tmp / HEAD_CONFIG).write_text(json.dumps(head, indent=2) + "\n", encoding="utf-8")
             (tmp / LABELS).write_text(json.dumps(self.labels, indent=1) + "\n", encoding="utf-8")
 
@@ -80,6 +92,8 @@ class DocumentClassifier(nn.Module):
         from graphdoc.config import read_config_file
 
         path = Path(path)
+        if not path.exists():
+            raise GraphDocError(f"no model folder at {path}")
         if not (path / HEAD_WEIGHTS).is_file() or not (path / LABELS).is_file():
             raise GraphDocError(f"{path} is not a saved classifier (no {HEAD_WEIGHTS} or {LABELS})")
         head, labels = read_config_file(path / HEAD_CONFIG), read_config_file(path / LABELS)
@@ -93,7 +107,12 @@ class DocumentClassifier(nn.Module):
             weights = load_file(str(path / HEAD_WEIGHTS))
         except (OSError, SafetensorError) as exc:
             raise ModelLoadError(f"{path / HEAD_WEIGHTS}: unreadable safetensors file ({exc})") from None
-        model = cls(load_model(str(path / ENCODER_DIR), device=device), labels, head.get("dropout", 0.0))
+        max_passages = head.get("max_passages")  # absent from folders saved before it was recorded
+        if max_passages is not None and not _positive_int(max_passages):
+            raise ModelLoadError(f"{path / HEAD_CONFIG}: max_passages must be a positive integer or null; "
+                                 f"got {max_passages!r}")
+        model = cls(load_model(str(path / ENCODER_DIR), device=device), labels, head.get("dropout", 0.0),
+                    max_passages)
         try:
             model.head.load_state_dict(weights)
         except RuntimeError:
@@ -102,4 +121,8 @@ class DocumentClassifier(nn.Module):
         return model.to(model.encoder.device)
 
     def extra_repr(self) -> str:
-        return f"labels={len(self.labels)}"
+        return f"labels={len(self.labels)}, max_passages={self.max_passages}"
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -23,6 +23,7 @@ import numpy as np
 from graphdoc.fileio import atomic_write
 from graphdoc.finetune.config import RankingConfig
 from graphdoc.finetune.data import RankingData
+from graphdoc.finetune.loop import run_kind
 from graphdoc.finetune.ranking_trainer import RankingTrainer
 from graphdoc.finetune.retriever import ComponentRuns
 from graphdoc.retrieval.evaluation import evaluate_per_query
@@ -67,6 +68,7 @@ def cross_validate(model, config: RankingConfig, data: RankingData, qrels: Qrels
         fit, dev = split_off(train_q, config.fold_dev_fraction, config.fold_seed + f)
         logger.info("fold %d/%d: %d training, %d dev, %d test queries", f + 1, folds, len(fit), len(dev), len(test))
         trainer = RankingTrainer(copy.deepcopy(model), config, data, fit, output / f"fold-{f}", dev or None)
+        trainer.loop.run = run_kind("ranking", folds=folds)  # kept in the fold's checkpoints, checked on resume
         summary = trainer.train(resume)
         if dev:  # the best epoch's weights, as saved
             trainer.model.load_state_dict(type(model).from_pretrained(output / f"fold-{f}" / "model").state_dict())

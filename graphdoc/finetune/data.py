@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -35,6 +36,17 @@ class RankingData:
     def ranker(self, passage_weight: float, similarity: str) -> CorpusRanker:
         return CorpusRanker(self.documents, self.doc_ids, self.bm25, passage_weight, similarity)
 
+    def corpus_digest(self) -> str:
+        """A digest of the corpus as BM25 reads it (ids, titles and texts, in order); computed once."""
+        if getattr(self, "_corpus_digest", None) is None:
+            digest = hashlib.sha256()
+            for doc_id in self.doc_ids:
+                doc = self.documents.prepared[doc_id].document
+                for part in (doc.id, doc.title, doc.text):
+                    digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
+            self._corpus_digest = digest.hexdigest()[:16]
+        return self._corpus_digest
+
 
 def load_ranking_data(model, corpus: str | Path | Iterable[Document], queries: str | Path | Mapping[str, str],
                       cache: PassageVectorCache | None, max_passages: int | None,
@@ -47,6 +59,10 @@ def load_ranking_data(model, corpus: str | Path | Iterable[Document], queries: s
     if not docs:
         raise GraphDocError(f"the corpus {corpus} holds no document")
     texts = dict(read_queries(queries, split)) if isinstance(queries, (str, Path)) else dict(queries)
+    if not texts:
+        where = ("the queries given" if not isinstance(queries, (str, Path)) else
+                 f"the queries file {queries}" if Path(queries).is_file() else f"the queries of {queries}")
+        raise GraphDocError(f"{where} holds no queries" + (f" (split {split!r})" if split else ""))
     documents, query_inputs = GraphInputs(model, cache), GraphInputs(model, cache)
     documents.add_documents(docs, max_passages)
     query_inputs.add_queries(texts.items())

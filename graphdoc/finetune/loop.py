@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
+from graphdoc.fingerprint import weights_fingerprint
 from graphdoc.training import checkpoint as ckpt
 from graphdoc.training.metrics import peak_memory_mib
 from graphdoc.training.optim import build_optimizer, build_scheduler
@@ -29,6 +30,7 @@ from graphdoc.training.optim import build_optimizer, build_scheduler
 logger = logging.getLogger(__name__)
 
 SUMMARY_NAME = "finetune.json"
+MODEL_DIR = "model"  # OUTPUT/model: the run's best model, as the trainers save it
 #: settings that may change on resume: they do not change what is learned
 OPERATIONAL = ("cache_dir",)
 
@@ -36,6 +38,99 @@ OPERATIONAL = ("cache_dir",)
 def data_fingerprint(data: Any) -> str:
     """A digest of what a run trains on (ids, labels, judgements: anything JSON), checked on resume."""
     return hashlib.sha256(json.dumps(data, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def model_identity(model: torch.nn.Module) -> dict[str, Any]:
+    """The name and weights fingerprint of the model a run starts from (a classifier's encoder: its new head
+    is drawn from the seed), checked on resume."""
+    encoder = getattr(model, "encoder", model)
+    return {"name": getattr(encoder, "name_or_path", None), "fingerprint": weights_fingerprint(encoder)}
+
+
+def run_kind(task: str, folds: int | None = None, shots: int | None = None) -> dict[str, Any]:
+    """What a fine-tuning run is: its task, and k-fold's ``folds`` or few-shot's ``shots`` when it is one."""
+    mode = "k-fold" if folds is not None else "few-shot" if shots is not None else "plain"
+    return {"task": task, "mode": mode, "folds": folds, "shots": shots}
+
+
+def describe_run(kind: dict[str, Any]) -> str:
+    """``"k-fold ranking run (--folds 3)"``, ``"classification run"``, ..."""
+    flag = (f" (--folds {kind['folds']})" if kind.get("folds") else
+            f" (--few-shot {kind['shots']})" if kind.get("shots") else "")
+    mode = "" if kind["mode"] == "plain" else kind["mode"] + " "
+    return f"{mode}{kind['task']} run{flag}"
+
+
+def check_run_folder(output: Path, wanted: dict[str, Any], resume: bool) -> None:
+    """Refuse, in one line and before a model loads, a run into a folder holding a fine-tuning run of another
+    kind (the other task; plain, k-fold or few-shot), and resuming a k-fold run with another number of folds.
+    A run of the same kind is left to :meth:`EpochLoop.start_or_resume` (``--resume``, settings, data)."""
+    held = held_run(Path(output))
+    if held is None:
+        return
+    if (held["task"], held["mode"]) != (wanted["task"], wanted["mode"]):
+        if resume:
+            raise GraphDocError(f"cannot resume {output} as a {describe_run(wanted)}: it holds a "
+                                f"{describe_run(held)}")
+        raise GraphDocError(f"{output} already holds a {describe_run(held)}; choose another --output for a "
+                            f"{describe_run(wanted)}")
+    if resume and held["folds"] is not None and held["folds"] != wanted["folds"]:
+        raise GraphDocError(f"cannot resume {held['folder']} over different training data: the run was started "
+                            f"with --folds {held['folds']}, not --folds {wanted['folds']}")
+
+
+def held_run(output: Path) -> dict[str, Any] | None:
+    """The :func:`run_kind` of what ``output`` holds (``folder``: where it was read), from the latest checkpoint
+    of its run or its first fold or seed, else from its summary; ``None`` for no fine-tuning run."""
+    found = latest_state(output)
+    if found is not None:
+        folder, state, mode = found
+        kind = state.get("run") or _kind_of_state(state, mode)  # a run saved before "run" was kept
+        return dict(kind, folder=str(folder))
+    for name, read in (("crossval.json", lambda s: run_kind("ranking", folds=len(s["folds"]))),
+                       ("fewshot.json", lambda s: run_kind("classification", shots=s["shots"])),
+                       (SUMMARY_NAME, lambda s: run_kind("ranking" if "pairs" in s else "classification"))):
+        try:
+            return dict(read(json.loads((output / name).read_text(encoding="utf-8"))), folder=str(output))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def latest_state(output: Path) -> tuple[Path, dict[str, Any], str] | None:
+    """``(run folder, trainer state, mode)`` of the latest checkpoint in ``output`` or, for a k-fold or few-shot
+    run, in its first fold or seed that has one; ``None`` when there is none."""
+    places = [(output, "plain")] + [(p, mode) for prefix, mode in (("fold-", "k-fold"), ("seed-", "few-shot"))
+                                    for p in sorted(output.glob(f"{prefix}*")) if p.is_dir()]
+    for folder, mode in places:
+        found = ckpt.list_checkpoints(folder)
+        if found:
+            return folder, ckpt.read_state(found[-1]), mode
+    return None
+
+
+def check_start_model(output: Path, model: torch.nn.Module, resume: bool) -> None:
+    """Refuse resuming ``output`` from another start model than its run's, before any passage is encoded."""
+    found = latest_state(Path(output)) if resume else None
+    if found is not None and "start_model" in found[1]:
+        compare_start_models(found[1]["start_model"], model_identity(model))
+
+
+def compare_start_models(started: dict[str, Any], now: dict[str, Any]) -> None:
+    """One error line when ``now`` (a :func:`model_identity`) has other weights than the run ``started`` from."""
+    if started.get("fingerprint") == now["fingerprint"]:
+        return
+    if started.get("name") == now["name"]:
+        raise GraphDocError(f"cannot resume with model={now['name']!r}: its weights are not the ones the run was "
+                            "started from (the model has changed since)")
+    raise GraphDocError(f"cannot resume with model={now['name']!r}: the run was started from "
+                        f"{started.get('name')!r} (other weights)")
+
+
+def _kind_of_state(state: dict[str, Any], mode: str) -> dict[str, Any]:
+    config = state.get("config", {})
+    task = "classification" if "head_lr" in config else "ranking"
+    return {"task": task, "mode": mode, "folds": None, "shots": config.get("shots")}
 
 
 def seed_everything(seed: int) -> None:
@@ -63,6 +158,9 @@ class EpochLoop:
         self.state: dict[str, Any] = {"epoch": 0, "step": 0, "best": None, "history": []}
         self.steps_per_epoch = max(1, total_steps // max(1, config.epochs))
         self.bar = None  # this epoch's progress bar (shown on a terminal only)
+        #: what kind of run this is (see :func:`run_kind`; a k-fold driver sets its ``folds``), kept in checkpoints
+        self.run = run_kind(config.section, shots=getattr(config, "shots", None))
+        self.start_model: dict[str, Any] = {}  # model_identity of the weights the run starts from
 
     def start_or_resume(self, resume: bool) -> None:
         """Continue after the latest checkpoint (``resume``), or refuse to overwrite an existing run."""
@@ -72,26 +170,48 @@ class EpochLoop:
                                 "or choose another --output")
         self.output.mkdir(parents=True, exist_ok=True)
         ckpt.remove_stale(self.output)
+        self.start_model = model_identity(self.model)  # before any step: the weights the run starts from
         if resume and not found:
             logger.warning("nothing to resume in %s: starting from scratch", self.output)
         if not (resume and found):
             return
-        saved = json.loads((found[-1] / ckpt.STATE_NAME).read_text(encoding="utf-8"))  # checked before loading
-        if saved.get("data", self.data) != self.data:
-            raise GraphDocError(f"cannot resume {self.output} over different training data (document ids, "
-                                "labels, queries or judgements): use the run's inputs or another --output")
-        now = dataclasses.asdict(self.config)
-        for key in now:
-            if key not in OPERATIONAL and saved["config"].get(key) != now[key]:
-                raise GraphDocError(f"cannot resume with {key}={now[key]!r}: the run was started with "
-                                    f"{saved['config'].get(key)!r}")
-        loaded = type(self.model).from_pretrained(found[-1] / ckpt.MODEL_DIR, device=self.model.device)
-        self.model.load_state_dict(loaded.state_dict())
+        self._check_resumable(ckpt.read_state(found[-1]))  # checked before loading
+        with ckpt.unreadable_as_error(found[-1]):  # e.g. weights of another shape in an older run's checkpoint
+            loaded = type(self.model).from_pretrained(found[-1] / ckpt.MODEL_DIR, device=self.model.device)
+            self.model.load_state_dict(loaded.state_dict())
         rng, state = ckpt.load_checkpoint(found[-1], self.optimizer, self.scheduler)
-        torch.set_rng_state(rng["torch_cpu.rank0"])
+        with ckpt.unreadable_as_error(found[-1]):
+            torch.set_rng_state(rng["torch_cpu.rank0"])
         self.state = state
         if state["history"]:  # wall time counts the epochs before the interruption
             self.start -= state["history"][-1]["elapsed_s"]
+        self._check_best_model()
+
+    def _check_resumable(self, saved: dict[str, Any]) -> None:
+        """Refuse a resume with other settings, another start model or other training data (in that order)."""
+        now = dataclasses.asdict(self.config)
+        for key in now:
+            if key not in OPERATIONAL and saved.get("config", {}).get(key) != now[key]:
+                raise GraphDocError(f"cannot resume with {key}={now[key]!r}: the run was started with "
+                                    f"{saved.get('config', {}).get(key)!r}")
+        compare_start_models(saved.get("start_model", self.start_model), self.start_model)
+        if saved.get("data", self.data) != self.data:
+            raise GraphDocError(f"cannot resume {self.output} over different training data (document ids, "
+                                "labels, queries or judgements): use the run's inputs or another --output")
+
+    def _check_best_model(self) -> None:
+        """After a resume: the run's best model must still be in ``OUTPUT/model``; rebuilt when the checkpoint
+        holds its weights (no dev set, or the latest epoch was the best)."""
+        folder = self.output / MODEL_DIR
+        epoch, best_epoch = self.state["epoch"], self.state.get("best_epoch")
+        if epoch == 0 or folder.exists():
+            return
+        if self.state["best"] is None or best_epoch == epoch:
+            logger.warning("%s was missing: saved again from the checkpoint of epoch %d", folder, epoch)
+            self.model.save_pretrained(folder)
+            return
+        raise GraphDocError(f"the run's best model {folder} (epoch {best_epoch}) is missing and cannot be rebuilt: "
+                            f"the checkpoint holds epoch {epoch}'s weights only; train again into another --output")
 
     def step(self, loss: torch.Tensor) -> float:
         """Backward, clip, optimiser and schedule step; returns the loss."""
@@ -131,6 +251,8 @@ class EpochLoop:
         self.state["epoch"] += 1
         self.state["config"] = dataclasses.asdict(self.config)
         self.state["data"] = self.data
+        self.state["start_model"] = self.start_model
+        self.state["run"] = self.run
         ckpt.save_checkpoint(ckpt.checkpoint_dir(self.output, self.state["step"]), self.model, self.optimizer,
                              self.scheduler, {"torch_cpu.rank0": torch.get_rng_state()}, self.state)
         ckpt.prune_checkpoints(self.output, 1)

@@ -1,30 +1,46 @@
 """``predict``: labels and class probabilities of documents with a saved classifier, as JSON lines.
 
-Each output line is ``{"id", "label", "probabilities": {label: p, ...}}``, in the input's order.
+Each output line is ``{"id", "label", "probabilities": {label: p, ...}}``, in the input's order. Documents
+with no text are left out (one warning counts them), as every reader of a corpus leaves them out.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
-from graphdoc.corpus import read_corpus
+from graphdoc.corpus import ReadStats, read_corpus
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
 from graphdoc.finetune.classifier import DocumentClassifier
 
+logger = logging.getLogger(__name__)
+
+#: How many ids of skipped empty documents the warning names.
+SHOWN_IDS = 5
+
 
 def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch_size: int = 32,
             max_passages: int | None = None, device: str | None = None) -> int:
-    """Classify every document of ``source`` into ``output`` (JSON lines); returns the number written."""
+    """Classify every document of ``source`` into ``output`` (JSON lines); returns the number written.
+
+    ``max_passages``: passages kept per document; ``None`` keeps the classifier's own, the cap it was trained
+    and scored with (a classifier saved before the cap was recorded: its encoder's chunker cap).
+    """
     if batch_size < 1 or (max_passages is not None and max_passages < 1):
         raise GraphDocError(f"batch_size and max_passages must be at least 1; got {batch_size}, {max_passages}")
-    if Path(output).is_dir():
-        raise GraphDocError(f"output {output} is a folder")
+    check_output(model_dir, output)
     classifier = DocumentClassifier.from_pretrained(model_dir, device=device)
-    docs = list(read_corpus(source))
+    stats = ReadStats()
+    docs = list(read_corpus(source, stats=stats))
     if not docs:
         raise GraphDocError(f"no documents in {source}")
+    if stats.empty_skipped:
+        shown = ", ".join(map(repr, stats.skipped_ids[:SHOWN_IDS]))
+        more = ", ..." if stats.empty_skipped > SHOWN_IDS else ""
+        logger.warning("%s: %d document(s) with no text left out of the predictions (%s%s)", source,
+                       stats.empty_skipped, shown, more)
     probabilities = classifier.predict_proba(docs, batch_size, max_passages)  # [n, num_classes]
     with atomic_write(Path(output), "w", encoding="utf-8") as handle:
         for doc, row in zip(docs, probabilities.tolist()):
@@ -33,6 +49,17 @@ def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch
                       "probabilities": dict(zip(classifier.labels, row))}
             handle.write(json.dumps(record) + "\n")
     return len(docs)
+
+
+def check_output(model_dir: str | Path, output: str | Path, flag: str = "output") -> None:
+    """Refuse an output that is a folder or lies inside the model folder (it would replace the model's files)."""
+    output = Path(output)
+    if output.is_dir():
+        raise GraphDocError(f"{flag} {output} is a folder")
+    model = Path(model_dir).expanduser().resolve()
+    if output.expanduser().resolve().is_relative_to(model):
+        raise GraphDocError(f"{flag} {output} is inside the model folder {model_dir}; write the predictions "
+                            "elsewhere")
 
 
 def read_predictions(path: str | Path) -> list[dict]:

@@ -16,17 +16,23 @@ of the epochs and from the model's own top ``depth``, ranked once with the half-
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from graphdoc.errors import GraphDocError
+from graphdoc.fileio import atomic_write
 from graphdoc.finetune.scoring import graph_scores
 from graphdoc.outputs import GraphOutput
+
+logger = logging.getLogger(__name__)
 
 BM25, MODEL = "bm25", "model"
 
@@ -102,3 +108,32 @@ def ranking_loss(queries: torch.Tensor, documents: GraphOutput, targets: torch.T
     scores = graph_scores(queries, documents, passage_weight, similarity) / temperature  # [B, M]
     scores = scores.masked_fill(exclude.to(scores.device), float("-inf"))
     return F.cross_entropy(scores, targets.to(scores.device))
+
+
+# ---------------------------------------------------------------------- kept ranking lists
+def read_ranking_lists(path: Path, digest: str, legacy_ok: bool = False) -> dict[str, list[str]] | None:
+    """The lists kept in ``path`` when they were made from what ``digest`` describes, else ``None`` (ranked again).
+
+    The file is ``{"digest", "lists": {query id: [doc id, ...]}}``. A file written before digests were kept (a
+    bare ``{query id: [...]}``) is taken only when ``legacy_ok`` (resuming after a checkpoint of its run).
+    """
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        saved = None
+    if isinstance(saved, dict) and isinstance(saved.get("digest"), str) and isinstance(saved.get("lists"), dict):
+        if saved["digest"] == digest:
+            return saved["lists"]
+    elif legacy_ok and isinstance(saved, dict) and all(isinstance(v, list) for v in saved.values()):
+        return saved
+    logger.info("%s was ranked for other data or settings (an earlier run in this folder): ranking again", path)
+    return None
+
+
+def write_ranking_lists(path: Path, lists: Mapping[str, Sequence[str]], digest: str) -> None:
+    """Keep ``lists`` in ``path`` (atomically), with the ``digest`` of what they were made from."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "w", encoding="utf-8") as handle:
+        json.dump({"digest": digest, "lists": {q: list(d) for q, d in lists.items()}}, handle)

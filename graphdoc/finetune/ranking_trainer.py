@@ -3,7 +3,8 @@
 Output folder layout::
 
     OUTPUT/finetune_config.json     the settings of the run
-    OUTPUT/negatives/bm25.json      BM25's top ``negative_depth`` per training query
+    OUTPUT/negatives/bm25.json      BM25's top ``negative_depth`` per training query, with a digest of the data
+                                    and settings it was ranked for (another run's lists are ranked again)
     OUTPUT/negatives/model.json     the model's own top ``negative_depth``, ranked with the half-way weights
                                     (``negative_pool: judged``: bm25-judged.json, model-judged.json)
     OUTPUT/halfway/                 the half-way checkpoint's model
@@ -28,7 +29,12 @@ from graphdoc.fileio import atomic_write
 from graphdoc.finetune import ranking as rk
 from graphdoc.finetune.config import RankingConfig
 from graphdoc.finetune.data import RankingData
-from graphdoc.finetune.loop import EpochLoop, data_fingerprint, seed_everything
+from graphdoc.finetune.loop import (
+    OPERATIONAL,
+    EpochLoop,
+    data_fingerprint,
+    seed_everything,
+)
 from graphdoc.retrieval.evaluation import evaluate
 from graphdoc.retrieval.fusion import FusionConfig
 
@@ -59,6 +65,7 @@ class RankingTrainer:
                                         "documents": list(data.doc_ids)})
         self.loop = EpochLoop(model, config, self.output, config.epochs * self.steps_per_epoch, data=fingerprint)
         self.negatives: dict[str, dict[str, list[str]]] = {}
+        self.resumed = False  # continued after a checkpoint (lists kept without a digest are then its own)
 
     def fusion(self) -> FusionConfig:
         return FusionConfig(alpha=self.cfg.fusion_alpha, normalization=self.cfg.fusion_normalization)
@@ -69,9 +76,11 @@ class RankingTrainer:
         in the output)."""
         name = source if self.pool is None else f"{source}-{self.cfg.negative_pool}"
         path = self.output / "negatives" / f"{name}.json"
-        if path.is_file():
-            return json.loads(path.read_text(encoding="utf-8"))
         qids = sorted({p.query_id for p in self.pairs})
+        digest = self._lists_digest(source, qids)
+        kept = rk.read_ranking_lists(path, digest, legacy_ok=self.resumed)
+        if kept is not None:
+            return kept
         texts = [self.data.query_texts[q] for q in qids]
         ranker = self.data.ranker(self.cfg.passage_weight, self.cfg.similarity)
         depth = rk.search_depth(self.cfg.negative_depth, len(self.data.doc_ids),
@@ -84,15 +93,25 @@ class RankingTrainer:
             run = ranker.components(qids, texts, vectors, depth).dense
         lists = {q: [d for d in run.get(q, {}) if self.pool is None or d in self.pool][:self.cfg.negative_depth]
                  for q in qids}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_write(path, "w", encoding="utf-8") as handle:
-            json.dump(lists, handle)
+        rk.write_ranking_lists(path, lists, digest)
         return lists
+
+    def _lists_digest(self, source: str, qids: list[str]) -> str:
+        """What the lists of ``source`` are made from: kept lists are reused only when it is the same (a resume),
+        never those an earlier attempt in the same folder left over other data or settings."""
+        what = {"source": source, "queries": {q: self.data.query_texts[q] for q in qids},
+                "corpus": self.data.corpus_digest(), "depth": self.cfg.negative_depth,
+                "pool": None if self.pool is None else sorted(self.pool)}
+        if source == rk.MODEL:  # ranked with the weights this run has at this step
+            what.update(run=self.loop.data, step=self.loop.state["step"],
+                        config={k: v for k, v in dataclasses.asdict(self.cfg).items() if k not in OPERATIONAL})
+        return data_fingerprint(what)
 
     # ------------------------------------------------------------------ loop
     def train(self, resume: bool = False) -> dict:
         """Run the remaining epochs; keep the best dev model in ``OUTPUT/model``; return the summary."""
         self.loop.start_or_resume(resume)
+        self.resumed = self.loop.state["step"] > 0
         with atomic_write(self.output / "finetune_config.json", "w", encoding="utf-8") as handle:
             json.dump({"ranking": dataclasses.asdict(self.cfg)}, handle, indent=2)
         while self.loop.state["epoch"] < self.cfg.epochs:

@@ -73,16 +73,18 @@ def _parse_line(line: str, where: str) -> tuple[str, str, float]:
 
 
 def read_run(path: str | Path) -> Run:
-    """Read a TREC run file into ``{qid: {docid: score}}``; blank lines are skipped.
+    """Read a TREC run file into ``{qid: {docid: score}}``; blank lines and a leading byte-order mark are skipped.
 
     The rank column is checked but not used: rankings come from the scores.
     """
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path} is a folder, not a run file")
     if not path.is_file():
         raise InputError(f"run file not found: {path}")
     run: Run = {}
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is not part of the first query id
             for lineno, line in enumerate(f, start=1):
                 if not line.strip():
                     continue

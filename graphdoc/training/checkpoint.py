@@ -20,11 +20,14 @@ import json
 import logging
 import random
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from graphdoc.errors import GraphDocError
@@ -114,17 +117,45 @@ def save_checkpoint(folder: Path, model, optimizer: torch.optim.Optimizer, sched
 def load_checkpoint(folder: Path, optimizer: torch.optim.Optimizer,
                     scheduler) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Restore the optimiser, scheduler and global random states; returns the torch RNG states and the
-    trainer state. The model is loaded separately from ``folder / MODEL_DIR``."""
-    try:
+    trainer state. The model is loaded separately from ``folder / MODEL_DIR``. A damaged or missing file is
+    one :class:`GraphDocError` line."""
+    with unreadable_as_error(folder):
         meta = json.loads((folder / "optimizer.json").read_text(encoding="utf-8"))
         optimizer.load_state_dict(optimizer_state(load_file(str(folder / "optimizer.safetensors")), meta))
         scheduler.load_state_dict(json.loads((folder / "scheduler.json").read_text(encoding="utf-8")))
         set_global_rng_json(json.loads((folder / "rng.json").read_text(encoding="utf-8")))
         rng_states = load_file(str(folder / "rng.safetensors"))
-        state = json.loads((folder / STATE_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError, KeyError) as exc:
-        raise GraphDocError(f"checkpoint {folder} is unreadable ({type(exc).__name__}: {exc})") from None
+        state = read_state(folder)
     return rng_states, state
+
+
+def read_state(folder: Path) -> dict[str, Any]:
+    """The checkpoint's ``trainer_state.json`` (read before anything is loaded, to check a resume)."""
+    with unreadable_as_error(folder):
+        state = json.loads((folder / STATE_NAME).read_text(encoding="utf-8"))
+        if not isinstance(state, dict):
+            raise TypeError(f"{STATE_NAME} holds no JSON object")
+    return state
+
+
+def load_tensors(folder: Path, name: str) -> dict[str, torch.Tensor]:
+    """The tensors of the checkpoint's ``name`` file (weights trained beside the model); a damaged file is one
+    error line."""
+    with unreadable_as_error(folder):
+        return load_file(str(folder / name))
+
+
+@contextmanager
+def unreadable_as_error(folder: Path) -> Iterator[None]:
+    """Turn what a damaged checkpoint file raises (truncated JSON or safetensors, a missing key or file, tensors
+    of another shape) into one line: ``checkpoint FOLDER is unreadable (...)``."""
+    try:
+        yield
+    except GraphDocError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise GraphDocError(f"checkpoint {folder} is unreadable ({type(exc).__name__}: {reason})") from None
 
 
 def remove_stale(output: Path) -> None:
