@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 from _finetune_helpers import labelled_files, ranking_files
@@ -171,3 +172,26 @@ def test_a_spent_time_budget_stops_a_resumed_run_before_any_step(tiny_bert, tmp_
     assert json.loads((tmp_path / "run" / "pretrain.json").read_text(encoding="utf-8"))["time_up"] is True
     again = pretrain(corpus, tmp_path / "run", setup, resume=True, device="cpu")
     assert (again.steps, again.time_up) == (1, True)
+
+
+@pytest.mark.parametrize("name", ["trainer_state.json", "projection_head.safetensors", "optimizer.safetensors"])
+def test_pretrain_resume_from_a_damaged_checkpoint_file_is_one_line(tiny_bert, tmp_path, name):
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    setup = tiny_setup(tiny_bert, max_steps=2, frozen_encoder=True, projection_head=8)
+    pretrain(corpus, tmp_path / "run", setup, device="cpu")
+    [step] = (tmp_path / "run" / "checkpoints").glob("step-*")
+    with open(step / name, "r+b") as handle:
+        handle.truncate(10)
+    with pytest.raises(GraphDocError, match=rf"^checkpoint {re.escape(str(step))} is unreadable \(\w+: .*\)$"):
+        pretrain(corpus, tmp_path / "run", setup, resume=True, device="cpu")
+
+
+def test_pretrain_refuses_an_empty_output(tiny_bert, tmp_path, monkeypatch, capsys, restore_cli_state):
+    from graphdoc.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    assert main(["-q", "pretrain", "--corpus", str(corpus), "--output", "", "--model", str(tiny_bert),
+                 "--frozen-encoder", "--max-steps", "1", "--device", "cpu"]) == 1
+    assert capsys.readouterr().err.strip() == "graphdoc pretrain: error: --output is empty: name the run's folder"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]

@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--corpus", required=True, action="append", metavar="PATH_OR_NAME",
                         help="JSON lines, BEIR folder, text folder, MediaWiki dump or a named corpus such as "
                              "openwebtext; repeat to read several in turn")
-    parser.add_argument("--output", required=True, type=Path, metavar="DIR",
+    parser.add_argument("--output", required=True, metavar="DIR",
                         help="run folder: checkpoints, log.csv, and the trained model in DIR/model")
     parser.add_argument("--config", default=None, metavar="YAML",
                         help="pretraining config with 'model' and 'pretrain' sections (configs/pretrain-*.yaml)")
@@ -63,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
         objective=args.objective, frozen_encoder=args.frozen_encoder, max_steps=args.max_steps,
         max_seconds=args.max_seconds,
         batch_size=args.batch_size, epochs=args.epochs, cache_dir=args.cache_dir)
+    if not args.output.strip():  # Path("") is the working folder
+        raise GraphDocError("--output is empty: name the run's folder")
+    args.output = Path(args.output)
     if args.output.exists() and not args.output.is_dir():
         raise GraphDocError(f"--output {args.output} exists and is not a folder")
     result = pretrain(args.corpus, args.output, setup, model=args.model, resume=args.resume, device=args.device,

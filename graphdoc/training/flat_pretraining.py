@@ -20,7 +20,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from torch import nn
 
 from graphdoc.backbones import FLAT
@@ -29,14 +28,25 @@ from graphdoc.device import autocast
 from graphdoc.documents import Document
 from graphdoc.errors import GraphDocError
 from graphdoc.models.passage_encoder import MAX_BATCH_SEQUENCES, PassageEncoder
+from graphdoc.training import checkpoint as ckpt
 from graphdoc.training import data
 from graphdoc.training.config import PretrainConfig
 from graphdoc.training.distributed import DistContext, gather_tensors
-from graphdoc.training.flat_objectives import IGNORE_INDEX, crop_texts, docsplit_pair, document_sentences, mask_tokens
-from graphdoc.training.graph_pretraining import enable_checkpointing
+from graphdoc.training.flat_objectives import (
+    IGNORE_INDEX,
+    crop_texts,
+    docsplit_pair,
+    document_sentences,
+    mask_tokens,
+)
 from graphdoc.training.grad_cache import LossFn, grad_cache_backward
+from graphdoc.training.graph_pretraining import enable_checkpointing
 from graphdoc.training.masked_lm_head import MaskedLMHead
-from graphdoc.training.projection_head import PROJECTION_HEAD, projection_head, restore_head
+from graphdoc.training.projection_head import (
+    PROJECTION_HEAD,
+    projection_head,
+    restore_head,
+)
 
 REQUIREMENTS = {"docsplit": "two or more sentences", "simcse": "text", "crop": "text"}
 MLM_HEAD = "mlm_head"  # the head's weights in a checkpoint: mlm_head.safetensors
@@ -144,7 +154,8 @@ class FlatPretraining:
         path = folder / f"{MLM_HEAD}.safetensors"
         if not path.is_file():
             raise GraphDocError(f"checkpoint {folder} has no {path.name}: it was not written by an MLM run")
-        self.mlm_head.load_own_state_dict(load_file(str(path)))
+        with ckpt.unreadable_as_error(folder):
+            self.mlm_head.load_own_state_dict(ckpt.load_tensors(folder, path.name))
 
 
 def masked_lm_backward(encoder: PassageEncoder, head: MaskedLMHead, masked: list[torch.Tensor],

@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
 from graphdoc.errors import GraphDocError
+from graphdoc.training import checkpoint as ckpt
 
 PROJECTION_HEAD = "projection_head"  # its weights in a checkpoint: projection_head.safetensors
 
@@ -38,4 +38,5 @@ def restore_head(head: nn.Module, folder: Path) -> None:
     if not path.is_file():
         raise GraphDocError(f"checkpoint {folder} has no {path.name}: it was not written by a run with "
                             "pretrain.projection_head")
-    head.load_state_dict(load_file(str(path)))
+    with ckpt.unreadable_as_error(folder):  # a damaged file or weights of another size: one line
+        head.load_state_dict(ckpt.load_tensors(folder, path.name))

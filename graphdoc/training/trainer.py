@@ -120,7 +120,7 @@ class Trainer:
         if resume and not found:
             logger.warning("nothing to resume in %s: starting from scratch", self.output)
         latest = found[-1] if resume and found else None
-        state = json.loads((latest / ckpt.STATE_NAME).read_text(encoding="utf-8")) if latest else None
+        state = ckpt.read_state(latest) if latest else None
         if state is not None:
             self._check_resumable(state)
         self.model = (load_model(str(latest / ckpt.MODEL_DIR), backbone=self.setup.backbone, device=self.device)
