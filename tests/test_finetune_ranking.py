@@ -194,6 +194,16 @@ def test_config_errors_name_the_bad_value():
     with pytest.raises(GraphDocError, match="lr must be a number"):
         RankingConfig(lr="fast")
     assert RankingConfig(lr="5e-5").lr == 5e-5
+    for settings, message in [({"max_grad_norm": -1.0}, "max_grad_norm must be > 0 or null (no clipping); got -1.0"),
+                              ({"max_grad_norm": 0.0}, "max_grad_norm must be > 0 or null (no clipping); got 0.0"),
+                              ({"lr": float("inf")}, "lr must be positive; got inf"),
+                              ({"weight_decay": -0.1}, "weight_decay must be >= 0; got -0.1"),
+                              ({"negative_depth": 0}, "negative_depth must be at least 1; got 0"),
+                              ({"hard_negatives": -1}, "hard_negatives must be >= 0; got -1")]:
+        with pytest.raises(GraphDocError) as info:
+            RankingConfig(**settings)
+        assert str(info.value) == message
+    assert RankingConfig(max_grad_norm=None).max_grad_norm is None
 
 
 def test_full_mode_trains_the_passage_encoder_too(tiny_bert, tmp_path):

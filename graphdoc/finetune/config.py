@@ -10,6 +10,7 @@ are an error.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,10 +54,14 @@ class TrainingConfig:
     def __post_init__(self) -> None:
         check_types(self, self.section)
         for name in ("lr", "epochs", "batch_size", "max_passages"):
-            if not getattr(self, name) > 0:
+            if not 0 < getattr(self, name) < math.inf:
                 raise GraphDocError(f"{name} must be positive; got {getattr(self, name)!r}")
         if not 0.0 <= self.warmup_ratio <= 1.0:
             raise GraphDocError(f"warmup_ratio must be in [0, 1]; got {self.warmup_ratio!r}")
+        if not 0.0 <= self.weight_decay < math.inf:
+            raise GraphDocError(f"weight_decay must be >= 0; got {self.weight_decay!r}")
+        if self.max_grad_norm is not None and not 0 < self.max_grad_norm < math.inf:
+            raise GraphDocError(f"max_grad_norm must be > 0 or null (no clipping); got {self.max_grad_norm!r}")
 
 
 @dataclass
@@ -100,8 +105,12 @@ class RankingConfig(TrainingConfig):
         _check_choice("similarity", self.similarity, SIMILARITIES)
         _check_choice("eval_mode", self.eval_mode, EVAL_MODES)
         _check_choice("negative_pool", self.negative_pool, NEGATIVE_POOLS)
-        if self.temperature <= 0 or self.hard_negatives < 0 or self.negative_depth < 1:
-            raise GraphDocError("temperature and negative_depth must be positive, hard_negatives >= 0")
+        if not 0 < self.temperature < math.inf:
+            raise GraphDocError(f"temperature must be positive; got {self.temperature!r}")
+        if self.negative_depth < 1:
+            raise GraphDocError(f"negative_depth must be at least 1; got {self.negative_depth!r}")
+        if self.hard_negatives < 0:
+            raise GraphDocError(f"hard_negatives must be >= 0; got {self.hard_negatives!r}")
         for name in ("passage_weight", "fusion_alpha", "fold_dev_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise GraphDocError(f"{name} must be in [0, 1]; got {getattr(self, name)!r}")

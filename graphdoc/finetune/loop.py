@@ -220,7 +220,7 @@ class EpochLoop:
         groups = ([g["params"] for g in self.optimizer.param_groups] if self.clip_per_group
                   else [[p for p in self.model.parameters() if p.requires_grad]])
         for params in groups:
-            torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm or float("inf"))
+            torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm if self.config.max_grad_norm is not None else float("inf"))
         self.optimizer.step()
         self.scheduler.step()
         self.state["step"] += 1
