@@ -153,7 +153,8 @@ def test_user_errors_are_one_line(tiny_bert, corpus, tmp_path, capsys):
     assert pretrain_cli("--corpus", "openwebtext", *base) == 1
     assert "'openwebtext' streams with no known length: set pretrain.max_steps (--max-steps)" in error_line(capsys)
     assert pretrain_cli("--corpus", str(corpus), *base, "--batch-size", "0") == 1
-    assert "pretrain.batch_size must be positive; got 0" in error_line(capsys)
+    assert "pretrain.batch_size must be at least 2 (the other documents of a batch are the negatives" \
+        in error_line(capsys)
     one = tmp_path / "one.jsonl"
     one.write_text(json.dumps({"_id": "a", "text": "Just one."}) + "\n", encoding="utf-8")
     assert pretrain_cli("--corpus", str(one), *base) == 1

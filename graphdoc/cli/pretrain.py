@@ -72,12 +72,24 @@ def run(args: argparse.Namespace) -> int:
                       precision=args.precision, show_progress_bar=not args.quiet)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0  # under torchrun, process 0 reports
-    logger.info("%d steps over %d documents (%d empty and %d too short documents skipped); "
-                "%.1f documents/s, %.2f steps/s, peak memory %.0f MiB", result.steps, result.documents_used,
-                result.empty_skipped, result.one_passage_skipped, result.documents_per_s, result.steps_per_s,
-                result.peak_cuda_mib or result.peak_rss_mib)
+    logger.info("%s (%d empty and %d too short documents skipped); %.1f documents/s, %.2f steps/s, peak memory "
+                "%.0f MiB", describe_run(result), result.empty_skipped, result.one_passage_skipped,
+                result.documents_per_s, result.steps_per_s, result.peak_cuda_mib or result.peak_rss_mib)
     if result.time_up:
         logger.warning("stopped by the time budget (max_seconds) after step %d of %d", result.steps,
                        result.total_steps)
     logger.info("model saved in %s", result.model_dir)
     return 0
+
+
+def describe_run(result) -> str:
+    """``400 steps, 20 epochs over 80 documents``; within the first epoch ``3 steps over 12 documents``."""
+    steps = _plural(result.steps, "step")
+    if result.epoch == 0 or not result.distinct_documents:  # the corpus's size is known after one epoch
+        return f"{steps} over {_plural(result.documents_used, 'document')}"
+    epochs = round(result.documents_used / result.distinct_documents, 2)
+    return f"{steps}, {_plural(epochs, 'epoch')} over {_plural(result.distinct_documents, 'document')}"
+
+
+def _plural(count: float, noun: str) -> str:
+    return f"{count:,g} {noun}" + ("" if count == 1 else "s")

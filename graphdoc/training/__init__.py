@@ -70,8 +70,12 @@ def pretrain(corpus: str | Sequence[str], output: str | Path, setup: PretrainSet
     ctx, resolved = init_from_env(device)
     try:
         trainer = Trainer(setup or PretrainSetup(), sources, Path(output), ctx, resolved, show)
-        trainer.start(model, resume, precision)
-        return trainer.train()
+        try:
+            trainer.start(model, resume, precision)
+            return trainer.train()
+        except GraphDocError:  # e.g. a corpus with no usable document: a new run folder is not left half-made
+            trainer.discard_new_output()
+            raise
     finally:
         if joined_here:
             shutdown(ctx)

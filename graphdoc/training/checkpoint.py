@@ -20,7 +20,7 @@ import json
 import logging
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,8 +30,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from graphdoc.device import autocast_dtype
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_directory, remove_stale_temporaries
+from graphdoc.fingerprint import weights_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -172,3 +174,59 @@ def prune_checkpoints(output: Path, keep: int) -> None:
 
     for old in list_checkpoints(output)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def check_slots(output: Path, slots: Mapping[str, bool]) -> None:
+    """Refuse, before anything is written, a run folder entry of the wrong kind (``slots``: name -> whether the
+    run keeps a folder there, else a file)."""
+    for name, folder in slots.items():
+        path = output / name
+        if path.exists() and path.is_dir() != folder:
+            found, wanted = ("a folder", "file") if path.is_dir() else ("a file", "folder")
+            raise GraphDocError(f"{path} is {found}, where the run keeps its {name} {wanted}: move it away or "
+                                "choose another --output")
+
+
+def start_identity(model: torch.nn.Module, whole: bool) -> dict[str, Any]:
+    """The name and weights fingerprint of the model a run starts from: ``whole`` for a saved graphdoc model
+    (graph layers and all), else its passage encoder alone (new graph layers are drawn at random)."""
+    return {"name": getattr(model, "name_or_path", None),
+            "fingerprint": weights_fingerprint(model if whole else model.passage_encoder)}
+
+
+def check_start_model(folder: Path, state: dict[str, Any], start: torch.nn.Module, identity: dict[str, Any],
+                      device: torch.device) -> None:
+    """Refuse resuming from checkpoint ``folder`` when ``start`` (the model a new run with today's ``--model``,
+    config and ``--precision`` would start from; ``identity``: its :func:`start_identity`) differs from the run's:
+    other weights, another model setting, or a precision of other numerics on ``device``."""
+    from graphdoc.finetune.loop import compare_start_models
+
+    with unreadable_as_error(folder):
+        saved = json.loads((folder / MODEL_DIR / "config.json").read_text(encoding="utf-8"))["model"]
+        saved_encoder = saved["passage_encoder"]
+    now = start.config.to_dict()
+    if "start_model" in state:  # a checkpoint written before the start model was kept: its name is compared
+        compare_start_models(state["start_model"], identity)
+        saved_encoder.pop("model_name_or_path", None)  # the weights decide: a moved folder is the same model
+        now["passage_encoder"].pop("model_name_or_path", None)
+    was, wanted = saved_encoder.pop("precision", "auto"), now["passage_encoder"].pop("precision")
+    if autocast_dtype(device, was) != autocast_dtype(device, wanted):
+        raise GraphDocError(f"cannot resume with precision {wanted} (--precision or model.passage_encoder."
+                            f"precision): the run was started with {was}, which computes other numbers")
+    difference = _first_difference(saved, now, "model")
+    if difference is not None:
+        key, value, old = difference
+        raise GraphDocError(f"cannot resume with {key}={value!r}: the run was started with {old!r}")
+
+
+def _first_difference(saved: Mapping[str, Any], now: Mapping[str, Any], prefix: str) -> tuple[str, Any, Any] | None:
+    """The first setting of ``now`` (dotted name, value, saved value) that ``saved`` holds otherwise."""
+    for key, value in now.items():
+        old = saved.get(key)
+        if isinstance(value, Mapping) and isinstance(old, Mapping):
+            found = _first_difference(old, value, f"{prefix}.{key}")
+            if found is not None:
+                return found
+        elif value != old:
+            return f"{prefix}.{key}", value, old
+    return None

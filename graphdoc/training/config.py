@@ -9,6 +9,7 @@ a :class:`~graphdoc.config.ModelConfig` or a :class:`~graphdoc.flat_config.FlatM
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ OBJECTIVES = tuple(OBJECTIVE_BACKBONES)
 SIMILARITIES = ("dot", "cosine")
 #: the masked-language-model weight of docsplit (DocSplit / SimDE); the other objectives default to none
 DOCSPLIT_MLM_WEIGHT = 0.1
+#: the largest seed: numpy's global seed takes 32 bits, and each process adds its rank
+MAX_SEED = 2 ** 31 - 1
 
 
 @dataclass
@@ -51,8 +54,9 @@ class PretrainConfig:
         adam_epsilon: AdamW's epsilon (a larger one damps the steps of near-zero gradients).
         batch_size: documents per optimiser step, over all processes (``2 * batch_size``
             sub-documents: every one is a negative for every other pair).
-        epochs: passes over the corpus; ``max_steps`` stops earlier and, when set, is the length of the
-            learning-rate schedule (a streamed corpus of unknown size needs it).
+        epochs: passes over the corpus; ``max_steps`` stops earlier. The learning-rate schedule spans the
+            run: the fewer of ``max_steps`` and the epochs' steps (a local corpus is counted first), or
+            ``max_steps`` over a streamed corpus of unknown size (which needs it).
         max_seconds: also stop once the training loop has run this long (a time budget, as in benchmarks
             that give every model the same time); checked after each step, the model saved as at the end.
             The schedule still spans ``max_steps``/``epochs``. May change on resume.
@@ -66,7 +70,7 @@ class PretrainConfig:
         shuffle_buffer: documents held to shuffle the stream (0: corpus order), reshuffled every epoch.
         prepared_cache_mb: memory for prepared (chunked and tokenized) documents kept between epochs, so
             later epochs skip that work (0: prepare every document every epoch).
-        max_grad_norm: gradient clipping (``None``: none).
+        max_grad_norm: clip the gradients' global norm to this (> 0; ``None``: no clipping).
         checkpoint_every, keep_checkpoints: save a resumable checkpoint every N steps; keep the last K.
         log_every: steps between rows of the CSV log (and TensorBoard when ``tensorboard``).
         cache_dir: the passage vector cache of the frozen mode (default ``OUTPUT/passage_cache``).
@@ -108,37 +112,37 @@ class PretrainConfig:
         check_types(self, "pretrain")
         _check_choice("pretrain.objective", self.objective, OBJECTIVES)
         _check_choice("pretrain.similarity", self.similarity, SIMILARITIES)
-        positive = {"temperature": self.temperature, "lr": self.lr, "batch_size": self.batch_size,
-                    "epochs": self.epochs, "grad_cache_chunk": self.grad_cache_chunk,
-                    "checkpoint_every": self.checkpoint_every, "log_every": self.log_every,
-                    "keep_checkpoints": self.keep_checkpoints}
-        for name, value in positive.items():
-            if not value > 0:
-                raise GraphDocError(f"pretrain.{name} must be positive; got {value!r}")
-        if self.batch_size < 2:  # every objective is contrastive: a document's negatives are the batch's others
-            raise GraphDocError(f"pretrain.batch_size must be at least 2 (the other documents of a batch are the "
-                                f"negatives; batch_size counts over all processes); got {self.batch_size}")
-        if self.max_passages < 2:
-            raise GraphDocError(f"pretrain.max_passages must be at least 2; got {self.max_passages}")
-        if self.projection_head is not None and self.projection_head < 1:
-            raise GraphDocError(f"pretrain.projection_head must be at least 1 or null; got {self.projection_head}")
-        if self.max_seconds is not None and not self.max_seconds > 0:
-            raise GraphDocError(f"pretrain.max_seconds must be positive or null; got {self.max_seconds!r}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise GraphDocError(f"pretrain.max_steps must be at least 1 or null; got {self.max_steps}")
-        for name in ("warmup_ratio", "ict_first_passage"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise GraphDocError(f"pretrain.{name} must be in [0, 1]; got {getattr(self, name)!r}")
-        if self.weight_decay < 0 or self.shuffle_buffer < 0 or self.prepared_cache_mb < 0:
-            raise GraphDocError("pretrain.weight_decay, pretrain.shuffle_buffer and pretrain.prepared_cache_mb "
-                                "must be >= 0")
-        if self.mlm_weight is not None and self.mlm_weight < 0:
-            raise GraphDocError(f"pretrain.mlm_weight must be >= 0 (0: off) or null; got {self.mlm_weight!r}")
+        for f in dataclasses.fields(self):  # inf or nan in any number is an error, null aside
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise GraphDocError(f"pretrain.{f.name} must be a finite number; got {_show(value)}")
+        self._check_ranges()
         if not 0.0 < self.mlm_probability < 1.0:
             raise GraphDocError(f"pretrain.mlm_probability must be in (0, 1); got {self.mlm_probability!r}")
         if not 0.0 < self.crop_min_ratio <= self.crop_max_ratio <= 1.0:
             raise GraphDocError("pretrain.crop_min_ratio and pretrain.crop_max_ratio must satisfy "
                                 f"0 < min <= max <= 1; got {self.crop_min_ratio!r}, {self.crop_max_ratio!r}")
+
+    def _check_ranges(self) -> None:
+        """One line naming the first setting out of its range, and its value."""
+        for name in ("temperature", "lr", "adam_epsilon", "grad_cache_chunk", "checkpoint_every", "log_every",
+                     "keep_checkpoints", "epochs"):
+            _check_bound(name, getattr(self, name), "positive", lambda v: v > 0)
+        for name in ("weight_decay", "shuffle_buffer", "prepared_cache_mb"):
+            _check_bound(name, getattr(self, name), ">= 0", lambda v: v >= 0)
+        for name in ("warmup_ratio", "ict_first_passage"):
+            _check_bound(name, getattr(self, name), "in [0, 1]", lambda v: 0 <= v <= 1)
+        # every objective is contrastive: a document's negatives are the batch's other documents
+        _check_bound("batch_size", self.batch_size, "at least 2 (the other documents of a batch are the "
+                     "negatives; batch_size counts over all processes)", lambda v: v >= 2)
+        _check_bound("max_passages", self.max_passages, "at least 2", lambda v: v >= 2)
+        _check_bound("seed", self.seed, f"in [0, {MAX_SEED}]", lambda v: 0 <= v <= MAX_SEED)
+        _check_bound("max_steps", self.max_steps, "at least 1 or null", lambda v: v >= 1)
+        _check_bound("projection_head", self.projection_head, "at least 1 or null", lambda v: v >= 1)
+        _check_bound("max_seconds", self.max_seconds, "positive or null", lambda v: v > 0)
+        # null turns clipping off; a norm of 0 would zero every gradient, a negative one flips them
+        _check_bound("max_grad_norm", self.max_grad_norm, "> 0 or null", lambda v: v > 0)
+        _check_bound("mlm_weight", self.mlm_weight, ">= 0 (0: off) or null", lambda v: v >= 0)
 
     def effective_mlm_weight(self, backbone: str) -> float:
         """The MLM weight a run uses: ``mlm_weight``, or the objective's default when it is ``None``."""
@@ -175,6 +179,17 @@ class PretrainSetup(BackboneSetup):
         """A copy with some ``pretrain`` settings changed (``None`` values are ignored), checked again."""
         changes = {k: v for k, v in changes.items() if v is not None}
         return dataclasses.replace(self, pretrain=dataclasses.replace(self.pretrain, **changes))
+
+
+def _check_bound(name: str, value: float | None, wanted: str, ok) -> None:
+    """``pretrain.NAME must be WANTED; got VALUE`` unless ``value`` is ``None`` or ``ok(value)``."""
+    if value is not None and not ok(value):
+        raise GraphDocError(f"pretrain.{name} must be {wanted}; got {_show(value)}")
+
+
+def _show(value: float) -> str:
+    """A number as the user wrote it: ``-1``, not the ``-1.0`` it became as a float setting."""
+    return f"{value:.15g}" if isinstance(value, float) else str(value)
 
 
 def load_setup(path: str | Path | None) -> PretrainSetup:

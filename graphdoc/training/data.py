@@ -50,15 +50,18 @@ class DataPosition:
 
 @dataclass
 class DataStats:
-    """Documents used and skipped, summed over the epochs run (a resumed run restores the counts).
+    """Documents used and skipped (a resumed run restores the counts).
 
-    ``one_passage_skipped`` counts the documents too short for the objective: one passage (``half``,
-    ``ict``), one sentence (``docsplit``) or no word (``simcse``, ``crop``).
+    ``used`` counts a document again every epoch it trains in (the documents the steps saw); the others
+    count the documents of the corpus, once each, as the first epoch meets them: ``distinct`` those used,
+    ``empty_skipped`` the empty ones, ``one_passage_skipped`` those too short for the objective: one passage
+    (``half``, ``ict``), one sentence (``docsplit``) or no word (``simcse``, ``crop``).
     """
 
     used: int = 0
     empty_skipped: int = 0
     one_passage_skipped: int = 0
+    distinct: int = 0
 
 
 @dataclass
@@ -130,12 +133,12 @@ def epoch_stream(sources: Sequence[str], epoch: int, seed: int, buffer_size: int
 
 
 def batches(docs: Iterable[Document], prepare: Prepare, batch_size: int, start: int,
-            stats: DataStats, usable: Usable = two_passages) -> Iterator[Batch]:
+            stats: DataStats, usable: Usable = two_passages, first_pass: bool = True) -> Iterator[Batch]:
     """Group the documents from stream offset ``start`` on into batches of ``batch_size`` usable ones.
 
     The documents before ``start`` are passed over without being prepared; prepared documents that are
-    not ``usable`` (default: one passage) are skipped and counted. The last batch of the stream may be
-    smaller.
+    not ``usable`` (default: one passage) are skipped, and counted in the ``first_pass`` over the corpus
+    (as the documents used are in ``distinct``). The last batch of the stream may be smaller.
     """
     current: list[Example] = []
     position = start
@@ -144,8 +147,9 @@ def batches(docs: Iterable[Document], prepare: Prepare, batch_size: int, start: 
             continue
         prepared = prepare(doc)
         if not usable(prepared):
-            stats.one_passage_skipped += 1
+            stats.one_passage_skipped += first_pass
             continue
+        stats.distinct += first_pass
         current.append(Example(position, prepared))
         if len(current) == batch_size:
             stats.used += len(current)
@@ -216,9 +220,16 @@ def approx_bytes(value: Any) -> int:
     return sys.getsizeof(value)
 
 
-def count_examples(sources: Sequence[str], prepare: Prepare, usable: Usable = two_passages) -> int:
-    """The number of usable (default: two-passage or longer) documents in one pass over the corpus."""
-    return sum(bool(usable(prepare(doc))) for doc in open_corpus(sources, ReadStats()))
+def count_examples(sources: Sequence[str], prepare: Prepare, usable: Usable = two_passages,
+                   limit: int | None = None) -> int:
+    """The number of usable (default: two-passage or longer) documents in one pass over the corpus, or
+    ``limit`` once that many are found (the rest of the corpus is not read)."""
+    count = 0
+    for doc in open_corpus(sources, ReadStats()):
+        count += bool(usable(prepare(doc)))
+        if limit is not None and count >= limit:
+            break
+    return count
 
 
 def shard(examples: Sequence[Example], rank: int, world_size: int) -> list[Example]:

@@ -15,12 +15,16 @@ if TYPE_CHECKING:
 class PretrainResult:
     """A finished (or stopped) pretraining run.
 
-    ``documents_per_s`` and ``steps_per_s`` cover this process's training loop (not model loading or
-    the counting pass); a resumed run counts from its resumption. ``loss`` is the last step's whole
+    ``seconds`` (the same as ``loop_seconds``), ``documents_per_s`` and ``steps_per_s`` cover this process's
+    training loop (not model loading or the counting pass) over the whole run, resumptions included, as
+    ``documents_used`` and ``steps`` do. ``loss`` is the last step's whole
     objective, ``mlm_loss`` its masked-language-model term (``None`` without one). ``loop_seconds`` is
     the training loop's time over the whole run, resumptions included (what ``max_seconds`` limits);
     ``time_up`` says the run stopped because that budget was spent. ``peak_rss_mib`` is the process's
     peak resident memory, ``peak_cuda_mib`` the peak CUDA memory allocated (``None`` on the CPU).
+    ``documents_used`` counts a document again every epoch it trains in; ``distinct_documents``,
+    ``empty_skipped`` and ``one_passage_skipped`` count the corpus's documents once each (as far as the run
+    read it), so ``documents_used / distinct_documents`` is the number of epochs run.
     """
 
     model_dir: Path
@@ -41,17 +45,18 @@ class PretrainResult:
     mlm_loss: float | None = None
     loop_seconds: float | None = None
     time_up: bool = False
+    distinct_documents: int = 0
 
     @classmethod
     def from_run(cls, trainer: "Trainer", peak_rss_mib: float, peak_cuda_mib: float | None) -> "PretrainResult":
-        t = trainer.throughput
-        seconds = t.elapsed
+        seconds = trainer.loop_seconds()  # the steps and documents before a resumption count, and their time
         cache = trainer.cache
         return cls(trainer.output / "model", trainer.step, trainer.total_steps, trainer.position.epoch,
                    trainer.stats.used, trainer.stats.empty_skipped, trainer.stats.one_passage_skipped,
-                   trainer.last_loss, seconds, t.documents / max(seconds, 1e-9), t.steps / max(seconds, 1e-9),
+                   trainer.last_loss, seconds, trainer.stats.used / max(seconds, 1e-9),
+                   trainer.step / max(seconds, 1e-9),
                    peak_rss_mib, peak_cuda_mib, cache.hits if cache else None, cache.misses if cache else None,
-                   trainer.last_mlm, trainer.loop_seconds(), trainer.time_up)
+                   trainer.last_mlm, seconds, trainer.time_up, trainer.stats.distinct)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -9,7 +9,7 @@ Output folder layout::
 
     OUTPUT/pretrain_config.json     the settings of the run (model config resolved)
     OUTPUT/log.csv                  one row every ``log_every`` steps (see metrics.COLUMNS)
-    OUTPUT/checkpoints/step-N/      resumable checkpoints (see graphdoc.training.checkpoint)
+    OUTPUT/checkpoints/step-N/      resumable checkpoints, every checkpoint_every steps and at the last step
     OUTPUT/passage_cache/           frozen-encoder passage vectors (unless ``cache_dir`` is set)
     OUTPUT/model/                   the trained model: graphdoc.load_model(OUTPUT/model), either backbone
     OUTPUT/pretrain.json            what the run did: steps, documents used and skipped, throughput
@@ -21,7 +21,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import random
 from pathlib import Path
 
@@ -37,45 +36,38 @@ from graphdoc.corpus import ReadStats
 from graphdoc.device import autocast_dtype
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
-from graphdoc.serialization import backbone_of
+from graphdoc.serialization import backbone_of, saved_backbone
 from graphdoc.training import checkpoint as ckpt
 from graphdoc.training import data
 from graphdoc.training.config import PretrainSetup
-from graphdoc.training.distributed import (DistContext, average_gradients, barrier, gather_tensors,
-                                           gather_with_grad)
+from graphdoc.training.distributed import (
+    DistContext,
+    average_gradients,
+    barrier,
+    gather_tensors,
+    gather_with_grad,
+)
 from graphdoc.training.flat_pretraining import FlatPretraining
 from graphdoc.training.graph_pretraining import GraphPretraining
 from graphdoc.training.metrics import Throughput, TrainLog, peak_memory_mib
 from graphdoc.training.objectives import LOSSES
 from graphdoc.training.optim import build_optimizer, build_scheduler
 from graphdoc.training.result import PretrainResult
+from graphdoc.training.run_folder import (
+    CONFIG_NAME,
+    SUMMARY_NAME,
+    RunFolder,
+    corpus_identity,
+    describe,
+)
 
 logger = logging.getLogger(__name__)
 
-CONFIG_NAME = "pretrain_config.json"
 #: The progress bar: steps, time left, loss and documents/s (no steps/s), so that it fits 80 columns.
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
-SUMMARY_NAME = "pretrain.json"
 #: settings that may change on resume: they do not change what is learned
 OPERATIONAL = ("checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "cache_dir", "max_seconds",
                "prepared_cache_mb")
-
-
-def corpus_identity(sources: list[str]) -> list[list]:
-    """``[name, bytes]`` of every source (a named corpus: ``[name, None]``); a resumed run must read the same."""
-    out = []
-    for source in sources:
-        path = Path(source)
-        if not path.exists():
-            out.append([source, None])
-            continue
-        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-        out.append([path.name, sum(f.stat().st_size for f in files)])
-    return out
-
-
-def _describe(identity: list[list]) -> str:
-    return ", ".join(name if size is None else f"{name} ({size:,} bytes)" for name, size in identity)
 
 
 class Trainer:
@@ -95,6 +87,9 @@ class Trainer:
         self.seconds_before = 0.0  # training-loop seconds of the run before a resumption
         self.corpus: list[list] = []  # corpus_identity of the sources, set by start()
         self.time_up = False
+        self.start_model: dict = {}  # checkpoint.start_identity of the weights the run started from
+        self.saved_step = 0  # the step of the latest checkpoint written or resumed from
+        self.folder = RunFolder(setup, sources, output, ctx)
 
     @property
     def cache(self):
@@ -108,25 +103,21 @@ class Trainer:
         ``precision`` replaces the passage encoder's own (``passage_encoder.precision``), also on resume.
         """
         self.cfg.check_backbone(self.setup.backbone)
-        self._check_sources()
-        self._open_named_sources()
+        found = self.folder.check(resume)
+        barrier(self.ctx)  # every process has checked the output before process 0 writes in it
         self.corpus = corpus_identity(self.sources)
-        found = ckpt.list_checkpoints(self.output)
-        if found and not resume:
-            raise GraphDocError(f"{self.output} already holds a training run; pass --resume to continue it "
-                                "or choose another --output")
-        if self.ctx.is_main:
+        if self.ctx.is_main and self.output.is_dir():
             ckpt.remove_stale(self.output)
-        if resume and not found:
-            logger.warning("nothing to resume in %s: starting from scratch", self.output)
-        latest = found[-1] if resume and found else None
+        latest = found[-1] if found else None
         state = ckpt.read_state(latest) if latest else None
         if state is not None:
             self._check_resumable(state)
-        self.model = (load_model(str(latest / ckpt.MODEL_DIR), backbone=self.setup.backbone, device=self.device)
-                      if latest else self._new_model(model))
-        if precision is not None:
-            self.model.passage_encoder.config.precision = check_precision(precision)
+        self.model = self._start_model(model, precision, latest, state)
+        if latest is None and self.ctx.is_main:  # first: a run stopped from here on is known as one
+            self.setup = dataclasses.replace(self.setup, model=self.model.config)
+            self.output.mkdir(parents=True, exist_ok=True)
+            with atomic_write(self.output / CONFIG_NAME, "w", encoding="utf-8") as handle:
+                json.dump(self.setup.to_dict(), handle, indent=2)
         self.task = (FlatPretraining(self.model, self.cfg, resume=latest is not None, ctx=self.ctx)
                      if self.setup.backbone == FLAT else GraphPretraining(self.model, self.cfg, self.output))
         self.prepare = data.PreparedMemo(self.task.prepare, self.cfg.prepared_cache_mb)
@@ -138,39 +129,38 @@ class Trainer:
         self._seed()
         if latest:
             self._restore(latest)
-        elif self.ctx.is_main:
-            self.setup = dataclasses.replace(self.setup, model=self.model.config)
-            self.output.mkdir(parents=True, exist_ok=True)
-            with atomic_write(self.output / CONFIG_NAME, "w", encoding="utf-8") as handle:
-                json.dump(self.setup.to_dict(), handle, indent=2)
         barrier(self.ctx)
         self.log = TrainLog(self.output, self.step if latest else None, self.cfg.tensorboard) \
             if self.ctx.is_main else None
 
-    def _check_sources(self) -> None:
-        """Each source once; the run's folders (output, passage cache) outside every corpus folder."""
-        seen: set[str] = set()
-        for source in self.sources:
-            key = str(Path(source).resolve()) if os.path.exists(source) else source
-            if key in seen:
-                raise GraphDocError(f"corpus {source} is given twice: its documents would be read twice an epoch")
-            seen.add(key)
-            if not os.path.isdir(source):
-                continue
-            for flag, folder in (("--output", self.output), ("--cache-dir", self.cfg.cache_dir)):
-                if folder is not None and Path(folder).resolve().is_relative_to(Path(source).resolve()):
-                    raise GraphDocError(f"{flag} {folder} is inside the corpus folder {source}: the run's files "
-                                        "would be read as documents")
+    def discard_new_output(self) -> None:
+        """After an error before the first step: see :meth:`RunFolder.discard_new`."""
+        if not self.step:
+            self.folder.discard_new()
 
-    def _open_named_sources(self) -> None:
-        """Read the first document of each named (streamed) corpus, so that a missing package or an unreachable
-        hub stops the run before a model loads or a file is written."""
-        named = [s for s in self.sources if data.is_named_corpus(s)]
-        if named and self.cfg.max_steps is None:
-            raise GraphDocError(f"corpus {named[0]!r} streams with no known length: set pretrain.max_steps "
-                                "(--max-steps)")
-        for source in named:
-            next(data.open_corpus([source], ReadStats()), None)
+    def _start_model(self, model: nn.Module | str | None, precision: str | None, latest: Path | None,
+                     state: dict | None) -> nn.Module:
+        """The model to train: a new one, or the latest checkpoint's once the model that today's ``model``,
+        config and ``precision`` would start from is checked against the run's (on resume: one more load)."""
+        start = self._new_model(model)
+        if precision is not None:
+            start.passage_encoder.config.precision = check_precision(precision)
+        name = model if model is None or isinstance(model, nn.Module) else str(model)
+        whole = isinstance(model, nn.Module) or saved_backbone(name or self._model_name()) is not None
+        identity = ckpt.start_identity(start, whole)
+        if latest is None:
+            self.start_model = identity
+            return start
+        ckpt.check_start_model(latest, state, start, identity, self.device)
+        self.start_model = state.get("start_model", identity)
+        del start
+        loaded = load_model(str(latest / ckpt.MODEL_DIR), backbone=self.setup.backbone, device=self.device)
+        if precision is not None:
+            loaded.passage_encoder.config.precision = check_precision(precision)
+        return loaded
+
+    def _model_name(self) -> str:
+        return self.setup.model.passage_encoder.model_name_or_path
 
     def _new_model(self, model: nn.Module | str | None) -> nn.Module:
         backbone = self.setup.backbone
@@ -179,17 +169,41 @@ class Trainer:
                 raise GraphDocError(f"the model to train is a {backbone_of(model)} model; the setup's backbone "
                                     f"is {backbone}")
             return model.to(self.device)
-        name = str(model) if model is not None else self.setup.model.passage_encoder.model_name_or_path
-        return load_model(name, backbone=backbone, config=self.setup.model, device=self.device)
+        name = str(model) if model is not None else self._model_name()
+        if saved_backbone(name) is None:
+            return load_model(name, backbone=backbone, config=self.setup.model, device=self.device)
+        given, default = self.setup.model.to_dict(), type(self.setup.model)().to_dict()
+        for settings in (given, default):
+            del settings["passage_encoder"]["model_name_or_path"]
+        if given != default:  # model settings were given (a config's): say they go unused
+            logger.warning("ignoring the given config's model settings: %s is a saved graphdoc model with its own",
+                           name)
+        return load_model(name, backbone=backbone, device=self.device)
 
     def _count_steps(self) -> int:
-        if self.cfg.max_steps is not None:
-            return self.cfg.max_steps
-        count = data.count_examples(self.sources, self.prepare, self.task.usable)
+        """The length of the run and of its learning-rate schedule: ``epochs`` passes over the usable documents,
+        cut to ``max_steps``; a streamed corpus, of unknown length, runs ``max_steps``."""
+        cfg = self.cfg
+        if any(data.is_named_corpus(s) for s in self.sources):
+            return cfg.max_steps  # set: _open_named_sources checked
+        # past `enough` usable documents the epochs hold max_steps: the rest of the corpus need not be read
+        enough = None if cfg.max_steps is None else \
+            max(2, (math.ceil(cfg.max_steps / cfg.epochs) - 1) * cfg.batch_size + 1)
+        count = data.count_examples(self.sources, self.prepare, self.task.usable, limit=enough)
+        where = ", ".join(self.sources)
         if count == 0:
-            raise GraphDocError(f"no document with {self.task.requirement} in {', '.join(self.sources)}")
-        logger.info("%d documents with %s per epoch", count, self.task.requirement)
-        return self.cfg.epochs * math.ceil(count / self.cfg.batch_size)
+            raise GraphDocError(f"no document with {self.task.requirement} in {where}")
+        if count == 1:  # the loss of a batch of one document is 0: it has no other document as a negative
+            raise GraphDocError(f"pretrain needs at least 2 documents with {self.task.requirement} (each is a "
+                                f"negative for the others); {where} has 1")
+        if count == enough:
+            return cfg.max_steps
+        steps = cfg.epochs * math.ceil(count / cfg.batch_size)
+        logger.info("%d documents with %s per epoch: %d steps", count, self.task.requirement, steps)
+        if cfg.max_steps is not None and cfg.max_steps > steps:
+            logger.info("pretrain.max_steps %d is more than pretrain.epochs %d take: the run and its learning-rate "
+                        "schedule end at step %d", cfg.max_steps, cfg.epochs, steps)
+        return min(steps, cfg.max_steps or steps)
 
     def _check_resumable(self, state: dict) -> None:
         if state.get("backbone", "graph") != self.setup.backbone:
@@ -204,8 +218,8 @@ class Trainer:
                 raise GraphDocError(f"cannot resume with pretrain.{key}={now[key]!r}: the run was started "
                                     f"with {saved.get(key)!r}")
         if state.get("corpus", self.corpus) != self.corpus:
-            raise GraphDocError(f"cannot resume over a different corpus: the run read {_describe(state['corpus'])}, "
-                                f"now {_describe(self.corpus)}")
+            raise GraphDocError(f"cannot resume over a different corpus: the run read {describe(state['corpus'])}, "
+                                f"now {describe(self.corpus)}")
 
     def _seed(self) -> None:
         torch.manual_seed(self.cfg.seed + self.ctx.rank)
@@ -232,7 +246,9 @@ class Trainer:
                 else:
                     self._end_epoch()
                     continue
-                self.stats.empty_skipped += self._read_stats.empty_skipped  # stopped inside an epoch
+                self._count_empty()  # stopped inside an epoch
+        if self.step > self.saved_step:  # the last step too: a run stopped by max_seconds can go on from there
+            self.save_checkpoint()
         return self._finish()
 
     def loop_seconds(self) -> float:
@@ -255,12 +271,20 @@ class Trainer:
         stream = data.epoch_stream(self.sources, self.position.epoch, self.cfg.seed, self.cfg.shuffle_buffer,
                                    self._read_stats)
         return data.batches(stream, self.prepare, self.cfg.batch_size, self.position.offset, self.stats,
-                            self.task.usable)
+                            self.task.usable, first_pass=self.position.epoch == 0)
+
+    def _count_empty(self) -> None:
+        """Add the epoch's empty documents to the stats in the first epoch only: they count the corpus's."""
+        if self.position.epoch == 0:
+            self.stats.empty_skipped += self._read_stats.empty_skipped
 
     def _end_epoch(self) -> None:
         if self.position.offset == 0:
             raise GraphDocError(f"no document with {self.task.requirement} in {', '.join(self.sources)}")
-        self.stats.empty_skipped += self._read_stats.empty_skipped
+        if self.position.epoch == 0 and self.stats.used < 2:  # a streamed corpus: not counted before
+            raise GraphDocError(f"pretrain needs at least 2 documents with {self.task.requirement} (each is a "
+                                f"negative for the others); {', '.join(self.sources)} has {self.stats.used}")
+        self._count_empty()
         logger.info("epoch %d done: %d documents used so far, %d empty and %d too short documents skipped",
                     self.position.epoch + 1, self.stats.used, self.stats.empty_skipped,
                     self.stats.one_passage_skipped)
@@ -285,6 +309,7 @@ class Trainer:
             self.scaler.unscale_(self.optimizer)
         # the norm before clipping is logged (inf: measure, do not clip)
         self.last_grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm or float("inf")))
+        self._check_finite(loss)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -292,6 +317,18 @@ class Trainer:
             self.optimizer.step()
         self.scheduler.step()
         return loss, mlm
+
+    def _check_finite(self, loss: float) -> None:
+        """Stop before the optimiser applies a step whose loss or gradient norm is inf or nan: every step after it
+        would be nan too. (With fp16 loss scaling an infinite gradient is normal: the scaler skips that step.)
+        The loss and the norm are the same on every process, so all of them stop here."""
+        norm = self.last_grad_norm
+        if math.isfinite(loss) and (math.isfinite(norm) or self.scaler is not None):
+            return
+        clip = "" if self.cfg.max_grad_norm is not None else ", or set pretrain.max_grad_norm"
+        raise GraphDocError(f"training diverged at step {self.step + 1}: loss {loss:.4g}, gradient norm {norm:.4g}; "
+                            f"try a lower pretrain.lr (now {self.cfg.lr:g}) or a higher pretrain.temperature (now "
+                            f"{self.cfg.temperature:g}){clip}; the model was not saved")
 
     def _after_step(self, documents: int, bar) -> None:
         self.throughput.update(documents)
@@ -304,8 +341,8 @@ class Trainer:
             rss, cuda = peak_memory_mib(self.device)
             self.log.write({"step": self.step, "epoch": self.position.epoch, "loss": self.last_loss,
                             "mlm_loss": self.last_mlm, "grad_norm": self.last_grad_norm, "lr": lr,
-                            "documents": self.throughput.documents, "docs_per_s": docs_s, "steps_per_s": steps_s,
-                            "elapsed_s": self.throughput.elapsed, "peak_rss_mib": rss, "peak_cuda_mib": cuda})
+                            "documents": self.stats.used, "docs_per_s": docs_s, "steps_per_s": steps_s,
+                            "elapsed_s": self.loop_seconds(), "peak_rss_mib": rss, "peak_cuda_mib": cuda})
         if self.step % self.cfg.checkpoint_every == 0:
             self.save_checkpoint()
 
@@ -324,6 +361,7 @@ class Trainer:
                                  self.scheduler, rng, self._state(), self.task.checkpoint_tensors())
             ckpt.prune_checkpoints(self.output, self.cfg.keep_checkpoints)
         barrier(self.ctx)
+        self.saved_step = self.step
         if self.cache is not None:
             self.cache.refresh()
 
@@ -332,7 +370,7 @@ class Trainer:
                 "stats": dataclasses.asdict(self.stats), "total_steps": self.total_steps,
                 "world_size": self.ctx.world_size, "backbone": self.setup.backbone,
                 "loop_seconds": self.loop_seconds(), "corpus": self.corpus,
-                "pretrain": dataclasses.asdict(self.cfg),
+                "pretrain": dataclasses.asdict(self.cfg), "start_model": self.start_model,
                 "scaler": self.scaler.state_dict() if self.scaler is not None else None}
 
     def _restore(self, folder: Path) -> None:
@@ -343,7 +381,7 @@ class Trainer:
             torch.cuda.set_rng_state(rng[f"torch_cuda.rank{self.ctx.rank}"], self.device)
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
-        self.step = state["step"]
+        self.step = self.saved_step = state["step"]
         self.seconds_before = state.get("loop_seconds", 0.0)
         self.position = data.DataPosition(state["epoch"], state["offset"])
         self.stats = data.DataStats(**state["stats"])

@@ -1,0 +1,148 @@
+"""The output folder of a pretraining run and the corpora it reads, checked before a model loads.
+
+A run writes only into a folder that is new, empty or its own (``--resume``), with each of its entries of the
+right kind; every corpus is opened first, so that bad input stops the run before anything is written; and an
+error found before the first step removes what the run wrote into a folder it made or found empty.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from graphdoc.backbones import FLAT
+from graphdoc.corpus import ReadStats
+from graphdoc.errors import GraphDocError
+from graphdoc.serialization import is_graphdoc_model
+from graphdoc.training import checkpoint as ckpt
+from graphdoc.training import data
+from graphdoc.training.config import PretrainSetup
+from graphdoc.training.distributed import DistContext
+from graphdoc.training.metrics import LOG_NAME
+
+logger = logging.getLogger(__name__)
+
+CONFIG_NAME = "pretrain_config.json"
+SUMMARY_NAME = "pretrain.json"
+CACHE_NAME = "passage_cache"  # the frozen mode's passage vectors, unless cache_dir is set
+
+
+def corpus_identity(sources: list[str]) -> list[list]:
+    """``[name, bytes]`` of every source (a named corpus: ``[name, None]``); a resumed run must read the same."""
+    out = []
+    for source in sources:
+        path = Path(source)
+        if not path.exists():
+            out.append([source, None])
+            continue
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        out.append([path.name, sum(f.stat().st_size for f in files)])
+    return out
+
+
+def describe(identity: list[list]) -> str:
+    return ", ".join(name if size is None else f"{name} ({size:,} bytes)" for name, size in identity)
+
+
+class RunFolder:
+    """``output`` and ``sources`` of one run (see the module's docstring)."""
+
+    def __init__(self, setup: PretrainSetup, sources: list[str], output: Path, ctx: DistContext) -> None:
+        self.setup, self.cfg, self.sources, self.output, self.ctx = setup, setup.pretrain, sources, output, ctx
+        self.made, self.made_cache_dir = (False, False), False  # see _check_output, discard_new
+
+    def check(self, resume: bool) -> list[Path]:
+        """Check the sources and the folder and open every corpus; returns the checkpoints to resume from."""
+        self._check_sources()
+        found = self._check_output(resume)
+        self._open_sources()
+        return found
+
+    def _check_sources(self) -> None:
+        """Each source once; the run's folders (output, passage cache) outside every corpus folder."""
+        seen: set[str] = set()
+        for source in self.sources:
+            key = str(Path(source).resolve()) if os.path.exists(source) else source
+            if key in seen:
+                raise GraphDocError(f"corpus {source} is given twice: its documents would be read twice an epoch")
+            seen.add(key)
+            if not os.path.isdir(source):
+                continue
+            for flag, folder in (("--output", self.output), ("--cache-dir", self.cfg.cache_dir)):
+                if folder is not None and Path(folder).resolve().is_relative_to(Path(source).resolve()):
+                    raise GraphDocError(f"{flag} {folder} is inside the corpus folder {source}: the run's files "
+                                        "would be read as documents")
+
+    def _check_output(self, resume: bool) -> list[Path]:
+        """Before a model loads or a file is written, refuse an ``output`` that is neither new, empty nor a
+        pretraining run, an entry of the wrong kind in it, a ``cache_dir`` that cannot be a folder, and a run met
+        without ``resume`` (or a finished one with no checkpoint); returns the checkpoints to resume from."""
+        out = self.output
+        if out.exists() and not out.is_dir():
+            raise GraphDocError(f"--output {out} exists and is not a folder")
+        frozen = self.setup.backbone != FLAT and self.cfg.frozen_encoder  # the passage cache is used
+        slots = {CONFIG_NAME: False, SUMMARY_NAME: False, LOG_NAME: False, ckpt.MODEL_DIR: True,
+                 ckpt.CHECKPOINTS_DIR: True, **({CACHE_NAME: True} if frozen and not self.cfg.cache_dir else {})}
+        ckpt.check_slots(out, slots)
+        self._check_cache_dir(frozen)
+        found = ckpt.list_checkpoints(out)
+        finished = (out / SUMMARY_NAME).is_file() or is_graphdoc_model(out / ckpt.MODEL_DIR)
+        held = bool(found) or finished or (out / CONFIG_NAME).is_file()
+        if not held and out.is_dir() and any(out.iterdir()):
+            raise GraphDocError(f"--output {out} holds other files and no pretraining run: choose a new or empty "
+                                "folder")
+        if held and not resume:
+            raise GraphDocError(f"{out} already holds a training run; pass --resume to continue it "
+                                "or choose another --output")
+        if resume and not found and finished:
+            raise GraphDocError(f"{out} holds a finished run with no checkpoint to continue from (it ended before "
+                                "its first one); choose another --output")
+        if resume and not found:
+            logger.warning("nothing to resume in %s: starting from scratch", out)
+        self.made = (not out.exists(), not held)  # (folder made by this run, every file in it this run's)
+        return found
+
+    def _check_cache_dir(self, frozen: bool) -> None:
+        cache_dir = self.cfg.cache_dir
+        if cache_dir is not None and not frozen:
+            logger.warning("ignoring pretrain.cache_dir (--cache-dir) %s: only a graph model with a frozen encoder "
+                           "caches passage vectors", cache_dir)
+        if cache_dir is None or not frozen:
+            return
+        path = Path(os.path.abspath(cache_dir))
+        for folder in (path, *path.parents):
+            if folder.exists():
+                if not folder.is_dir():
+                    raise GraphDocError(f"--cache-dir {cache_dir}: {folder} is a file, not a folder")
+                break
+        self.made_cache_dir = not path.exists()
+
+    def discard_new(self) -> None:
+        """After an error before the first step, remove what this run wrote into a folder that was new or empty
+        (and a ``cache_dir`` it made): an input error found late leaves nothing behind. A run's folder is kept."""
+        made_folder, all_ours = self.made
+        if not self.ctx.is_main or not all_ours or not self.output.is_dir() \
+                or ckpt.list_checkpoints(self.output):
+            return
+        for entry in self.output.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        if made_folder:
+            self.output.rmdir()
+        if self.made_cache_dir and Path(self.cfg.cache_dir).is_dir():
+            shutil.rmtree(self.cfg.cache_dir)
+
+    def _open_sources(self) -> None:
+        """Read the first document of every corpus, so that a missing file, an unknown name, a folder of other
+        files, broken JSON, a missing package or an unreachable hub stops the run before a model loads or a
+        file is written."""
+        named = [s for s in self.sources if data.is_named_corpus(s)]
+        if named and self.cfg.max_steps is None:
+            raise GraphDocError(f"corpus {named[0]!r} streams with no known length: set pretrain.max_steps "
+                                "(--max-steps)")
+        for source in self.sources:
+            next(data.open_corpus([source], ReadStats()), None)
