@@ -432,131 +432,18 @@ def subset_checks(nmi: dict) -> list[tuple[str, bool]]:
              half > max(others) and half >= 0.65)]
 
 
-TUNING = """### Choice of settings
+DOCS = ROOT / "docs" / "pretrain.md"
 
-The temperature was chosen on held-out data, not on the test sets, in an earlier run on a 1,000-document
-20news train sample (8 passages each, plus the Wikipedia and QMSum text): k-means NMI / purity (5 seeds)
-on 400 documents of 20news *train* that are not in the training sample, with the same frozen-encoder
-settings (lr 1e-3, 128 documents per step, cosine):
 
-| temperature | epochs | NMI | purity |
-|---:|---:|---:|---:|
-| untrained | - | 0.588 | 0.493 |
-| 0.05 | 10 | 0.511 | 0.451 |
-| 0.1 | 10 | 0.589 | 0.516 |
-| **0.2** | **10** | **0.632** | **0.544** |
-| 0.2 | 20 | 0.621 | 0.541 |
-| 0.5 | 10 | 0.614 | 0.492 |
-
-A low temperature concentrates the loss on the hardest negatives, which in a 20news batch are other
-documents of the same newsgroup: the model learns to tell documents apart *within* a topic and
-clustering by topic gets worse. The `ict` run uses the same settings (no retrieval data was used to
-choose them). With the whole training set there is no held-out 20news train text left; the 20 epochs and
-4 passages per training document are those of [pretrain_scale.md](pretrain_scale.md)'s largest run, fixed
-before this run, not chosen on its results. They were checked afterwards at full scale, on 1,000 stratified
-20news train documents held out from the other 10,314 (`python benchmarks/pretrain_select.py --settings
-half:0.2:20 ict:0.2:20 half:0.1:20 ict:0.1:20 ict:0.5:20 half:0.2:40 ict:0.2:40`; nothing scored on a
-test set; NMI / purity, 5 seeds):
-
-| setting | NMI | purity | steps |
-|---|---:|---:|---:|
-| untrained (mean of passages) | 0.613 | 0.622 | - |
-| **half, temperature 0.2, 20 epochs** | **0.669** | **0.699** | 1200 |
-| ict, temperature 0.2, 20 epochs | 0.663 | 0.673 | 1200 |
-| half, temperature 0.1, 20 epochs | 0.651 | 0.682 | 1200 |
-| ict, temperature 0.1, 20 epochs | 0.636 | 0.658 | 1200 |
-| ict, temperature 0.5, 20 epochs | 0.664 | 0.649 | 1200 |
-| half, temperature 0.2, 40 epochs | 0.671 | 0.705 | 2400 |
-| ict, temperature 0.2, 40 epochs | 0.669 | 0.683 | 2400 |
-
-Temperature 0.2 stays the best; 40 epochs add nothing beyond the seeds' spread (0.006-0.015). These
-held-out documents come from the same period as the training text: pretraining lifts their NMI by 0.056,
-the later test set's by 0.021 (`half`) and 0.032 (`ict`) below.
-
-"""
-USAGE = """# Contrastive pretraining
-
-`graphdoc pretrain` trains a graphdoc model without labels (paper, section 2.2): each document's first
-`max_passages` passages are split into two sub-documents, each embedded as its own graph; the two are
-positives and every other sub-document of the batch is a negative.
-
-- `half`: a random split into two halves; the symmetric loss of the paper's eqs. 5-6 (each half against
-  its partner, all other sub-documents of the batch as negatives, both directions).
-- `ict`: one passage (the first half the time, else a random one; a single-node graph) against the rest;
-  the softmax runs over the long sub-documents.
-- `docsplit`: the sentences of those passages go at random to two halves, each in document order; each
-  half's text is chunked into its own graph (a document of one passage but two sentences can be split).
-- similarity `dot` or `cosine`, divided by `temperature`; AdamW, linear warm-up then linear decay.
-
-```
-graphdoc pretrain --corpus PATH_OR_NAME [--corpus ...] --output DIR [--config configs/pretrain-default.yaml]
-                  [--objective half|ict|docsplit] [--frozen-encoder] [--max-steps N] [--max-seconds S] [--resume]
-                  [--device cpu|cuda] [--precision auto|fp32|fp16|bf16]
-torchrun --nproc_per_node N -m graphdoc pretrain ...      # data-parallel, negatives from every process
-```
-
-Two modes. **Frozen encoder** (`configs/pretrain-default.yaml`): passage vectors are computed once and
-kept in a disk cache (`DIR/passage_cache` or `--cache-dir`; `.npy` shards + JSON keys, keyed by the
-encoder's weights fingerprint and pooling and by each passage's token ids), and only the graph layers
-train (`docsplit` halves are new passages every epoch: they are encoded, once each, as they come).
-Each document is chunked and tokenized once per run: the prepared documents are kept in memory between
-epochs up to `prepared_cache_mb` (2,048 MiB by default; past it, documents are prepared every epoch), which
-made frozen-mode epochs after the first 8x faster (300 20news documents, 10 epochs, 1 thread: 151 to 1,224
-documents/s of training loop), since chunking and tokenizing had been ~90% of the loop. With
-`--precision bf16` (or `passage_encoder.precision: bf16` in the config's `model` section), a CPU with
-native bfloat16 encodes the cache about 1.7 times as fast (bf16 vectors are cached apart from fp32 ones).
-**Full** (`configs/pretrain-paper.yaml`, the paper's Graph-RoBERTa settings): the encoder trains
-too, with gradient checkpointing and a gradient cache (sub-documents embedded `grad_cache_chunk` passages
-at a time), so a 1,536-document batch needs the memory of one chunk.
-
-**Flat backbones** (`--backbone flat`, or `backbone: flat` in the config; see
-[backbones.md](backbones.md)) train the encoder itself on two *texts* per document, each embedded as
-`FlatEncoder` embeds a document (FirstP: truncated to `max_seq_length`, pooled), with dropout on:
-
-- `docsplit` (DocSplit / SimDE; `configs/docsplit-bert.yaml`, `configs/docsplit-longformer.yaml`,
-  `configs/docsplit-minilm.yaml`): every sentence goes at random to one of two halves, order kept; cosine /
-  0.05, in-batch negatives, plus `mlm_weight` (0.1) x masked language modelling (`mlm_probability` 0.15,
-  BERT's 80/10/10) over masked copies of both texts. The language-model head is the checkpoint's own
-  (`AutoModelForMaskedLM`), reading the encoder being trained and sharing its embeddings, not a second
-  copy; a checkpoint without one (all-MiniLM-L6-v2, any bare `BertModel`) gets a freshly initialised head
-  (logged). Checkpoints hold the head's weights and optimiser state; `DIR/model` is the `FlatEncoder` alone.
-- `simcse`: the FirstP text twice; the two views differ by dropout only.
-- `crop` (Contriever): two independent random spans of `r ~ U(crop_min_ratio, crop_max_ratio)` of the words.
-
-`half` and `ict` need a graph model, `simcse` and `crop` a flat one, and a flat model cannot train with a
-frozen encoder (it would have nothing to train): each is one clear error. `mlm_weight: null` (the default)
-means 0.1 for flat `docsplit` and 0 otherwise, so `--objective simcse` on a docsplit config is plain SimCSE.
-
-`DIR` ends up holding `model/` (`graphdoc.load_model(DIR/model)`), `log.csv` (step, loss, MLM loss,
-gradient norm, learning rate, documents/s, memory; TensorBoard too with `tensorboard: true`),
-`pretrain.json` (documents used, empty and too-short documents skipped, throughput),
-`pretrain_config.json`, and `checkpoints/step-N/` every `checkpoint_every` steps (model, optimiser,
-scheduler, random states and data position, the MLM head when there is one, as safetensors and JSON; no
-pickle). `--resume` after a kill ends where the uninterrupted run would have. The corpus streams;
-`openwebtext` (Hugging Face, streamed) needs `--max-steps`, since its length is unknown. `max_seconds`
-(`--max-seconds`) stops a run after that much training-loop time, as a budgeted comparison needs
-([compare_backbones.md](compare_backbones.md)).
-
-## More in-domain text (benchmarks/pretrain_scale.py, GPU)
-
-On a GPU, `benchmarks/pretrain_scale.py` trains the same model with the trainer's step (same split, loss,
-optimiser) on stratified 20news train samples of growing size and clusters the whole test set:
-[pretrain_scale.md](pretrain_scale.md). With all 8,071 usable training documents (20news alone), `half`
-lifts NMI / purity from 0.592 / 0.591 (untrained) and 0.602 / 0.582 (FirstP) to 0.631 / 0.656 on the
-whole test set, and to 0.652 / 0.632 on its 800-document sample. With 739 documents it does nothing for
-NMI. The CPU run below trains on the whole 20news training set too, since bf16 encoding made that fit.
-
-## GPU paths checked
-
-On one H100 (torch 2.11.0+cu130, transformers 5.17.0), with an fp16-rounded copy of the default model
-and a 120-document 20news sample: `graphdoc pretrain --device cuda` in full mode (bf16 autocast, gradient
-cache of 16 passages, gradient checkpointing; 3 steps, peak CUDA memory 577 MiB) and frozen mode (`ict`),
-flat `docsplit` with the MLM head (3 steps; MLM loss 10.46 on the fresh head), `graphdoc finetune
---objective supcon --device cuda`, and `graphdoc embed` on CUDA against the CPU (min cosine 0.99997, max
-|difference| 1.4e-3, from bf16 autocast). faiss-gpu was not available there, so the GPU FAISS index
-was not run.
-
-"""
+def written_sections(path: Path = DOCS) -> tuple[list[str], list[str]]:
+    """The hand-written parts of the report, kept as they are in ``docs/pretrain.md``: what comes before
+    "## Does it help?" (how pretraining works) and the "### Choice of settings" section (held-out checks)."""
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    usage = text[:text.index("## Does it help?")] if "## Does it help?" in text else ""
+    start = text.find("### Choice of settings")
+    end = text.find("\n## ", start) if start >= 0 else -1
+    tuning = text[start:end + 1] if start >= 0 and end >= 0 else ""
+    return usage.splitlines(), tuning.splitlines()
 
 
 def render(args, d, v, runs, cluster, retrieval, untrained_gap: float, seconds: float) -> str:
@@ -565,7 +452,8 @@ def render(args, d, v, runs, cluster, retrieval, untrained_gap: float, seconds: 
     import graphdoc
 
     n_train = {"news_train": len(d["news_train"]), "wiki": d["wiki"], "qm_train": len(d["qm_train"])}
-    lines = USAGE.splitlines() + ["## Does it help? (benchmarks/pretrain.py)", "",
+    usage, tuning = written_sections()
+    lines = usage + ["## Does it help? (benchmarks/pretrain.py)", "",
              f"Measured by `{' '.join(['python benchmarks/pretrain.py', *sys.argv[1:]])}` in {seconds / 60:.0f} min on "
              f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores, torch threads {args.threads}, "
              f"shared with other jobs); graphdoc {graphdoc.__version__}, torch {torch.__version__}, "
@@ -594,7 +482,7 @@ def render(args, d, v, runs, cluster, retrieval, untrained_gap: float, seconds: 
              f"{d['cut_differ']} of them prepare to different passages once cut",
              f"- untrained graphdoc = MeanP by construction (zero-initialised GAT outputs): max |difference| "
              f"{untrained_gap:.1e}", ""]
-    lines += TUNING.splitlines()
+    lines += tuning
     lines += ["## 20 Newsgroups test clustering", "", "| system | NMI | purity |", "|---|---:|---:|"]
     lines += [f"| {k} | {c['NMI']:.3f} ({c['NMI sd']:.3f}) | {c['purity']:.3f} ({c['purity sd']:.3f}) |"
               for k, c in cluster.items()]
