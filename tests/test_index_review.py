@@ -171,6 +171,24 @@ def test_a_rerun_does_not_read_an_indexed_corpus_again_and_warns_if_it_changed(m
     assert sorted(doc_ids(index)) == sorted(d["_id"] for d in docs[:4])
 
 
+def test_a_beir_folder_changed_only_in_its_qrels_is_not_a_changed_corpus(model, tmp_path, caplog) -> None:
+    folder = tmp_path / "beir"
+    folder.mkdir()
+    write_jsonl(folder / "corpus.jsonl", make_docs(4))
+    index = tmp_path / "i"
+    build_index(model, str(folder), index)
+    (folder / "qrels").mkdir()
+    (folder / "qrels" / "test.tsv").write_text("q1\td000\t1\n", encoding="utf-8")
+    with caplog.at_level(logging.INFO, logger="graphdoc"):
+        build_index(model, str(folder), index)
+    assert "is already in the index" in caplog.text and not [r for r in caplog.records if r.levelno >= 30]
+    write_jsonl(folder / "corpus.jsonl", make_docs(5))
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="graphdoc"):
+        build_index(model, str(folder), index)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= 30][0].startswith(f"{folder} changed since")
+
+
 def test_an_interrupted_run_does_not_resume_over_a_changed_corpus(model, tmp_path, monkeypatch) -> None:
     docs = make_docs(6)
     corpus = write_jsonl(tmp_path / "c.jsonl", docs)

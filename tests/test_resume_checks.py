@@ -195,3 +195,19 @@ def test_pretrain_refuses_an_empty_output(tiny_bert, tmp_path, monkeypatch, caps
                  "--frozen-encoder", "--max-steps", "1", "--device", "cpu"]) == 1
     assert capsys.readouterr().err.strip() == "graphdoc pretrain: error: --output is empty: name the run's folder"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]
+
+
+def test_pretrain_resume_over_a_beir_folder_counts_only_its_corpus_file(tiny_bert, tmp_path):
+    folder = tmp_path / "beir"
+    folder.mkdir()
+    write_corpus(folder / "corpus.jsonl")
+    (folder / "qrels").mkdir()
+    (folder / "qrels" / "test.tsv").write_text("q1\td0\t1\n", encoding="utf-8")
+    setup = tiny_setup(tiny_bert, max_steps=4, frozen_encoder=True)
+    pretrain(folder, tmp_path / "run", setup, device="cpu")
+    (folder / "qrels" / "dev.tsv").write_text("q2\td1\t1\n", encoding="utf-8")  # not read by pretraining
+    assert pretrain(folder, tmp_path / "run", setup, resume=True, device="cpu").steps == 4
+    with open(folder / "corpus.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"_id": "new", "text": "One more. And more."}) + "\n")
+    with pytest.raises(GraphDocError, match=r"^cannot resume over a different corpus: the run read beir "):
+        pretrain(folder, tmp_path / "run", setup, resume=True, device="cpu")

@@ -22,8 +22,8 @@ from graphdoc.corpus.stats import ReadStats, skip_empty
 Source = Union[str, "os.PathLike[str]"]
 Qrels = dict[str, dict[str, int]]
 
-__all__ = ["NAMED_CORPORA", "Qrels", "ReadStats", "markdown_sections", "read_corpus", "read_qrels",
-           "read_queries", "wikitext_sections"]
+__all__ = ["NAMED_CORPORA", "Qrels", "ReadStats", "corpus_files", "markdown_sections", "read_corpus",
+           "read_qrels", "read_queries", "wikitext_sections"]
 
 
 def _named(source: Source, split: str | None = None) -> tuple[NamedCorpus, str | None] | None:
@@ -31,6 +31,20 @@ def _named(source: Source, split: str | None = None) -> tuple[NamedCorpus, str |
     if isinstance(source, str) and not os.path.exists(source):
         return resolve(source, split)
     return None
+
+
+def corpus_files(source: Source) -> list[Path]:
+    """The files a local corpus is read from: a BEIR folder's corpus file (not its queries or qrels), a
+    folder's text files, or the file itself; ``[]`` for a named corpus. What a change to the corpus means."""
+    from graphdoc.corpus import beir, textdir
+
+    path = Path(source)
+    if not path.exists():
+        return []
+    if path.is_file():
+        return [path]
+    corpus = beir.corpus_file(path)
+    return [corpus] if corpus is not None else textdir.text_files(path)
 
 
 def read_corpus(source: Source, *, stats: ReadStats | None = None) -> Iterator[Document]:

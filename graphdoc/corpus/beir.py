@@ -25,6 +25,11 @@ def is_beir_folder(path: Path) -> bool:
     return path.is_dir() and _find(path, "corpus") is not None
 
 
+def corpus_file(folder: Path) -> Path | None:
+    """The folder's ``corpus.jsonl`` or ``corpus.jsonl.gz`` (``None``: not a BEIR folder)."""
+    return _find(folder, "corpus")
+
+
 def read_beir_corpus(folder: Path) -> Iterator[Document]:
     """The documents of the folder's ``corpus.jsonl[.gz]``."""
     return read_jsonl_corpus(_find(folder, "corpus"))

@@ -29,7 +29,7 @@ from typing import Iterator
 import numpy as np
 from tqdm.auto import tqdm
 
-from graphdoc.corpus import ReadStats, read_corpus
+from graphdoc.corpus import ReadStats, corpus_files, read_corpus
 from graphdoc.errors import GraphDocError, InputError
 from graphdoc.fileio import remove_stale_temporaries
 from graphdoc.retrieval import docstore
@@ -269,14 +269,14 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
 
 
 def corpus_state(corpus: str) -> list[int] | None:
-    """``[files, bytes, latest modification ns]`` of a local corpus (a file, or a folder's files), else ``None``.
+    """``[files, bytes, latest modification ns]`` of the files a local corpus is read from (see
+    :func:`graphdoc.corpus.corpus_files`: a BEIR folder's queries and qrels are not), else ``None``.
 
     Kept in the manifest when a corpus is indexed, to notice on a rerun that it changed without reading it.
     """
-    path = Path(corpus)
-    if not path.exists():
+    if not Path(corpus).exists():
         return None
-    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    files = corpus_files(corpus)
     stats = [p.stat() for p in files]
     return [len(files), sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)]
 

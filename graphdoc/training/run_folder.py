@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from graphdoc.backbones import FLAT
-from graphdoc.corpus import ReadStats
+from graphdoc.corpus import ReadStats, corpus_files
 from graphdoc.errors import GraphDocError
 from graphdoc.serialization import is_graphdoc_model
 from graphdoc.training import checkpoint as ckpt
@@ -37,7 +37,7 @@ def corpus_identity(sources: list[str]) -> list[list]:
         if not path.exists():
             out.append([source, None])
             continue
-        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        files = corpus_files(path)  # a BEIR folder's queries and qrels are not read, so not counted
         out.append([path.name, sum(f.stat().st_size for f in files)])
     return out
 
