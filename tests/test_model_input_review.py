@@ -267,6 +267,10 @@ def test_what_is_not_a_model_folder_says_why(saved_model: Path, tmp_path: Path, 
     embed = ("embed", "--corpus", "corpus.jsonl", "--output", "e.npy", "--model")
     assert cli(*embed, "corpus.jsonl") == "graphdoc embed: error: corpus.jsonl is a file, not a model folder"
     assert cli(*embed, "data") == "graphdoc embed: error: no model in data (no config.json)"
+    run = Path("run")  # a pretraining run's folder: its model is in run/model
+    run.mkdir()
+    shutil.copytree(saved_model, run / "model")
+    assert cli(*embed, "run") == "graphdoc embed: error: no model in run (no config.json); did you mean run/model?"
     folder = copy_of(saved_model, tmp_path, "s_npe")
     shutil.rmtree(folder / "passage_encoder")
     assert cli(*embed, "s_npe") == ("graphdoc embed: error: s_npe is a saved graphdoc model without its "

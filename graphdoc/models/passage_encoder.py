@@ -257,7 +257,9 @@ def _check_local_path(name_or_path: str) -> None:
     if path.is_file():
         raise ModelLoadError(f"{name_or_path} is a file, not a model folder")
     if path.is_dir() and not (path / "config.json").is_file():
-        raise ModelLoadError(f"no model in {name_or_path} (no config.json)")
+        inner = [p for p in (path / "model", path / "encoder") if (p / "config.json").is_file()]
+        hint = f"; did you mean {inner[0]}?" if inner else ""  # a pretrain/finetune run's folder, or a classifier's
+        raise ModelLoadError(f"no model in {name_or_path} (no config.json){hint}")
 
 
 def _longest_prefix(text: str, max_tokens: int, count: Callable[[str], int]) -> str:
