@@ -310,3 +310,14 @@ def test_a_resumed_run_keeps_the_lists_an_earlier_version_saved_without_a_digest
     monkeypatch.setattr(CorpusRanker, "bm25_run", lambda self, *a: calls.append(a) or real_run(self, *a))
     assert finetune_ranking(*args, config=_config(epochs=4), model=str(tiny_bert), resume=True)["epochs"] == 4
     assert calls == []
+
+
+def test_a_fold_holds_out_at_least_one_dev_query_when_asked_to():
+    from graphdoc.finetune.crossval import split_off
+
+    qrels = {f"q{i}": {"d": 1} for i in range(4)}
+    rest, held = split_off(qrels, 0.1, seed=0)  # round(0.4) is 0: alpha would be picked on training queries
+    assert len(held) == 1 and len(rest) == 3 and set(rest) | set(held) == set(qrels)
+    assert split_off(qrels, 0.0, seed=0) == (qrels, {})
+    assert split_off({"q0": {"d": 1}}, 0.5, seed=0) == ({"q0": {"d": 1}}, {})  # nothing would be left to train on
+    assert len(split_off({f"q{i}": {"d": 1} for i in range(30)}, 0.1, seed=0)[1]) == 3

@@ -124,9 +124,12 @@ def test_known_qrels_pass_silently_and_dev_qrels_in_memory_are_named(caplog):
     with caplog.at_level(logging.WARNING, logger="graphdoc.finetune.data"):
         assert read_known_qrels({"q0": {"a": 1, "b": 0}}, _data()) == {"q0": {"a": 1, "b": 0}}
         assert not caplog.records
-        assert read_known_qrels({"q0": {"c": 1}}, _data()) == {}
+        with pytest.raises(GraphDocError) as info:
+            read_known_qrels({"q0": {"c": 1}}, _data())
     assert [r.getMessage() for r in caplog.records] == [
         "the dev qrels: 1 judgement of a document not in the corpus (c); ignored"]
+    assert str(info.value) == ("the dev qrels: no relevant judgement of a query in the queries and a document in "
+                               "the corpus to score the epochs on")
 
 
 def test_training_qrels_with_nothing_known_left_are_an_error(tmp_path):

@@ -48,10 +48,11 @@ def choose_alpha(parts: ComponentRuns, qrels: Qrels, normalization: str, measure
 
 
 def split_off(qrels: Qrels, fraction: float, seed: int) -> tuple[dict, dict]:
-    """``(rest, held out)``: ``round(fraction * n)`` queries drawn with ``seed`` held out (none if that is 0
-    or would leave nothing to train on)."""
+    """``(rest, held out)``: ``round(fraction * n)`` queries, at least one when ``fraction`` > 0, drawn with
+    ``seed`` held out (none when that would leave nothing to train on). At least one: with no held-out query,
+    the best epoch and alpha would be picked on the training queries, which the model ranks too well."""
     qids = sorted(qrels)
-    n = round(fraction * len(qids))
+    n = max(round(fraction * len(qids)), 1 if fraction > 0 else 0)
     held = set(np.random.default_rng(seed).permutation(qids)[:n].tolist()) if 0 < n < len(qids) else set()
     return {q: qrels[q] for q in qids if q not in held}, {q: qrels[q] for q in qids if q in held}
 

@@ -81,8 +81,9 @@ def read_qrels_arg(qrels: str | Path | Mapping[str, Mapping[str, int]], split: s
 def read_known_qrels(qrels: str | Path | Mapping[str, Mapping[str, int]], data: RankingData, *,
                      train: bool = False, name: str | None = None) -> dict:
     """:func:`read_qrels_arg` without the judgements of queries or documents that ``data`` does not hold (usual
-    for TREC qrels over part of a collection), with one warning that counts them. For training (``train``),
-    an error when no relevant judgement is left. ``name`` names the qrels in messages (default: the path)."""
+    for TREC qrels over part of a collection), with one warning that counts them; an error when no relevant
+    judgement is left (training qrels, ``train``, or dev qrels: an unusable dev set is not silently dropped).
+    ``name`` names the qrels in messages (default: the path)."""
     name = name or (str(qrels) if isinstance(qrels, (str, Path)) else "the training qrels" if train
                     else "the dev qrels")
     docs = set(data.doc_ids)
@@ -101,7 +102,8 @@ def read_known_qrels(qrels: str | Path | Mapping[str, Mapping[str, int]], data: 
             parts.append(f"{len(ids)}{noun} of {what} ({ids[0]})")
     if parts:
         logger.warning("%s: %s; ignored", name, ", ".join(parts))
-    if train and not any(rel > 0 for judged in kept.values() for rel in judged.values()):
+    if not any(rel > 0 for judged in kept.values() for rel in judged.values()):
+        purpose = "to train on" if train else "to score the epochs on"
         raise GraphDocError(f"{name}: no relevant judgement of a query in the queries and a document in the corpus "
-                            "to train on")
+                            f"{purpose}")
     return kept
