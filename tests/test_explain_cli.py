@@ -108,6 +108,18 @@ def test_compare_ids_of_a_corpus_prints_a_summary(model_dir, corpus, capsys) -> 
     assert out[-2].startswith("     A: ") and out[-1].startswith("     B: ")
 
 
+def test_compare_summary_names_the_columns_in_full(model_dir, tmp_path, capsys) -> None:
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    a.write_text(MARKDOWN, encoding="utf-8")
+    b.write_text(MARKDOWN.replace("## Next", "## Dense and lexical search, fused"), encoding="utf-8")
+    assert cli("compare", a, b, "--model", model_dir) == 0
+    out = capsys.readouterr().out.splitlines()
+    header = out.index("section similarity (rows: A's sections, columns: B's, named below):")
+    assert out[header + 1].split() == ["B1", "B2"]
+    assert [line.split()[0] for line in out[header + 2:header + 4]] == ["Start", "Next"]
+    assert out[header + 4:header + 6] == ["  B1: Start", "  B2: Dense and lexical search, fused"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["a.pdf", "b.md"], "unknown document file"),
     (["missing.md", "b.md"], "no such file"),

@@ -115,10 +115,11 @@ def summary(comparison, width: int = 18) -> str:
 
     secs_a, secs_b = ([s.label for s in secs] for secs in comparison.sections)
     lines = [f"document similarity: {comparison.document_similarity:.4f}",
-             "section similarity (rows: A, columns: B):",
-             " " * (width + 2) + " ".join(f"{label[:8]:>8}" for label in secs_b)]
+             "section similarity (rows: A's sections, columns: B's, named below):",
+             " " * (width + 2) + " ".join(f"{f'B{j}':>8}" for j in range(1, len(secs_b) + 1))]
     for label, row in zip(secs_a, comparison.section_similarity):
         lines.append(f"  {label[:width]:<{width}}" + " ".join(f"{v:>8.3f}" for v in row))
+    lines += [f"  B{j}: {label}" for j, label in enumerate(secs_b, start=1)]  # whole titles: columns are narrow
     lines.append("most similar passage pairs:")
     for rank, pair in enumerate(comparison.pairs, start=1):
         a, b = comparison.passages[0][pair.a], comparison.passages[1][pair.b]
