@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from collections.abc import Iterable, Mapping
@@ -36,16 +37,15 @@ class RankingData:
     def ranker(self, passage_weight: float, similarity: str) -> CorpusRanker:
         return CorpusRanker(self.documents, self.doc_ids, self.bm25, passage_weight, similarity)
 
+    @functools.cached_property
     def corpus_digest(self) -> str:
         """A digest of the corpus as BM25 reads it (ids, titles and texts, in order); computed once."""
-        if getattr(self, "_corpus_digest", None) is None:
-            digest = hashlib.sha256()
-            for doc_id in self.doc_ids:
-                doc = self.documents.prepared[doc_id].document
-                for part in (doc.id, doc.title, doc.text):
-                    digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
-            self._corpus_digest = digest.hexdigest()[:16]
-        return self._corpus_digest
+        digest = hashlib.sha256()
+        for doc_id in self.doc_ids:
+            doc = self.documents.prepared[doc_id].document
+            for part in (doc.id, doc.title, doc.text):
+                digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
+        return digest.hexdigest()[:16]
 
 
 def load_ranking_data(model, corpus: str | Path | Iterable[Document], queries: str | Path | Mapping[str, str],

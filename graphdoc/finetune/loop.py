@@ -113,18 +113,7 @@ def check_start_model(output: Path, model: torch.nn.Module, resume: bool) -> Non
     """Refuse resuming ``output`` from another start model than its run's, before any passage is encoded."""
     found = latest_state(Path(output)) if resume else None
     if found is not None and "start_model" in found[1]:
-        compare_start_models(found[1]["start_model"], model_identity(model))
-
-
-def compare_start_models(started: dict[str, Any], now: dict[str, Any]) -> None:
-    """One error line when ``now`` (a :func:`model_identity`) has other weights than the run ``started`` from."""
-    if started.get("fingerprint") == now["fingerprint"]:
-        return
-    if started.get("name") == now["name"]:
-        raise GraphDocError(f"cannot resume with model={now['name']!r}: its weights are not the ones the run was "
-                            "started from (the model has changed since)")
-    raise GraphDocError(f"cannot resume with model={now['name']!r}: the run was started from "
-                        f"{started.get('name')!r} (other weights)")
+        ckpt.compare_start_models(found[1]["start_model"], model_identity(model))
 
 
 def _kind_of_state(state: dict[str, Any], mode: str) -> dict[str, Any]:
@@ -194,7 +183,7 @@ class EpochLoop:
             if key not in OPERATIONAL and saved.get("config", {}).get(key) != now[key]:
                 raise GraphDocError(f"cannot resume with {key}={now[key]!r}: the run was started with "
                                     f"{saved.get('config', {}).get(key)!r}")
-        compare_start_models(saved.get("start_model", self.start_model), self.start_model)
+        ckpt.compare_start_models(saved.get("start_model", self.start_model), self.start_model)
         if saved.get("data", self.data) != self.data:
             raise GraphDocError(f"cannot resume {self.output} over different training data (document ids, "
                                 "labels, queries or judgements): use the run's inputs or another --output")
@@ -220,7 +209,7 @@ class EpochLoop:
         groups = ([g["params"] for g in self.optimizer.param_groups] if self.clip_per_group
                   else [[p for p in self.model.parameters() if p.requires_grad]])
         for params in groups:
-            torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm if self.config.max_grad_norm is not None else float("inf"))
+            torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm or float("inf"))  # None: no clipping
         self.optimizer.step()
         self.scheduler.step()
         self.state["step"] += 1

@@ -100,7 +100,7 @@ class RankingTrainer:
         """What the lists of ``source`` are made from: kept lists are reused only when it is the same (a resume),
         never those an earlier attempt in the same folder left over other data or settings."""
         what = {"source": source, "queries": {q: self.data.query_texts[q] for q in qids},
-                "corpus": self.data.corpus_digest(), "depth": self.cfg.negative_depth,
+                "corpus": self.data.corpus_digest, "depth": self.cfg.negative_depth,
                 "pool": None if self.pool is None else sorted(self.pool)}
         if source == rk.MODEL:  # ranked with the weights this run has at this step
             what.update(run=self.loop.data, step=self.loop.state["step"],

@@ -194,13 +194,22 @@ def start_identity(model: torch.nn.Module, whole: bool) -> dict[str, Any]:
             "fingerprint": weights_fingerprint(model if whole else model.passage_encoder)}
 
 
+def compare_start_models(started: dict[str, Any], now: dict[str, Any]) -> None:
+    """One error line when ``now`` (a :func:`start_identity` or finetune's ``model_identity``) has other weights than the run ``started`` from."""
+    if started.get("fingerprint") == now["fingerprint"]:
+        return
+    if started.get("name") == now["name"]:
+        raise GraphDocError(f"cannot resume with model={now['name']!r}: its weights are not the ones the run was "
+                            "started from (the model has changed since)")
+    raise GraphDocError(f"cannot resume with model={now['name']!r}: the run was started from "
+                        f"{started.get('name')!r} (other weights)")
+
+
 def check_start_model(folder: Path, state: dict[str, Any], start: torch.nn.Module, identity: dict[str, Any],
                       device: torch.device) -> None:
     """Refuse resuming from checkpoint ``folder`` when ``start`` (the model a new run with today's ``--model``,
     config and ``--precision`` would start from; ``identity``: its :func:`start_identity`) differs from the run's:
     other weights, another model setting, or a precision of other numerics on ``device``."""
-    from graphdoc.finetune.loop import compare_start_models
-
     with unreadable_as_error(folder):
         saved = json.loads((folder / MODEL_DIR / "config.json").read_text(encoding="utf-8"))["model"]
         saved_encoder = saved["passage_encoder"]

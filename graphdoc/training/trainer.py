@@ -185,7 +185,7 @@ class Trainer:
         cut to ``max_steps``; a streamed corpus, of unknown length, runs ``max_steps``."""
         cfg = self.cfg
         if any(data.is_named_corpus(s) for s in self.sources):
-            return cfg.max_steps  # set: _open_named_sources checked
+            return cfg.max_steps  # set: RunFolder.check refuses a streamed corpus without it
         # past `enough` usable documents the epochs hold max_steps: the rest of the corpus need not be read
         enough = None if cfg.max_steps is None else \
             max(2, (math.ceil(cfg.max_steps / cfg.epochs) - 1) * cfg.batch_size + 1)
