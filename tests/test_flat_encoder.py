@@ -111,6 +111,34 @@ def test_first_mode_encode_does_not_chunk_the_passages_it_never_encodes(tiny_ber
     assert chunked == [d.id for d in DOCS]
 
 
+TRUNCATION_TEXTS = [
+    " ".join([SENTENCE] * 400),                      # far past the limit
+    "word " * 3 + "\u200b " * 200 + SENTENCE * 30,  # words that tokenize to nothing: whole text after all
+    "spaces   and\ttabs\n\n between  words " * 60,
+    "x" * 5_000,                                     # one long word
+    "short text",
+    "Ünïcödé ñames, émojis 🙂 and 数字 " * 80,
+]
+
+
+@pytest.mark.parametrize("name", ["tiny_bert", "tiny_roberta", "default"])
+def test_truncating_tokenize_reads_a_prefix_and_matches_the_tokenizers_truncation(name: str, request) -> None:
+    if name == "default":
+        from graphdoc.default_model import default_model_path
+        path = default_model_path()
+    else:
+        path = request.getfixturevalue(name)
+    encoder = flat(path).passage_encoder
+    expected = encoder.tokenizer(TRUNCATION_TEXTS, truncation=True, max_length=encoder.max_seq_length)["input_ids"]
+    assert encoder.tokenize(TRUNCATION_TEXTS, truncate=True) == expected
+    assert max(len(ids) for ids in expected) == encoder.max_seq_length
+    read = []
+    tokenize = encoder._tokenize_truncated
+    encoder._tokenize_truncated = lambda texts: read.extend(texts) or tokenize(texts)
+    encoder.tokenize(TRUNCATION_TEXTS[:1], truncate=True)
+    assert len(read[0].split()) == encoder.max_seq_length  # the first words only
+
+
 def test_batch_size_and_training_mode(tiny_roberta: Path) -> None:
     model = flat(tiny_roberta, "mean")
     assert np.allclose(model.encode(DOCS * 2, batch_size=1), model.encode(DOCS * 2, batch_size=4), atol=1e-5)

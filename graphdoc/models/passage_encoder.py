@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 
 MAX_BATCH_SEQUENCES = 512
 _LAST_WORD = re.compile(r"\s+\S*$")  # the spaces before the last (partial) word
+_WORD = re.compile(r"\S+")
 
 #: architectures (``config.model_type``) whose attention is local unless a token is marked global
 GLOBAL_FIRST_TOKEN = frozenset({"longformer"})
@@ -69,11 +70,30 @@ class PassageEncoder(nn.Module):
         return cls(model, tokenizer, resolved)
 
     def tokenize(self, texts: list[str], truncate: bool = False) -> list[list[int]]:
-        """Token ids with special tokens; without truncation unless asked (the chunker checks lengths)."""
+        """Token ids with special tokens; without truncation unless asked (the chunker checks lengths).
+
+        Truncating, a long text is tokenized from its first ``max_seq_length`` words only (each word is a
+        token at least), not whole: a 200,000-word document's FirstP input took 0.8 s to tokenize. A prefix
+        cut before a run of spaces tokenizes to the same first tokens as the whole text; where it comes out
+        short of the limit (words that tokenize to nothing), the whole text is tokenized after all.
+        """
         if not texts:
             return []
-        kwargs = {"truncation": True, "max_length": self.max_seq_length} if truncate else {}
-        return self.tokenizer(texts, add_special_tokens=True, verbose=False, **kwargs)["input_ids"]
+        if not truncate:
+            return self.tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"]
+        prefixes = [_first_words(text, self.max_seq_length) for text in texts]
+        ids = self._tokenize_truncated(prefixes)
+        short = [i for i, (text, prefix) in enumerate(zip(texts, prefixes))
+                 if len(prefix) < len(text) and len(ids[i]) < self.max_seq_length]
+        for i, whole in zip(short, self._tokenize_truncated([texts[i] for i in short])):
+            ids[i] = whole
+        return ids
+
+    def _tokenize_truncated(self, texts: list[str]) -> list[list[int]]:
+        if not texts:
+            return []
+        return self.tokenizer(texts, add_special_tokens=True, verbose=False, truncation=True,
+                              max_length=self.max_seq_length)["input_ids"]
 
     def clip(self, text: str, max_tokens: int) -> str:
         """The longest prefix of ``text`` of at most ``max_tokens`` tokens (special tokens not counted), cut
@@ -272,6 +292,16 @@ def _longest_prefix(text: str, max_tokens: int, count: Callable[[str], int]) -> 
         else:
             high = mid - 1
     return text[:low]
+
+
+def _first_words(text: str, n: int) -> str:
+    """``text`` up to the end of its ``n``-th word (whitespace-separated): the text itself when it has fewer."""
+    if len(text) <= n:  # no more than n characters, so no more than n words
+        return text
+    for count, match in enumerate(_WORD.finditer(text), start=1):
+        if count == n:
+            return text[:match.end()]
+    return text
 
 
 def _word_prefix(text: str, end: int) -> str:
