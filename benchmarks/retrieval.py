@@ -150,6 +150,13 @@ def benchmark(name: str, args) -> tuple[dict, dict]:
     return results, stats
 
 
+def format_stat(value) -> str:
+    """A figure as the report shows it: floats (and pairs of them, p50/p95) to two decimals."""
+    if isinstance(value, tuple):
+        return ", ".join(f"{x:.2f}" for x in value)
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--collections", nargs="+", default=list(COLLECTIONS), choices=list(COLLECTIONS))
@@ -164,10 +171,9 @@ def main() -> None:
         print(f"\n== {name} ==")
         print(format_table(results))
         for key, value in stats.items():
-            print(f"{key}: {value}")
+            print(f"{key}: {format_stat(value)}")
         lines = [f"## {name}", "", format_markdown_table(results), ""]
-        lines += [f"- {k}: " + (", ".join(f"{x:.2f}" for x in v) if isinstance(v, tuple) else
-                                f"{v:.2f}" if isinstance(v, float) else str(v)) for k, v in stats.items()]
+        lines += [f"- {k}: {format_stat(v)}" for k, v in stats.items()]
         sections.append("\n".join(lines) + "\n")
     args.output.parent.mkdir(parents=True, exist_ok=True)
     header = ("# Retrieval benchmark\n\nProduced by `python benchmarks/retrieval.py` on a 2-core CPU "
