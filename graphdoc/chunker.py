@@ -165,6 +165,19 @@ class Chunker:
         logger.debug("document %r: %d passages beyond the cap of %d not encoded", doc.id, cut, limit)
         return passages[:limit]
 
+    def counts(self) -> tuple[int, int]:
+        """(documents, passages) the cap has cut so far."""
+        return self.documents_cut, self.passages_cut
+
+    def warn_cut(self, since: tuple[int, int] = (0, 0)) -> None:
+        """Warn about what the cap cut since ``since`` (a :meth:`counts`): a long document's end is not in
+        its embedding, which a user should hear of."""
+        documents, passages = self.documents_cut - since[0], self.passages_cut - since[1]
+        if documents:
+            logger.warning("%d document(s) had more than %d passages: their first %d were embedded and %d passages "
+                           "left out (chunker.max_passages sets the cap; null for none)", documents,
+                           self.config.max_passages, self.config.max_passages, passages)
+
     def __repr__(self) -> str:
         c = self.config
         return f"Chunker(max_words={c.max_words}, max_passages={c.max_passages}, title={c.title!r})"

@@ -17,6 +17,8 @@ from typing import Any, Mapping, TypeVar
 from graphdoc.errors import GraphDocError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+#: passage pooling: sentence-transformers' ``Pooling`` modes, by its names
+POOLING_MODES = ("cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 NEGATIVE_POOLS = ("corpus", "judged")  # ranking fine-tuning: where hard negatives come from
 
@@ -103,7 +105,7 @@ class PassageEncoderConfig:
     def __post_init__(self) -> None:
         check_types(self, "passage_encoder")
         if self.pooling is not None:
-            _check_choice("passage_encoder.pooling", self.pooling, ("cls", "mean", "max"))
+            _check_choice("passage_encoder.pooling", self.pooling, POOLING_MODES)
         _check_choice("passage_encoder.precision", self.precision, PRECISIONS)
         # 0 is an error, not "unset": only null means "as the checkpoint was trained" / "no projection"
         if self.max_seq_length is not None and self.max_seq_length < MIN_SEQ_LENGTH:

@@ -181,27 +181,34 @@ class GraphDocEncoder(nn.Module):
         """
         check_count("batch_size", batch_size)
         single = isinstance(documents, (str, Document, Mapping))
-        docs = [documents] if single else list(documents)
-        cut_before = self.chunker.passages_cut
+        docs = [documents] if single else list(_iterable(documents, "documents", "a str, a dict, a Document"))
+        cut_before = self.chunker.counts()
         bar = tqdm(total=len(docs), desc="Documents", unit="doc", disable=not _show(show_progress_bar))
         chunks = []
         for out in self.iter_forward(docs, batch_size, document_only=True):
             chunks.append(out.document_embeddings)
             bar.update(len(out.documents))
         bar.close()
-        if self.chunker.passages_cut > cut_before:
-            logger.info("passage cap %s cut %d passages", self.config.chunker.max_passages,
-                        self.chunker.passages_cut - cut_before)
+        self.chunker.warn_cut(cut_before)
         return _finish(chunks, self.dimension, self.device, single, normalize_embeddings,
                        convert_to_numpy and not convert_to_tensor)
 
-    def encode_queries(self, queries: str | Sequence[str], batch_size: int = 32,
+    def encode_queries(self, queries: str | Sequence[str] | Mapping[Any, str], batch_size: int = 32,
                        show_progress_bar: bool | None = None, normalize_embeddings: bool = False,
-                       convert_to_numpy: bool = True, convert_to_tensor: bool = False, **_: Any):
-        """Embed queries as single-node graphs (BEIR-compatible signature)."""
+                       convert_to_numpy: bool = True, convert_to_tensor: bool = False, **kwargs: Any):
+        """Embed queries as single-node graphs: a string gives ``[dimension]``, a list (or a dict's values,
+        ``{query_id: text}``, in its order) ``[n, dimension]``.
+
+        The signature is BEIR's; other keyword arguments (which BEIR's callers may pass on) are ignored,
+        with a warning naming them.
+        """
+        if kwargs:
+            logger.warning("encode_queries ignores the argument(s) %s", ", ".join(sorted(kwargs)))
         check_count("batch_size", batch_size)
         single = isinstance(queries, str)
-        texts = [queries] if single else list(queries)
+        if isinstance(queries, Mapping):
+            queries = list(queries.values())
+        texts = [queries] if single else list(_iterable(queries, "queries", "a str"))
         for i, text in enumerate(texts):
             check_query(text, i)
         was_training = self.training
@@ -216,6 +223,17 @@ class GraphDocEncoder(nn.Module):
             self.train(was_training)
         return _finish(chunks, self.dimension, self.device, single, normalize_embeddings,
                        convert_to_numpy and not convert_to_tensor)
+
+    @staticmethod
+    def similarity(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Cosine similarity of every embedding in ``a`` with every one in ``b`` (``[n, d]`` or ``[d]`` each),
+        as sentence-transformers' ``similarity``: a ``[n, m]`` float32 tensor."""
+        first, second = (torch.as_tensor(x).float() for x in (a, b))
+        first, second = (x[None] if x.dim() == 1 else x for x in (first, second))
+        if first.dim() != 2 or second.dim() != 2 or first.shape[1] != second.shape[1]:
+            raise GraphDocError(f"similarity needs [n, d] and [m, d] embeddings; got {list(first.shape)} and "
+                                f"{list(second.shape)}")
+        return F.normalize(first, dim=-1) @ F.normalize(second.to(first.device), dim=-1).T
 
     def encode_corpus(self, corpus: Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]],
                       batch_size: int = 32, **kwargs: Any):
@@ -285,6 +303,13 @@ def check_heads(heads: int, size: int, source: str) -> None:
     if size % heads:
         valid = ", ".join(str(d) for d in range(1, size + 1) if size % d == 0)
         raise GraphDocError(f"graph.heads must divide the node size {size} ({source}): one of {valid}; got {heads}")
+
+
+def _iterable(items: Any, name: str, one: str) -> Iterable:
+    """``items`` if it can be iterated as a collection of them (bytes and None cannot), else a TypeError."""
+    if items is None or isinstance(items, (bytes, bytearray)) or not isinstance(items, Iterable):
+        raise TypeError(f"{name} must be {one} or an iterable of them; got {type(items).__name__}")
+    return items
 
 
 def _show(flag: bool | None) -> bool:

@@ -68,6 +68,7 @@ class FlatEncoder(nn.Module):
     encode = GraphDocEncoder.encode
     encode_queries = GraphDocEncoder.encode_queries
     encode_corpus = GraphDocEncoder.encode_corpus
+    similarity = staticmethod(GraphDocEncoder.similarity)
     save_pretrained = GraphDocEncoder.save_pretrained
     head_state_dict = GraphDocEncoder.head_state_dict  # empty: a flat model adds no weights
 

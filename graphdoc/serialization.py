@@ -86,21 +86,48 @@ def save(model: "GraphDocEncoder", path: str | Path) -> None:
 
 
 def load(cls: type["GraphDocEncoder"], name_or_path, config: ModelConfig | None, device) -> "GraphDocEncoder":
-    name = DEFAULT_MODEL_NAME if name_or_path is None or str(name_or_path) in DEFAULT_MODEL_ALIASES \
-        else str(name_or_path)
+    """A saved model, or an untrained one on the encoder ``name_or_path`` names (``None``: the one
+    ``config`` names, else the built-in default). The model comes back in eval mode, as Hugging Face
+    models do: call ``train()`` to train it."""
+    name = str(name_or_path) if name_or_path is not None else _configured_name(config)
+    if name in DEFAULT_MODEL_ALIASES:
+        name = DEFAULT_MODEL_NAME
     path = Path(resolve_model_name(name))
     if path.is_dir() and is_graphdoc_model(path):
         if config is not None:
             logger.warning("ignoring the given config: %s is a saved graphdoc model with its own", path)
         model = _load_saved(cls, path, device)
         model.name_or_path = str(path.resolve())
-        return model
+        return model.eval()
+    if config is not None and name_or_path is not None:
+        _warn_other_encoder(config, name)
     config = config or config_class_of(cls)()
     pe_config = replace(config.passage_encoder, model_name_or_path=name)
     passage_encoder = PassageEncoder.load(resolve_model_name(name), pe_config)  # as typed: ./x names a folder
     model = cls(passage_encoder, replace(config, passage_encoder=passage_encoder.config), device=device)
     model.name_or_path = str(path.resolve()) if path.is_dir() and name not in DEFAULT_MODEL_ALIASES else name
-    return model
+    return model.eval()
+
+
+def _configured_name(config) -> str:
+    """The encoder a model configuration names; the built-in default without one."""
+    return config.passage_encoder.model_name_or_path if config is not None else DEFAULT_MODEL_NAME
+
+
+def _same_model(a: str, b: str) -> bool:
+    """Whether two names are one model folder (``./x`` and its absolute path)."""
+    first, second = Path(resolve_model_name(a)), Path(resolve_model_name(b))
+    return first.is_dir() and second.is_dir() and first.resolve() == second.resolve()
+
+
+def _warn_other_encoder(config, name: str) -> None:
+    """A configuration naming another encoder than the one asked for: the name asked for wins, said once."""
+    configured = _configured_name(config)
+    if configured in DEFAULT_MODEL_ALIASES or _same_model(configured, name):
+        return
+    if configured != name:
+        logger.warning("loading %s, not the %s the config's passage_encoder.model_name_or_path names", name,
+                       configured)
 
 
 def _load_saved(cls, path: Path, device) -> "GraphDocEncoder":

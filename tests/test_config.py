@@ -83,7 +83,8 @@ def test_unknown_nested_key_lists_valid_keys(tmp_path: Path) -> None:
 @pytest.mark.parametrize("data, expected", [
     ({"graph": {"graph_type": "star"}}, "graph.graph_type must be one of full, section; got 'star'"),
     ({"chunker": {"title": "last"}}, "chunker.title must be one of first, all, none; got 'last'"),
-    ({"passage_encoder": {"pooling": "sum"}}, "passage_encoder.pooling must be one of cls, mean, max; got 'sum'"),
+    ({"passage_encoder": {"pooling": "sum"}},
+     "passage_encoder.pooling must be one of cls, mean, max, mean_sqrt_len_tokens, weightedmean, lasttoken; got 'sum'"),
     ({"passage_encoder": {"precision": "int8"}},
      "passage_encoder.precision must be one of auto, fp32, fp16, bf16; got 'int8'"),
     ({"chunker": {"max_words": 0}}, "chunker.max_words must be at least 1; got 0"),

@@ -64,8 +64,6 @@ def run(args: argparse.Namespace) -> int:
             atomic_write(args.output, "wb") as matrix_file:
         id_file.write("".join(f"{i}\n" for i in ids))
         np.save(matrix_file, matrix)
-    if model.chunker.passages_cut:
-        logger.info("the passage cap (%s per document) cut %d passages of %d documents",
-                    model.config.chunker.max_passages, model.chunker.passages_cut, model.chunker.documents_cut)
+    model.chunker.warn_cut()
     logger.info("wrote %d x %d embeddings to %s and ids to %s", *matrix.shape, args.output, ids_path(args.output))
     return 0

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphdoc.batching import token_budget_batches
-from graphdoc.config import PassageEncoderConfig
+from graphdoc.config import POOLING_MODES, PassageEncoderConfig
 from graphdoc.device import autocast
 from graphdoc.errors import GraphDocError, ModelLoadError
 
@@ -125,7 +125,9 @@ class PassageEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.hidden_states(input_ids, attention_mask)
-        pooled = pool(hidden, attention_mask, self.pooling).float()
+        # float32 for the layers above, even under autocast; a model cast whole (``model.half()``) gets its dtype
+        dtype = next(self.model.parameters()).dtype
+        pooled = pool(hidden, attention_mask, self.pooling).to(dtype if dtype.is_floating_point else torch.float32)
         return F.normalize(pooled, dim=-1) if self.normalize else pooled
 
     def encode_ids(self, ids: list[list[int]]) -> torch.Tensor:
@@ -169,15 +171,25 @@ class PassageEncoder(nn.Module):
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
-    """Pool ``[B, L, H]`` token vectors into ``[B, H]`` by ``cls``, masked ``mean`` or masked ``max``."""
+    """Pool right-padded ``[B, L, H]`` token vectors into ``[B, H]`` as sentence-transformers' ``Pooling``
+    does: ``cls`` (the first token), masked ``mean``, ``max``, ``mean_sqrt_len_tokens`` (the sum over the
+    square root of the length), ``weightedmean`` (token ``i`` weighted ``i + 1``) or ``lasttoken``."""
     if mode == "cls":
         return hidden[:, 0]
-    m = mask.unsqueeze(-1).to(hidden.dtype)
-    if mode == "mean":
-        return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
+    if mode == "lasttoken":
+        last = mask.sum(dim=1).clamp(min=1) - 1  # [B]
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+    m = mask.unsqueeze(-1).to(hidden.dtype)  # [B, L, 1]
     if mode == "max":
         return hidden.masked_fill(m == 0, torch.finfo(hidden.dtype).min).max(dim=1).values
-    raise ValueError(f"unknown pooling {mode!r}; valid: cls, mean, max")
+    if mode == "weightedmean":
+        m = m * torch.arange(1, hidden.shape[1] + 1, device=hidden.device, dtype=hidden.dtype)[None, :, None]
+    summed, count = (hidden * m).sum(dim=1), m.sum(dim=1).clamp(min=1e-9)
+    if mode in ("mean", "weightedmean"):
+        return summed / count
+    if mode == "mean_sqrt_len_tokens":
+        return summed / count.sqrt()
+    raise ValueError(f"unknown pooling {mode!r}; valid: {', '.join(POOLING_MODES)}")
 
 
 def global_first_token(input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -200,6 +212,13 @@ def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer,
         raise GraphDocError(f"passage_encoder.max_seq_length must be at most {positions}, the token positions "
                             f"of {name_or_path}; got {config.max_seq_length}")
     st = _sentence_transformers_settings(Path(name_or_path))
+    if config.pooling is None and "concatenated" in st:
+        raise ModelLoadError(f"{st['concatenated']}; graphdoc pools one way: set passage_encoder.pooling "
+                             f"({', '.join(POOLING_MODES)})")
+    if st.get("unapplied"):
+        logger.warning("%s: graphdoc does not apply its sentence-transformers module(s) %s; its passage vectors "
+                       "are the pooled%s transformer output", name_or_path, ", ".join(st["unapplied"]),
+                       " and normalised" if st.get("normalize") else "")
     pooling = config.pooling or st.get("pooling") or "cls"
     normalize = config.normalize if config.normalize is not None else st.get("normalize", False)
     max_len = config.max_seq_length if config.max_seq_length is not None else st.get("max_seq_length")
@@ -222,6 +241,12 @@ def position_limit(model: nn.Module) -> int | None:
     return table.num_embeddings - (table.padding_idx + 1 if table.padding_idx is not None else 0)
 
 
+#: sentence-transformers' Pooling config keys, by mode
+ST_POOLING_KEYS = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
+                   "max": "pooling_mode_max_tokens", "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
+                   "weightedmean": "pooling_mode_weightedmean_tokens", "lasttoken": "pooling_mode_lasttoken"}
+
+
 def _sentence_transformers_settings(folder: Path) -> dict:
     """Pooling, normalisation and length limit from a sentence-transformers model folder, if it is one."""
     settings: dict = {}
@@ -236,14 +261,16 @@ def _sentence_transformers_settings(folder: Path) -> dict:
         if kind.endswith("Pooling"):
             if not isinstance(module.get("path"), str):
                 raise ModelLoadError(f"{modules_file}: the {kind} module has no 'path'")
-            pooling_cfg = _read_json(folder / module["path"] / "config.json", dict, modules_file)
-            for mode in ("cls", "mean", "max"):
-                key = "pooling_mode_cls_token" if mode == "cls" else f"pooling_mode_{mode}_tokens"
-                if pooling_cfg.get(key):
-                    settings["pooling"] = mode
-                    break
+            pooling_file = folder / module["path"] / "config.json"
+            modes = _st_pooling_modes(pooling_file, _read_json(pooling_file, dict, modules_file))
+            if len(modes) > 1:
+                settings["concatenated"] = f"{pooling_file} pools by {' + '.join(modes)}, concatenated"
+            else:
+                settings["pooling"] = modes[0]
         elif kind.endswith("Normalize"):
             settings["normalize"] = True
+        elif not kind.endswith("Transformer"):
+            settings.setdefault("unapplied", []).append(f"{kind.rsplit('.', 1)[-1]} ({module.get('path', '?')})")
     sbert = folder / "sentence_bert_config.json"
     if sbert.is_file():
         max_len = _read_json(sbert, dict).get("max_seq_length")
@@ -251,6 +278,20 @@ def _sentence_transformers_settings(folder: Path) -> dict:
             raise ModelLoadError(f"{sbert}: max_seq_length must be a positive integer; got {max_len!r}")
         settings["max_seq_length"] = max_len
     return settings
+
+
+def _st_pooling_modes(path: Path, config: dict) -> list[str]:
+    """The modes of a sentence-transformers ``Pooling`` config: ``pooling_mode`` (a name or a list of them,
+    sentence-transformers >= 6) or the older ``pooling_mode_*`` flags; neither means ``mean``, as there."""
+    named = config.get("pooling_mode")
+    if named is None:
+        modes = [mode for mode, key in ST_POOLING_KEYS.items() if config.get(key)]
+    else:
+        modes = [named] if isinstance(named, str) else named
+        if not isinstance(modes, list) or not all(mode in POOLING_MODES for mode in modes):
+            raise ModelLoadError(f"{path}: unknown pooling_mode {named!r}; graphdoc pools by "
+                                 f"{', '.join(POOLING_MODES)}")
+    return modes or ["mean"]
 
 
 def _read_json(path: Path, kind: type, named_in: Path | None = None) -> Any:

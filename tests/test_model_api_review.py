@@ -1,0 +1,196 @@
+"""The model API as a notebook user meets it (a second review): which encoder a config names, eval mode after
+loading, sentence-transformers pooling, half precision, the passage cap, query inputs, similarity."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import graphdoc
+from graphdoc.config import ChunkerConfig, ModelConfig, PassageEncoderConfig
+from graphdoc.documents import Document
+from graphdoc.encoder import GraphDocEncoder
+from graphdoc.errors import GraphDocError, ModelLoadError
+from graphdoc.flat_config import FlatModelConfig
+from graphdoc.models.passage_encoder import pool
+
+TEXTS = ["Graph attention networks read documents.", "A short one.", "Dense and sparse retrieval can be fused."]
+
+
+# ------------------------------------------------------------------ which encoder, which mode
+def test_a_config_naming_an_encoder_loads_that_encoder(tiny_bert: Path, caplog) -> None:
+    config = ModelConfig(passage_encoder=PassageEncoderConfig(model_name_or_path=str(tiny_bert)))
+    model = graphdoc.load_model(config=config)  # it loaded the default MiniLM before
+    assert model.name_or_path == str(tiny_bert.resolve()) and model.dimension == 32
+    assert GraphDocEncoder.from_pretrained(config=config).dimension == 32
+    with caplog.at_level(logging.WARNING):
+        graphdoc.load_model(str(tiny_bert), config=config)
+    assert not caplog.records  # the same encoder: nothing to say
+
+
+def test_a_name_given_with_a_config_naming_another_encoder_wins_with_a_warning(tiny_bert: Path, tiny_roberta: Path,
+                                                                                caplog) -> None:
+    config = ModelConfig(passage_encoder=PassageEncoderConfig(model_name_or_path=str(tiny_roberta)))
+    with caplog.at_level(logging.WARNING):
+        model = graphdoc.load_model(str(tiny_bert), config=config)
+    assert model.name_or_path == str(tiny_bert.resolve())
+    assert [r.getMessage() for r in caplog.records] == [
+        f"loading {tiny_bert}, not the {tiny_roberta} the config's passage_encoder.model_name_or_path names"]
+
+
+@pytest.mark.parametrize("backbone", ["graph", "flat"])
+def test_models_come_back_in_eval_mode(tiny_bert: Path, tmp_path: Path, backbone: str) -> None:
+    model = graphdoc.load_model(str(tiny_bert), backbone=backbone)
+    assert not any(m.training for m in model.modules())
+    model.train()
+    model.save_pretrained(tmp_path / "saved")
+    loaded = graphdoc.load_model(tmp_path / "saved")
+    assert not any(m.training for m in loaded.modules())
+
+
+def test_a_trained_models_forward_after_loading_is_deterministic(tiny_bert: Path, tmp_path: Path) -> None:
+    model = graphdoc.load_model(str(tiny_bert), config=ModelConfig(chunker=ChunkerConfig(max_words=8)))
+    with torch.no_grad():
+        for p in model.graph.parameters():
+            p.add_(0.1)  # GAT branches that are not zero, as after training: dropout would show
+    model.save_pretrained(tmp_path / "trained")
+    loaded = graphdoc.load_model(tmp_path / "trained")
+    prepared = [loaded.prepare(Document("d", TEXTS[0] + " " + TEXTS[2]))]
+    with torch.no_grad():
+        first, second = (loaded(prepared).document_embeddings for _ in range(2))
+    assert torch.equal(first, second)
+    assert torch.allclose(first[0], torch.as_tensor(loaded.encode(TEXTS[0] + " " + TEXTS[2])), atol=1e-6)
+
+
+# ------------------------------------------------------------------ sentence-transformers pooling
+def test_pool_modes_on_a_small_case() -> None:
+    hidden = torch.tensor([[[1.0], [2.0], [3.0]], [[4.0], [0.0], [-2.0]]])  # [2, 3, 1]
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    expected = {"cls": [1, 4], "mean": [1.5, 2 / 3], "max": [2, 4], "lasttoken": [2, -2],
+                "mean_sqrt_len_tokens": [3 / math.sqrt(2), 2 / math.sqrt(3)],
+                "weightedmean": [(1 + 4) / 3, (4 + 0 - 6) / 6]}
+    for mode, values in expected.items():
+        assert torch.allclose(pool(hidden, mask, mode)[:, 0], torch.tensor(values, dtype=torch.float)), mode
+
+
+def st_folder(tiny_bert: Path, folder: Path, pooling: dict, extra_modules: tuple[str, ...] = ()) -> Path:
+    """``tiny_bert`` as a sentence-transformers folder with the ``pooling`` config (and other modules)."""
+    shutil.copytree(tiny_bert, folder)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    modules += [{"idx": i, "name": str(i), "path": f"{i}_{kind}", "type": f"sentence_transformers.models.{kind}"}
+                for i, kind in enumerate(extra_modules, start=2)]
+    (folder / "modules.json").write_text(json.dumps(modules), encoding="utf-8")
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **pooling}))
+    return folder
+
+
+@pytest.mark.parametrize(("pooling", "mode"), [
+    ({"pooling_mode": "lasttoken"}, "lasttoken"),  # sentence-transformers >= 6 names the mode
+    ({"pooling_mode": ["weightedmean"]}, "weightedmean"),
+    ({"pooling_mode_mean_sqrt_len_tokens": True}, "mean_sqrt_len_tokens"),  # the older flags
+    ({"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": False}, "mean"),  # none set: mean, as there
+])
+def test_sentence_transformers_pooling_is_read_and_applied(tiny_bert: Path, tmp_path: Path, pooling: dict,
+                                                           mode: str) -> None:
+    model = graphdoc.load_model(str(st_folder(tiny_bert, tmp_path / "st", pooling)))
+    assert model.passage_encoder.pooling == mode
+    encoder = model.passage_encoder
+    ids = encoder.tokenize(TEXTS, truncate=True)
+    input_ids, mask = encoder.pad(ids, torch.device("cpu"))
+    with torch.no_grad():
+        expected = pool(encoder.model(input_ids=input_ids, attention_mask=mask).last_hidden_state, mask, mode)
+    assert torch.allclose(torch.as_tensor(model.encode_queries(TEXTS)), expected, atol=1e-5)
+
+
+def test_concatenated_or_unknown_pooling_is_refused(tiny_bert: Path, tmp_path: Path) -> None:
+    both = st_folder(tiny_bert, tmp_path / "both", {"pooling_mode": ["cls", "mean"]})
+    with pytest.raises(ModelLoadError, match=r"pools by cls \+ mean, concatenated; graphdoc pools one way"):
+        graphdoc.load_model(str(both))
+    chosen = ModelConfig(passage_encoder=PassageEncoderConfig(pooling="mean"))
+    assert graphdoc.load_model(str(both), config=chosen).passage_encoder.pooling == "mean"
+    unknown = st_folder(tiny_bert, tmp_path / "unknown", {"pooling_mode": "median"})
+    with pytest.raises(ModelLoadError, match="unknown pooling_mode 'median'"):
+        graphdoc.load_model(str(unknown))
+
+
+def test_modules_graphdoc_does_not_apply_are_named(tiny_bert: Path, tmp_path: Path, caplog) -> None:
+    folder = st_folder(tiny_bert, tmp_path / "dense", {"pooling_mode": "mean"}, ("Dense", "Normalize"))
+    with caplog.at_level(logging.WARNING):
+        model = graphdoc.load_model(str(folder))
+    assert model.passage_encoder.normalize
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{folder}: graphdoc does not apply its sentence-transformers module(s) Dense (2_Dense); its passage "
+        "vectors are the pooled and normalised transformer output"]
+
+
+# ------------------------------------------------------------------ precision, cap
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_model_cast_whole_to_half_precision_encodes(tiny_bert: Path, dtype: torch.dtype) -> None:
+    reference = graphdoc.load_model(str(tiny_bert))
+    model = graphdoc.load_model(str(tiny_bert)).to(dtype)
+    vectors, queries = model.encode(TEXTS), model.encode_queries(TEXTS)
+    assert vectors.dtype == queries.dtype == np.float32
+    assert np.allclose(vectors, reference.encode(TEXTS), atol=0.05)
+    assert np.allclose(queries, reference.encode_queries(TEXTS), atol=0.05)
+
+
+def test_encode_warns_when_the_passage_cap_cuts_a_document(tiny_bert: Path, caplog) -> None:
+    model = graphdoc.load_model(str(tiny_bert), config=ModelConfig(chunker=ChunkerConfig(max_words=8,
+                                                                                         max_passages=2)))
+    long = " ".join(["One two three four five six seven."] * 5)  # 5 passages of 7 words
+    with caplog.at_level(logging.WARNING):
+        model.encode(["Short text.", long])
+    assert [r.getMessage() for r in caplog.records] == [
+        "1 document(s) had more than 2 passages: their first 2 were embedded and 3 passages left out "
+        "(chunker.max_passages sets the cap; null for none)"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        model.encode(["Short text."])  # counted per call
+    assert not caplog.records
+
+
+# ------------------------------------------------------------------ inputs, similarity, discovery
+def test_query_and_document_inputs(tiny_bert: Path, caplog) -> None:
+    model = graphdoc.load_model(str(tiny_bert))
+    assert np.array_equal(model.encode_queries({"q1": TEXTS[0], "q2": TEXTS[1]}), model.encode_queries(TEXTS[:2]))
+    with caplog.at_level(logging.WARNING):
+        plain = model.encode_queries(TEXTS[:1], normalise_embeddings=True)
+    assert np.array_equal(plain, model.encode_queries(TEXTS[:1]))
+    assert [r.getMessage() for r in caplog.records] == ["encode_queries ignores the argument(s) normalise_embeddings"]
+    for bad, name in [(None, "NoneType"), (5, "int"), (b"bytes", "bytes")]:
+        with pytest.raises(TypeError, match=f"documents must be a str, a dict, a Document or an iterable of them; "
+                                            f"got {name}"):
+            model.encode(bad)
+        with pytest.raises(TypeError, match=f"queries must be a str or an iterable of them; got {name}"):
+            model.encode_queries(bad)
+
+
+@pytest.mark.parametrize("backbone", ["graph", "flat"])
+def test_similarity_is_the_cosine_matrix(tiny_bert: Path, backbone: str) -> None:
+    model = graphdoc.load_model(str(tiny_bert), backbone=backbone)
+    a, b = model.encode(TEXTS), model.encode_queries(TEXTS[:2])
+    expected = (a / np.linalg.norm(a, axis=1, keepdims=True)) @ (b / np.linalg.norm(b, axis=1, keepdims=True)).T
+    got = model.similarity(a, b)
+    assert got.shape == (3, 2) and got.dtype == torch.float32
+    assert np.allclose(got.numpy(), expected, atol=1e-6)
+    assert model.similarity(a[0], torch.as_tensor(b)).shape == (1, 2)
+    with pytest.raises(GraphDocError, match=r"similarity needs \[n, d\] and \[m, d\] embeddings; got \[3, 32\] "
+                                            r"and \[1, 5\]"):
+        model.similarity(a, np.ones(5))
+
+
+def test_the_package_lists_its_classes_and_errors() -> None:
+    names = dir(graphdoc)
+    assert {"GraphDocEncoder", "FlatEncoder", "load_model", "InputError", "ModelLoadError"} <= set(names)
+    assert issubclass(graphdoc.IndexMismatchError, graphdoc.GraphDocError)
+    assert "GraphDocEncoder" in graphdoc.__doc__
+    assert FlatModelConfig  # the flat backbone's config class stays importable where the docs say
