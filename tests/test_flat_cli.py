@@ -126,11 +126,13 @@ def test_flat_document_replaces_a_saved_flat_models_mode(tiny_bert: Path, corpus
     np.testing.assert_allclose(np.load(tmp_path / "emb.npy"), mean.encode(docs), atol=1e-6)
 
 
-def test_a_flat_config_without_the_backbone_flag_says_to_add_it(tiny_bert: Path, corpus: Path, yaml_config: Path,
-                                                                 tmp_path: Path, capsys) -> None:
-    assert cli("embed", "--corpus", corpus, "--output", tmp_path / "emb.npy", "--model", tiny_bert,
-               "--config", yaml_config) == 1
-    assert error_line(capsys, "embed").endswith(f"{yaml_config} reads as flat-backbone settings: add --backbone flat")
+def test_a_flat_config_without_the_backbone_flag_builds_a_flat_model(tiny_bert: Path, corpus: Path,
+                                                                      yaml_config: Path, tmp_path: Path) -> None:
+    args = ("embed", "--corpus", corpus, "--model", tiny_bert, "--config", yaml_config, "--output")
+    assert cli(*args, tmp_path / "guessed.npy") == 0
+    assert cli(*args, tmp_path / "flagged.npy", "--backbone", "flat") == 0
+    assert np.array_equal(np.load(tmp_path / "guessed.npy"), np.load(tmp_path / "flagged.npy"))
+    assert cli(*args, tmp_path / "graph.npy", "--backbone", "graph") == 1  # asked for: its settings must fit
 
 
 def test_backbone_flag_errors(tiny_bert: Path, corpus: Path, tmp_path: Path, capsys) -> None:

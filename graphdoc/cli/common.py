@@ -51,7 +51,11 @@ def load_model(args: argparse.Namespace):
     section, file_backbone = _model_section(args.config) if args.config else (None, None)
     chosen = args.backbone or (file_backbone if saved is None else None)
     backbone = chosen or saved or DEFAULT_BACKBONE
-    config = _config_file(args.config, section, backbone, chosen is None) if args.config else None
+    config = None
+    if args.config:
+        config, read_as = _config_file(args.config, section, backbone, chosen is None and saved is None)
+        if read_as != backbone:
+            chosen = backbone = read_as
     if args.flat_document is not None:
         if backbone != FLAT:
             raise GraphDocError(f"--flat-document needs --backbone flat; the model's backbone is {backbone}")
@@ -79,19 +83,21 @@ def _model_section(path: str):
 
 
 def _config_file(path: str, data, backbone: str, guessed: bool):
-    """The model settings ``data`` of ``path`` for ``backbone``; when the backbone was not given and they
-    read as the other backbone's settings, the error says to give it."""
+    """The model settings ``data`` of ``path`` and the backbone they are for: ``backbone``, or, when it was
+    not given (nor a saved model's) and they read as flat-backbone settings only (``graph: {graph_type:
+    flat, document: first}``), the flat one."""
     from graphdoc import backbones
     from graphdoc.serialization import config_class_of
 
     try:
-        return from_dict(config_class_of(backbones.backbone_class(backbone)), data)
+        return from_dict(config_class_of(backbones.backbone_class(backbone)), data), backbone
     except GraphDocError as err:
         other = FLAT if backbone != FLAT else None
         if guessed and other is not None:
             try:
-                from_dict(config_class_of(backbones.backbone_class(other)), data)
+                config = from_dict(config_class_of(backbones.backbone_class(other)), data)
             except GraphDocError:
                 raise err from None
-            raise GraphDocError(f"{err}; {path} reads as {other}-backbone settings: add --backbone {other}") from None
+            logger.info("%s reads as %s-backbone settings: building a %s model", path, other, other)
+            return config, other
         raise
