@@ -175,13 +175,14 @@ def test_search_refuses_an_incomplete_index(own_index, capsys) -> None:
     capsys.readouterr()
     assert cli("search", "--index-dir", own_index, "zebra", "--mode", "bm25") == 1
     assert error_line(capsys, "search") == (f"graphdoc search: error: index {own_index} is incomplete: "
-                                            "rerun the same graphdoc index command")
+                                            "rerun the build that was interrupted (the same build_index call or "
+                                            "graphdoc index command)")
 
 
 @pytest.mark.parametrize("extra, message", [
     (["--faiss-factory", "Bogus"], "bad FAISS index_factory string 'Bogus': "),
-    (["--shard", "3/2"], "--shard 3/2: I must be between 1 and N"),
-    (["--shard", "half"], "--shard must look like I/N (for example 1/4); got 'half'"),
+    (["--shard", "3/2"], "part (--shard) 3/2: I must be between 1 and N"),
+    (["--shard", "half"], "part (--shard) must look like I/N (for example 1/4); got 'half'"),
     (["--shard-size", "0"], "shard_size must be at least 1"),
 ])
 def test_index_errors_leave_no_index_behind(files, model_dir, tmp_path, capsys, extra, message) -> None:

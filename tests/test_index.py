@@ -169,7 +169,8 @@ def test_build_resumes_after_a_crash_and_removes_unlisted_shards(model, tmp_path
     assert (index / "shards" / "00002").is_dir()  # the unlisted shard of the crashed run
     (index / "shards" / "junk").mkdir()
     (index / "shards" / "junk" / "ids.txt").write_text("d000\n", encoding="utf-8")
-    with pytest.raises(GraphDocError, match="incomplete: rerun the same graphdoc index command"):
+    with pytest.raises(GraphDocError, match=r"incomplete: rerun the build that was interrupted \(the same "
+                                            r"build_index call or graphdoc index command\)$"):
         Searcher(index)
 
     build_index(model, str(corpus), index, IndexSettings(shard_size=3))
@@ -326,7 +327,7 @@ def test_merge_takes_the_parts_of_one_split_of_one_version(model, tmp_path, capl
     with pytest.raises(GraphDocError) as info:
         merge_indexes(tmp_path / "out", [tmp_path / "1of2", tmp_path / "2of3"])
     assert str(info.value) == (f"cannot merge {tmp_path / '2of3'}: it holds {corpus} part 2/3, {tmp_path / '1of2'} "
-                               "part 1/2: parts of different --shard splits overlap and leave documents out")
+                               "part 1/2: parts of different splits (part, --shard) overlap and leave documents out")
     write_jsonl(corpus, make_docs(8))  # grown before its second part was indexed
     build_index(model, str(corpus), tmp_path / "2of2", settings, part="2/2")
     with pytest.raises(GraphDocError) as info:
@@ -340,8 +341,9 @@ def test_merge_takes_the_parts_of_one_split_of_one_version(model, tmp_path, capl
         build_index(model, str(broken), tmp_path / "stopped", settings)
     with pytest.raises(GraphDocError) as info:
         merge_indexes(tmp_path / "out", [tmp_path / "stopped", tmp_path / "1of2"])
-    assert str(info.value) == (f"cannot merge {tmp_path / 'stopped'}: nothing was indexed into it (its graphdoc "
-                               "index run stopped before the first shard was saved): rerun that command")
+    assert str(info.value) == (f"cannot merge {tmp_path / 'stopped'}: nothing was indexed into it (the build_index "
+                               "call or graphdoc index command that made it stopped before the first shard was "
+                               "saved): rerun it")
     with caplog.at_level(logging.WARNING, logger="graphdoc"):
         assert merge_indexes(tmp_path / "out", [tmp_path / "1of2"]).counts["documents"] == 3
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
@@ -429,7 +431,7 @@ def test_an_id_already_indexed_is_refused_by_default_and_the_index_still_works(b
     assert cli("index", "--corpus", corpus, "--index-dir", index, "--model", manifest_json(index)["model"]["path"],
                "--shard-size", 3) == 1
     assert error_line(capsys, "index") == ("graphdoc index: error: document id 'd003' is already in the index; "
-                                           "pass --on-duplicate replace or --on-duplicate skip")
+                                           "set on_duplicate (--on-duplicate) to replace or skip")
     searcher = Searcher(index, model=model)
     assert searcher.doc_ids == [d["_id"] for d in docs]
     assert list(searcher.batch_search(["okapi"], mode="bm25")["0"]) == ["d003"]

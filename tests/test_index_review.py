@@ -77,8 +77,8 @@ def test_a_factory_that_fails_to_train_keeps_the_shards_and_can_be_replaced(mode
     with pytest.raises(GraphDocError) as info:  # HNSW32,PQ8 needs 256 vectors; the up-front check cannot tell
         build_index(model, str(corpus), index, IndexSettings(faiss_factory="HNSW32,PQ8"))
     assert str(info.value).startswith("cannot train FAISS index 'HNSW32,PQ8' on 4 vectors: ")
-    assert str(info.value).endswith("; the 4 documents encoded so far are kept: rerun the command with another "
-                                    "--faiss-factory (Flat needs no training) to finish the index")
+    assert str(info.value).endswith("; the 4 documents encoded so far are kept: rerun with another FAISS factory "
+                                    "(faiss_factory, --faiss-factory; Flat needs no training) to finish the index")
     assert manifest_json(index)["shards"] == ["00000"] and not (index / "final").exists()
     no_encoding(monkeypatch)
     manifest = build_index(model, str(corpus), index, IndexSettings(faiss_factory="Flat"))
@@ -285,7 +285,8 @@ def test_an_empty_part_is_valid_and_merges(model, model_dir, corpus, tmp_path, c
     assert capsys.readouterr().out.splitlines()[-1] == f"{tmp_path / 'q5'}: 0 documents, 0 passages, 0 shards"
     assert manifest_json(tmp_path / "q5")["finalized"] is True
     with pytest.raises(GraphDocError, match=r"q5 holds no documents \(an empty part of a sharded corpus\): merge "
-                                            r"it with the other parts \(graphdoc merge\) and search the merged index"):
+                                            r"it with the other parts \(merge_indexes, graphdoc merge\) and search the "
+                                            r"merged index"):
         Searcher(tmp_path / "q5")
     manifest = merge_indexes(tmp_path / "out", [tmp_path / f"q{i}" for i in range(1, 6)])
     assert manifest.counts["documents"] == 4 and len(manifest.sources) == 5

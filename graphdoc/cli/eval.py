@@ -55,7 +55,7 @@ def print_evaluation(run_, judgements: Judgements, name: str = "run", run_name: 
     if 0 < judged < len(run_):
         logger.info("%d of the %d queries of %s have no judgements in %s and are left out",
                     len(run_) - judged, len(run_), run_name, judgements.source)
-    results = evaluate(run_, judgements.qrels, judgements.measures)
+    results = evaluate(run_, judgements.qrels, judgements.measures, warn_unjudged=False)  # warned above
     print(format_table({name: results}))
     return results
 

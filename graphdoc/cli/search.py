@@ -53,13 +53,18 @@ def fusion_config(searcher, args: argparse.Namespace):
 
 
 def open_searcher(args: argparse.Namespace):
+    """The searcher of ``--index-dir`` with ``--model`` when one is given and used; the caller closes it."""
     from graphdoc.retrieval.searcher import Searcher
 
     searcher = Searcher(args.index_dir, device=args.device)
     if args.model is not None and (args.mode != "bm25" or getattr(args, "explain", None) is not None):
         from graphdoc.backbones import load_model
 
-        searcher.model = load_model(args.model, device=args.device)
+        try:
+            searcher.model = load_model(args.model, device=args.device)
+        except BaseException:
+            searcher.close()
+            raise
     return searcher
 
 
@@ -152,11 +157,17 @@ def run(args: argparse.Namespace) -> int:
         from graphdoc.cli.eval import read_judgements
 
         judgements = read_judgements(args.qrels, args.measures, args.split)
-    searcher = open_searcher(args)
-    fusion = fusion_config(searcher, args)
-    if args.query is not None:
-        _print_hits(searcher, args, fusion)
-        return 0
+    with open_searcher(args) as searcher:
+        fusion = fusion_config(searcher, args)
+        if args.query is not None:
+            _print_hits(searcher, args, fusion)
+        else:
+            _search_queries(searcher, args, fusion, judgements, to_stdout)
+    return 0
+
+
+def _search_queries(searcher, args: argparse.Namespace, fusion, judgements, to_stdout: bool) -> None:
+    """``--queries``: the run into ``--output``, onto stdout, or evaluated against ``--qrels``."""
     from graphdoc.corpus import read_queries
 
     queries = dict(read_queries(args.queries, args.split))
@@ -176,4 +187,3 @@ def run(args: argparse.Namespace) -> int:
         from graphdoc.cli.eval import print_evaluation
 
         print_evaluation(run_, judgements, name=args.mode, run_name=str(args.queries))
-    return 0

@@ -39,17 +39,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphdoc.cli.search import check_trec_ids, open_searcher
-    from graphdoc.corpus import read_qrels, read_queries
+    from graphdoc.cli.search import open_searcher
     from graphdoc.retrieval.evaluation import parse_measures
-    from graphdoc.retrieval.tuning import assign_folds, tune_alpha
 
     check_at_least_one("--depth", args.depth)
     if args.output is not None:
         check_output_file(args.output)
     parse_measures([args.measure])
     args.mode = "hybrid"
-    searcher = open_searcher(args)
+    with open_searcher(args) as searcher:
+        return _tune(args, searcher)
+
+
+def _tune(args: argparse.Namespace, searcher) -> int:
+    from graphdoc.cli.search import check_trec_ids
+    from graphdoc.corpus import read_qrels, read_queries
+    from graphdoc.retrieval.tuning import assign_folds, tune_alpha
+
     qrels = read_qrels(args.qrels, args.split)
     judged = {q for q, docs in qrels.items() if docs}
     queries = {q: t for q, t in read_queries(args.queries, args.split) if q in judged}

@@ -12,11 +12,13 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
+from graphdoc.config import check_count
 from graphdoc.documents import Document, Passage, as_document
 from graphdoc.errors import GraphDocError, InputError
 from graphdoc.explain.passages import snippet
@@ -133,9 +135,17 @@ def check_has_text(document: Document) -> None:
 
 
 def compare_documents(model, a, b, top: int = 5, max_passages: int | None = None) -> Comparison:
-    """Compare two documents (strings, dicts or :class:`Document`) with a GraphDocEncoder in one pass."""
+    """Compare two documents (strings, dicts or :class:`Document`) with a GraphDocEncoder in one pass.
+
+    ``top``: how many most similar passage pairs to list (0 lists none); ``max_passages``: read at most this
+    many passages of each document (``None``: all of them).
+    """
+    if isinstance(top, bool) or not isinstance(top, numbers.Integral):
+        raise GraphDocError(f"the number of passage pairs (top) must be an integer; got {top!r}")
     if top < 0:
-        raise GraphDocError(f"the number of passage pairs must be at least 0; got {top}")
+        raise GraphDocError(f"the number of passage pairs (top) must be at least 0; got {top}")
+    if max_passages is not None:
+        check_count("max_passages", max_passages)
     docs = [as_document(a, 0), as_document(b, 1)]
     for doc in docs:
         check_has_text(doc)

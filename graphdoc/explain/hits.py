@@ -12,10 +12,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from graphdoc.config import check_count
 from graphdoc.errors import GraphDocError
 from graphdoc.explain.passages import explain_passages
 from graphdoc.retrieval.dense import prepare_vectors
 from graphdoc.retrieval.finalize import FINAL_DIR
+from graphdoc.retrieval.queries import check_query
 
 ATTENTION_FILE = "passage_attention.npy"
 
@@ -30,14 +32,15 @@ def explain_hits(searcher, query: str, hits: Sequence, top: int = 3, by: str = "
                  query_vector: np.ndarray | None = None) -> list[list[dict[str, Any]]]:
     """For each hit, its ``top`` passages as dicts (see :class:`PassageExplanation`), best first.
 
-    The query is encoded with the searcher's model unless ``query_vector`` (``[d]``) is given.
+    The query is encoded with the searcher's model unless ``query_vector`` (``[d]``) is given; a blank or
+    non-str query is refused, as :meth:`Searcher.search` refuses it.
     """
+    check_query(query)
     dense = searcher.dense
     if not dense.has_passages:
         raise GraphDocError(f"index {searcher.index_dir} keeps no passage vectors: explanations need them "
-                            "(rebuild it without --no-passages)")
-    if top < 1:
-        raise GraphDocError(f"the number of passages to explain must be at least 1; got {top}")
+                            "(build it again with store_passages=True, i.e. without --no-passages)")
+    check_count("the number of passages to explain (top)", top)
     if not hits:
         return []
     vector = searcher.encode_queries([query])[0] if query_vector is None else query_vector
@@ -49,7 +52,7 @@ def explain_hits(searcher, query: str, hits: Sequence, top: int = 3, by: str = "
         row = row_of[hit.doc_id]
         start, end = int(dense.passage_ptr[row]), int(dense.passage_ptr[row + 1])
         weights = None if attention is None else np.asarray(attention[start:end])
-        found = explain_passages(vector, np.asarray(dense.passage_vectors[start:end]), searcher.docstore[row],
+        found = explain_passages(vector, np.asarray(dense.passage_vectors[start:end]), searcher.record(row),
                                  weights, top, by)
         explained.append([e.to_dict() for e in found])
     return explained

@@ -50,7 +50,7 @@ def require_plotting(projection: str | None = None) -> None:
     if projection == "tsne" or (projection == "auto" and importlib.util.find_spec("umap") is None):
         _require("sklearn.manifold", "t-SNE")
     elif projection == "umap":
-        _require("umap", "--method umap")
+        _require("umap", "the umap projection (--method umap)")
 
 
 def _figure(size: tuple[float, float], dpi: int):
@@ -83,8 +83,8 @@ def project_2d(vectors: np.ndarray, method: str = "auto", seed: int = 0) -> tupl
     if method == "auto":
         method = "umap" if importlib.util.find_spec("umap") is not None else "tsne"
     if method == "umap":
-        reducer = _require("umap", "--method umap").UMAP(n_components=2, random_state=seed,
-                                                        n_neighbors=min(15, len(vectors) - 1))
+        umap = _require("umap", "the umap projection (--method umap)")
+        reducer = umap.UMAP(n_components=2, random_state=seed, n_neighbors=min(15, len(vectors) - 1))
         return reducer.fit_transform(vectors), method
     manifold = _require("sklearn.manifold", "t-SNE")
     perplexity = min(30.0, max(1.0, (len(vectors) - 1) / 3))  # t-SNE needs perplexity < n

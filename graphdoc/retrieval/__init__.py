@@ -17,7 +17,13 @@ from graphdoc.retrieval.fusion import (
     reciprocal_rank_fusion,
     weighted_fusion,
 )
-from graphdoc.retrieval.runs import hits_to_run, ranked, top_k, truncate_run
+from graphdoc.retrieval.runs import (
+    hits_to_run,
+    ranked,
+    run_from_hits,
+    top_k,
+    truncate_run,
+)
 from graphdoc.retrieval.trec import read_run, write_run
 from graphdoc.retrieval.tuning import TuningResult, tune_alpha
 
@@ -33,6 +39,11 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'graphdoc.retrieval' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazy names too, for ``dir()`` and tab completion."""
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [
@@ -58,6 +69,7 @@ __all__ = [
     "ranked",
     "read_run",
     "reciprocal_rank_fusion",
+    "run_from_hits",
     "top_k",
     "truncate_run",
     "tune_alpha",

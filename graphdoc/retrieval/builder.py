@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -29,13 +30,14 @@ from typing import Iterator
 import numpy as np
 from tqdm.auto import tqdm
 
+from graphdoc.config import check_count
 from graphdoc.corpus import ReadStats, corpus_files, read_corpus
 from graphdoc.errors import GraphDocError, InputError
 from graphdoc.fileio import remove_stale_temporaries
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config
 from graphdoc.retrieval.dense_searcher import DenseSettings
-from graphdoc.retrieval.fusion import HYBRID_DEFAULT
+from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig
 from graphdoc.retrieval.dense import METRICS, TrainingError, new_faiss_index, training_minimum
 from graphdoc.retrieval.manifest import (LOCK_NAME, MANIFEST_NAME, Manifest, SourceProgress, check_identity,
                                          model_identity, writer_lock)
@@ -75,9 +77,9 @@ def parse_part(part: str) -> tuple[int, int]:
     try:
         i, n = (int(x) for x in part.split("/"))
     except ValueError:
-        raise GraphDocError(f"--shard must look like I/N (for example 1/4); got {part!r}") from None
+        raise GraphDocError(f"part (--shard) must look like I/N (for example 1/4); got {part!r}") from None
     if not 1 <= i <= n:
-        raise GraphDocError(f"--shard {part}: I must be between 1 and N")
+        raise GraphDocError(f"part (--shard) {part}: I must be between 1 and N")
     return i - 1, n
 
 
@@ -106,7 +108,7 @@ def _existing_manifest(index_dir: Path, identity: dict, settings: IndexSettings,
     check_identity(manifest.model, identity, index_dir)
     if manifest.store_passages and not settings.store_passages:
         raise GraphDocError(f"index {index_dir} keeps passage vectors; cannot add documents without them "
-                            "(build a new index with --no-passages)")
+                            "(build a new index with store_passages=False, --no-passages)")
     wanted = {"metric": settings.metric, "faiss_factory": settings.faiss_factory,
               "bm25": settings.bm25.to_dict() if settings.bm25 is not None else None}
     for name, value in wanted.items():
@@ -133,14 +135,37 @@ def _change_setting(index_dir: Path, manifest: Manifest, name: str, value, annou
 
 
 def _new_manifest(model, identity: dict, settings: IndexSettings) -> Manifest:
-    """A manifest for a new index; a bad FAISS factory string is refused here, before anything is written."""
+    """A manifest for a new index; a bad FAISS factory string is refused here, before anything is written.
+
+    Its search settings are the defaults, or those a ranking fine-tuning saved with the model (its
+    ``search_defaults``: the passage weight, fusion and similarity it was trained and selected with)."""
     from graphdoc import __version__
 
     new_faiss_index(settings.faiss_factory or "Flat", model.dimension)
-    return Manifest(model=identity, dimension=model.dimension, metric=settings.metric or "cosine",
+    fusion, dense, metric = search_defaults(model)
+    return Manifest(model=identity, dimension=model.dimension, metric=settings.metric or metric,
                     faiss_factory=settings.faiss_factory or "Flat", bm25=(settings.bm25 or BM25Config()).to_dict(),
                     store_passages=settings.store_passages, graphdoc_version=__version__,
-                    fusion=HYBRID_DEFAULT.to_dict(), dense=asdict(DenseSettings()))
+                    fusion=fusion.to_dict(), dense=asdict(dense))
+
+
+def search_defaults(model) -> tuple[FusionConfig, DenseSettings, str]:
+    """Fusion, dense settings and metric of a new index of ``model``: what its fine-tuning recorded, else the
+    defaults (a malformed record is an error naming the model)."""
+    saved = getattr(model, "search_defaults", None) or {}
+    try:
+        fusion = FusionConfig.from_dict({**HYBRID_DEFAULT.to_dict(), **saved.get("fusion", {})})
+        dense = DenseSettings(**saved.get("dense", {}))
+        metric = saved.get("metric", "cosine")
+        if metric not in METRICS:
+            raise GraphDocError(f"unknown metric {metric!r}")
+    except (GraphDocError, TypeError, AttributeError) as exc:
+        raise GraphDocError(f"model {getattr(model, 'name_or_path', '?')}: its saved search settings are not "
+                            f"usable ({exc})") from None
+    if saved:
+        logger.info("searching as the model was fine-tuned: passage_weight %s, %s fusion alpha %s (%s), %s",
+                    dense.passage_weight, fusion.method, fusion.alpha, fusion.normalization, metric)
+    return fusion, dense, metric
 
 
 def remove_orphans(index_dir: Path, manifest: Manifest) -> None:
@@ -154,18 +179,32 @@ def remove_orphans(index_dir: Path, manifest: Manifest) -> None:
             shutil.rmtree(entry, ignore_errors=True)
 
 
-def build_index(model, corpus: str, index_dir: str | Path, settings: IndexSettings | None = None,
+def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, settings: IndexSettings | None = None,
                 part: str = "1/1", batch_size: int = 32, show_progress_bar: bool = False) -> Manifest:
     """Index (or resume indexing, or add) a corpus; returns the manifest of the finalised index.
 
-    Everything that can be checked is checked before the folder is touched: settings, the model against an
-    existing index, the corpus (opened and its first document read), and whether a FAISS factory that needs
-    training will have enough documents. A second process writing the same folder is refused.
+    ``model`` is a loaded model, or the name or folder of one (loaded with :func:`graphdoc.load_model`).
+    ``corpus`` is a corpus file or folder, or a dataset name, as :func:`graphdoc.corpus.read_corpus` reads it:
+    the index records how far it got in it, to resume. Documents in memory go into a JSONL file first.
+
+    Everything that can be checked is checked before the folder is touched: arguments and settings, the model
+    against an existing index, the corpus (opened and its first document read), and whether a FAISS factory
+    that needs training will have enough documents. A second process writing the same folder is refused.
     """
-    settings = settings or IndexSettings()
+    settings = IndexSettings() if settings is None else settings
+    if not isinstance(settings, IndexSettings):
+        raise GraphDocError(f"settings must be an IndexSettings; got {type(settings).__name__}")
+    if not isinstance(corpus, (str, os.PathLike)):
+        raise GraphDocError(f"corpus must be the path or name of a corpus; got a {type(corpus).__name__}: write "
+                            "the documents to a JSONL file and index that")
+    check_count("batch_size", batch_size)
     index_dir = Path(index_dir)
     part_no, parts = parse_part(part)
     _check_index_folder(index_dir)
+    if isinstance(model, (str, os.PathLike)):
+        from graphdoc.backbones import load_model
+
+        model = load_model(str(model))
     identity = model_identity(model)
     manifest = (_existing_manifest(index_dir, identity, settings, announce=False)
                 or _new_manifest(model, identity, settings))
@@ -199,7 +238,7 @@ def build_index(model, corpus: str, index_dir: str | Path, settings: IndexSettin
 def _check_index_folder(index_dir: Path) -> None:
     """Refuse a file, or a folder of other files, as the index folder: an index is written into it."""
     if index_dir.exists() and not index_dir.is_dir():
-        raise GraphDocError(f"--index-dir {index_dir} is a file, not a folder")
+        raise GraphDocError(f"the index folder {index_dir} (--index-dir) is a file, not a folder")
     if not index_dir.is_dir() or (index_dir / MANIFEST_NAME).exists():
         return
     # what a run killed before its first manifest leaves is not "other files"
@@ -303,8 +342,8 @@ def _finalize(index_dir: Path, manifest: Manifest, part: str, show_progress_bar:
         finalize(index_dir, manifest, show_progress_bar=show_progress_bar)
     except TrainingError as exc:
         raise TrainingError(f"{exc}; the {len(_known_ids(index_dir, manifest))} documents encoded so far are "
-                            "kept: rerun the command with another --faiss-factory "
-                            "(Flat needs no training) to finish the index") from None
+                            "kept: rerun with another FAISS factory (faiss_factory, --faiss-factory; Flat needs "
+                            "no training) to finish the index") from None
 
 
 class _Cursor:
@@ -336,8 +375,8 @@ def _batches(documents, cursor: _Cursor, part_no: int, parts: int, settings: Ind
     for doc in _part_documents(documents, cursor, part_no, parts):
         if doc.id in known:
             if settings.on_duplicate == "error":
-                raise GraphDocError(f"document id {doc.id!r} is already in the index; pass "
-                                    "--on-duplicate replace or --on-duplicate skip")
+                raise GraphDocError(f"document id {doc.id!r} is already in the index; set on_duplicate "
+                                    "(--on-duplicate) to replace or skip")
             if settings.on_duplicate == "skip":
                 continue
         known.add(doc.id)

@@ -71,5 +71,9 @@ class DocStore:
         self._handle.seek(size - 1)
         return self._handle.read(1) == b"\n"
 
+    @property
+    def closed(self) -> bool:
+        return self._handle.closed
+
     def close(self) -> None:
         self._handle.close()

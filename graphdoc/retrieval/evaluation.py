@@ -3,21 +3,27 @@
 Conventions: a run is ranked the graphdoc way (score desc, ties by doc id) before scoring, so
 tied scores do not fall back on trec_eval's reverse-doc-id order. Aggregates are the mean over
 every query in the qrels; a query with no results counts as 0. Queries without qrels are ignored.
+Query and document ids of runs and qrels are compared as strings (``0`` and ``"0"`` are one query); a run
+may hold :meth:`Searcher.search` hits lists (see :func:`~graphdoc.retrieval.runs.run_from_hits`).
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from graphdoc.errors import GraphDocError
-from graphdoc.retrieval.runs import ranked
+from graphdoc.retrieval.runs import Run, ranked, run_from_hits
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MEASURES = ("nDCG@10", "nDCG@20", "P@20", "RR@100", "R@100")
 _EXAMPLES = "nDCG@10, P@20, RR@100, R@100, AP, AP@100, Judged@10, Success@5"
 
 Qrels = Mapping[str, Mapping[str, int]]
-RunLike = Mapping[str, Mapping[str, float]]
+RunLike = Mapping[str, Mapping[str, float] | Sequence[Any]]
 
 
 def parse_measures(names: str | Iterable[Any]) -> list[Any]:
@@ -53,7 +59,51 @@ def _check_cutoff(measure: Any) -> Any:
     return measure
 
 
-def _rank_scores(run: RunLike) -> dict[str, dict[str, float]]:
+def _plain_qrels(qrels: Qrels) -> dict[str, dict[str, int]]:
+    """``qrels`` with str ids and int relevance; a relevance that is not a whole number is refused."""
+    if not isinstance(qrels, Mapping):
+        raise GraphDocError(f"qrels must be a dict {{query id: {{doc id: relevance}}}}; got {type(qrels).__name__}")
+    plain = {}
+    for qid, docs in qrels.items():
+        if not isinstance(docs, Mapping):
+            raise GraphDocError(f"qrels: query {qid!r} holds a {type(docs).__name__}, not {{doc id: relevance}}")
+        plain[str(qid)] = {str(doc): _relevance(qid, doc, value) for doc, value in docs.items()}
+    return plain
+
+
+def _relevance(qid: Any, doc: Any, value: Any) -> int:
+    """A judgement as an int: a whole number, or the text of one (``"1"``); ``"yes"`` or 1.5 is refused."""
+    try:
+        number = int(value)
+        whole = isinstance(value, str) or number == value
+    except (TypeError, ValueError, OverflowError):
+        whole = False
+    if not whole:
+        raise GraphDocError(f"qrels: the relevance of document {doc!r} for query {qid!r} must be a whole number; "
+                            f"got {value!r}")
+    return number
+
+
+def _plain_run(run: RunLike) -> Run:
+    """``run`` with str ids and float scores (hits lists turned into scores)."""
+    if not isinstance(run, Mapping):
+        raise GraphDocError(f"the run must be a dict {{query id: {{doc id: score}}}}; got {type(run).__name__}")
+    return {qid: {doc: _score(qid, doc, value) for doc, value in docs.items()}
+            for qid, docs in run_from_hits(run).items()}
+
+
+def _score(qid: str, doc: str, value: Any) -> float:
+    """A run's score as a float; anything else, NaN included (it cannot be ranked), is refused."""
+    try:
+        score = float(value)
+    except (TypeError, ValueError):
+        score = math.nan
+    if math.isnan(score):
+        raise GraphDocError(f"the run's score of document {doc!r} for query {qid!r} is not a number: {value!r}")
+    return score
+
+
+def _rank_scores(run: Run) -> dict[str, dict[str, float]]:
     """Replace scores by strictly decreasing values that encode graphdoc's ranking order."""
     out = {}
     for qid, docs in run.items():
@@ -68,9 +118,9 @@ def evaluate_per_query(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEF
 
     parsed = parse_measures(measures)
     names = [str(m) for m in parsed]
-    qrels_plain = {q: {d: int(r) for d, r in docs.items()} for q, docs in qrels.items()}
+    qrels_plain = _plain_qrels(qrels)
     results: dict[str, dict[str, float]] = {q: dict.fromkeys(names, 0.0) for q in qrels_plain}
-    run_plain = {q: docs for q, docs in _rank_scores(run).items() if q in qrels_plain and docs}
+    run_plain = {q: docs for q, docs in _rank_scores(_plain_run(run)).items() if q in qrels_plain and docs}
     if run_plain:
         for metric in ir_measures.iter_calc(parsed, qrels_plain, run_plain):
             results[metric.query_id][str(metric.measure)] = float(metric.value)
@@ -78,17 +128,28 @@ def evaluate_per_query(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEF
 
 
 def coverage(run: RunLike, qrels: Qrels) -> tuple[int, int]:
-    """How many of the run's queries have judgements, and how many judged queries the run lacks (they count as 0)."""
-    judged = sum(1 for q in run if q in qrels)
-    return judged, len(qrels) - judged
+    """How many of the run's queries have judgements, and how many judged queries the run lacks (they count as 0).
+
+    Query ids are compared as strings."""
+    judged_ids = {str(q) for q in qrels}
+    judged = len({str(q) for q in run} & judged_ids)
+    return judged, len(judged_ids) - judged
 
 
-def evaluate(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEFAULT_MEASURES) -> dict[str, float]:
-    """Mean of each measure over the queries in `qrels`; keys are the measures' canonical names."""
+def evaluate(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEFAULT_MEASURES, *,
+             warn_unjudged: bool = True) -> dict[str, float]:
+    """Mean of each measure over the queries in `qrels`; keys are the measures' canonical names.
+
+    When none of the run's queries is judged in `qrels` every figure is 0: a warning is logged, unless
+    ``warn_unjudged`` is False (for callers that report the coverage themselves).
+    """
     per_query = evaluate_per_query(run, qrels, measures)
     names = [str(m) for m in parse_measures(measures)]
     if not per_query:
         raise GraphDocError("cannot evaluate: the qrels hold no queries")
+    if warn_unjudged and run and coverage(run, qrels)[0] == 0:
+        logger.warning("none of the %d queries of the run is judged in the qrels (ids are compared as strings): "
+                       "every figure is 0", len(run))
     return {name: sum(v[name] for v in per_query.values()) / len(per_query) for name in names}
 
 

@@ -10,6 +10,7 @@ missing. Fused dicts are returned in rank order (score desc, ties by doc id).
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,16 @@ def normalize(scores: np.ndarray, method: str = "minmax") -> np.ndarray:
     return NORMALIZERS[method](x)
 
 
+def _check_number(name: str, value: Any, low: float, high: float | None = None) -> None:
+    """Refuse a setting that is not a real number (``"0.5"``, ``True``, NaN) or lies outside ``[low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise GraphDocError(f"{name} must be a number; got {value!r}")
+    if high is None and not value >= low:
+        raise GraphDocError(f"{name} must be >= {low}, got {value}")
+    if high is not None and not low <= value <= high:
+        raise GraphDocError(f"{name} must be between {low} and {high}, got {value}")
+
+
 def _normalized_dict(scores: Mapping[str, float], method: str) -> dict[str, float]:
     keys = list(scores)
     values = normalize(np.fromiter((scores[k] for k in keys), dtype=np.float64, count=len(keys)), method)
@@ -68,8 +79,7 @@ def weighted_fusion(
 
     A document missing from one list gets that list's minimum normalised score (see module doc).
     """
-    if not 0.0 <= alpha <= 1.0:
-        raise GraphDocError(f"alpha must be between 0 and 1, got {alpha}")
+    _check_number("alpha", alpha, 0, 1)
     d = _normalized_dict(dense, normalization)
     s = _normalized_dict(sparse, normalization)
     d_fill = min(d.values(), default=0.0)
@@ -82,8 +92,7 @@ def weighted_fusion(
 
 def reciprocal_rank_fusion(runs: Sequence[Mapping[str, float]], k: float = 60) -> dict[str, float]:
     """Sum over rankings of ``1 / (k + rank)``, rank starting at 1 (ties in a ranking by doc id)."""
-    if k < 0:
-        raise GraphDocError(f"RRF k must be >= 0, got {k}")
+    _check_number("RRF k", k, 0)
     fused: dict[str, float] = {}
     for scores in runs:
         for rank, (doc, _) in enumerate(ranked(scores), start=1):
@@ -110,8 +119,8 @@ class FusionConfig:
     def __post_init__(self) -> None:
         check_choice("fusion method", self.method, FUSERS)
         check_choice("normalization", self.normalization, NORMALIZERS)
-        if not 0.0 <= self.alpha <= 1.0:
-            raise GraphDocError(f"alpha must be between 0 and 1, got {self.alpha}")
+        _check_number("alpha", self.alpha, 0, 1)
+        _check_number("rrf_k", self.rrf_k, 0)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -211,4 +211,4 @@ def check_identity(expected: dict[str, Any], actual: dict[str, Any], where: Path
     raise IndexMismatchError(
         f"index {where} was built with model {expected.get('name')!r} (weights "
         f"{str(value)[:12]}), not {actual.get('name')!r} (weights "
-        f"{str(other)[:12]}): pass --model with the index's model")
+        f"{str(other)[:12]}): pass the index's model (--model)")

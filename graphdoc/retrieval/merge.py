@@ -87,8 +87,8 @@ def _check_compatible(parts: list[Path], manifests: list[Manifest]) -> None:
             if getattr(manifest, name) != getattr(first, name):
                 raise GraphDocError(f"cannot merge {path}: its {name} differs from {parts[0]}'s")
         if not manifest.sources:
-            raise GraphDocError(f"cannot merge {path}: nothing was indexed into it (its graphdoc index run stopped "
-                                "before the first shard was saved): rerun that command")
+            raise GraphDocError(f"cannot merge {path}: nothing was indexed into it (the build_index call or graphdoc "
+                                "index command that made it stopped before the first shard was saved): rerun it")
         for source in manifest.sources:
             if not source.complete:
                 raise GraphDocError(f"cannot merge {path}: {source.corpus} part {source.part} is incomplete")
@@ -112,7 +112,7 @@ def _check_splits(parts: list[Path], manifests: list[Manifest]) -> None:
         for path_b, b in others:
             if split_of(b.part) != split_of(a.part):
                 raise GraphDocError(f"cannot merge {path_b}: it holds {corpus} part {b.part}, {path_a} part {a.part}: "
-                                    "parts of different --shard splits overlap and leave documents out")
+                                    "parts of different splits (part, --shard) overlap and leave documents out")
             if b.documents_read != a.documents_read:
                 raise GraphDocError(f"cannot merge {path_b}: {corpus} had {b.documents_read} documents when its part "
                                     f"{b.part} was indexed, {a.documents_read} when {path_a}'s part {a.part} was: "
@@ -150,5 +150,5 @@ def _check_duplicates(parts: list[Path], manifests: list[Manifest], on_duplicate
             for doc_id in read_shard(path / "shards" / name, ids_only=True):
                 if doc_id in seen and seen[doc_id] != path:
                     raise GraphDocError(f"document id {doc_id!r} is in both {seen[doc_id]} and {path}; "
-                                        "pass --on-duplicate replace to keep the later one")
+                                        "to keep the later one, set on_duplicate to replace (--on-duplicate replace)")
                 seen[doc_id] = path

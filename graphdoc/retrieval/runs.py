@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
+
+from graphdoc.errors import GraphDocError
 
 Run = dict[str, dict[str, float]]
 
@@ -65,7 +68,8 @@ def hits_to_run(
     scores: np.ndarray,
     doc_ids: Sequence[str],
 ) -> Run:
-    """Turn ``search`` output (indices/scores [q, k], row positions) into a run; -1 padding is dropped.
+    """Turn row-position arrays (as :meth:`BM25Index.search` and FAISS return them) into a run, naming rows by
+    ``doc_ids``; -1 padding is dropped. For the hits of :meth:`Searcher.search` use :func:`run_from_hits`.
 
     Shapes: indices [q, k] int, scores [q, k] float; ``len(query_ids) == q``.
     """
@@ -77,3 +81,21 @@ def hits_to_run(
     for qid, row, row_scores in zip(query_ids, indices, scores):
         run[qid] = {doc_ids[int(i)]: float(s) for i, s in zip(row, row_scores) if i >= 0}
     return run
+
+
+def run_from_hits(results: Mapping[Any, Sequence[Any] | Mapping[str, float]]) -> Run:
+    """Turn :meth:`Searcher.search` results, ``{query id: [Hit, ...]}``, into a run ``{query id: {doc id: score}}``.
+
+    A query may hold a ``{doc id: score}`` dict instead (as :meth:`Searcher.batch_search` gives); ids become str.
+    """
+    return {str(qid): _doc_scores(qid, docs) for qid, docs in results.items()}
+
+
+def _doc_scores(qid: Any, docs: Sequence[Any] | Mapping[str, float]) -> dict[str, Any]:
+    if isinstance(docs, Mapping):
+        return {str(doc): score for doc, score in docs.items()}
+    try:
+        return {str(hit.doc_id): hit.score for hit in docs}
+    except (AttributeError, TypeError):
+        raise GraphDocError(f"query {qid!r} of the run holds a {type(docs).__name__}: expected {{doc id: score}} "
+                            "or a list of search() hits") from None

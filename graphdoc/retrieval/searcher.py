@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from graphdoc.retrieval.docstore import DocStore, offsets_path
 from graphdoc.retrieval.finalize import FINAL_DIR
 from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig, fuse
 from graphdoc.retrieval.manifest import Manifest, check_identity, model_identity
+from graphdoc.retrieval.queries import check_query, split_queries
 
 logger = logging.getLogger(__name__)
 
@@ -43,27 +45,36 @@ class Hit:
 class Searcher:
     """Holds a dense and a BM25 searcher over one index folder and fuses them.
 
-    The model that encodes queries is loaded on first dense use (``--model`` or the manifest's),
-    and checked against the index: a different model or setting is refused.
+    ``model`` encodes the queries: a loaded model, or the name or folder of one (loaded with
+    :func:`graphdoc.load_model`); by default the model the index was built with, loaded on first dense use.
+    It is checked against the index: a different model or setting is refused.
+
+    The document store stays open until :meth:`close`; ``with Searcher(index_dir) as searcher:`` closes it.
     """
 
     def __init__(self, index_dir: str | Path, model=None, device: str | None = None) -> None:
         self.index_dir = Path(index_dir)
+        self.docstore: DocStore | None = None
         if not self.index_dir.is_dir():
             raise GraphDocError(f"index folder not found: {self.index_dir}")
         self.manifest = Manifest.load(self.index_dir)
         final = self.index_dir / FINAL_DIR
         if self.manifest.finalized and not self.manifest.shards:
             raise GraphDocError(f"index {self.index_dir} holds no documents (an empty part of a sharded corpus): "
-                                "merge it with the other parts (graphdoc merge) and search the merged index")
+                                "merge it with the other parts (merge_indexes, graphdoc merge) and search the "
+                                "merged index")
         if not self.manifest.finalized:
-            raise GraphDocError(f"index {self.index_dir} is incomplete: rerun the same graphdoc index command")
+            raise GraphDocError(f"index {self.index_dir} is incomplete: rerun the build that was interrupted (the "
+                                "same build_index call or graphdoc index command)")
         if not final.is_dir():
             raise self._damaged(f"{FINAL_DIR}/ is missing")
         try:
             self._open_final(final)
-        except UnreadableFileError as exc:
-            raise self._damaged(f"{exc.path.relative_to(self.index_dir)} cannot be read ({exc.reason})") from exc
+        except BaseException as exc:
+            self.close()
+            if isinstance(exc, UnreadableFileError):
+                raise self._damaged(f"{exc.path.relative_to(self.index_dir)} cannot be read ({exc.reason})") from exc
+            raise
         self.fusion = FusionConfig.from_dict(self.manifest.fusion) if self.manifest.fusion else HYBRID_DEFAULT
         self.device = device
         self._model = None
@@ -111,8 +122,22 @@ class Searcher:
     def _damaged(self, problem: str) -> DamagedIndexError:
         return DamagedIndexError(self.index_dir, problem)
 
+    def close(self) -> None:
+        """Close the document store file: :meth:`search` and :meth:`record` refuse to run afterwards. Closing
+        twice is harmless."""
+        if self.docstore is not None:
+            self.docstore.close()
+
+    def __enter__(self) -> Searcher:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
     def record(self, row: int) -> dict[str, Any]:
         """The document store's record of document ``row``."""
+        if self.docstore.closed:
+            raise GraphDocError(f"the searcher of index {self.index_dir} is closed")
         try:
             with reading(self.docstore.path):
                 return self.docstore[row]
@@ -134,18 +159,54 @@ class Searcher:
 
     @model.setter
     def model(self, model) -> None:
+        if isinstance(model, (str, os.PathLike)):
+            from graphdoc.backbones import load_model
+
+            model = load_model(str(model), device=self.device)
         check_identity(self.manifest.model, model_identity(model), self.index_dir)
         self._model = model
 
-    def encode_queries(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        return self.model.encode_queries(list(texts), batch_size=batch_size, show_progress_bar=False)
+    def encode_queries(self, queries: Mapping[str, str] | Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """Query vectors ``[n, d]`` (rows in the queries' order) from the searcher's model.
+
+        ``queries`` is a list of texts or a dict ``{query id: text}`` (its texts are encoded), as for
+        :meth:`batch_search`; one str is refused (pass ``[query]``), and so is a blank or non-str query.
+        """
+        check_count("batch_size", batch_size)
+        _, texts = split_queries(queries)
+        return self.model.encode_queries(texts, batch_size=batch_size, show_progress_bar=False)
+
+    def _fusion(self, fusion: FusionConfig | Mapping[str, Any] | None) -> FusionConfig:
+        """``fusion`` as a FusionConfig: the index's when ``None``; a dict replaces those fields of the index's."""
+        if fusion is None:
+            return self.fusion
+        if isinstance(fusion, FusionConfig):
+            return fusion
+        if isinstance(fusion, Mapping):
+            return FusionConfig.from_dict({**self.fusion.to_dict(), **fusion})
+        raise GraphDocError(f"fusion must be a FusionConfig or a dict of its fields; got {type(fusion).__name__}")
+
+    def _query_vectors(self, vectors, queries: int) -> np.ndarray:
+        """Given query vectors as a float32 ``[queries, dimension]`` array; any other shape is refused."""
+        want = f"[{queries}, {self.manifest.dimension}] (one row per query, the index's dimension)"
+        try:
+            array = np.asarray(vectors, dtype=np.float32)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise GraphDocError(f"query_vectors must be an array of numbers {want}: {exc}") from None
+        if array.shape != (queries, self.manifest.dimension):
+            raise GraphDocError(f"query_vectors has shape {list(array.shape)}; expected {want}")
+        return array
 
     # ----------------------------------------------------------------- ranking
     def batch_search(self, queries: Mapping[str, str] | Sequence[str], k: int = 100, mode: str = "hybrid",
-                     fusion: FusionConfig | None = None, query_vectors: np.ndarray | None = None,
+                     fusion: FusionConfig | Mapping[str, Any] | None = None, query_vectors: np.ndarray | None = None,
                      depth: int | None = None) -> dict[str, dict[str, float]]:
         """Rank documents for many queries: ``{query id: {doc id: score}}``, best first.
 
+        ``queries`` is a dict ``{query id: text}`` or a list of texts (query ids ``"0"``, ``"1"``, ...); one str
+        is refused (use :meth:`search`), and so is a blank or non-str query. ``fusion`` (hybrid only) is a
+        FusionConfig, or a dict of its fields that replace the index's (``{"alpha": 0.8}``); default the
+        index's. ``query_vectors``, ``[queries, dimension]``, replaces encoding the queries with the model.
         Hybrid scores both retrievers over the union of their top ``depth`` (default ``max(k, 100)``).
         """
         if mode not in MODES:
@@ -153,9 +214,11 @@ class Searcher:
         check_count("k", k)
         if depth is not None:
             check_count("depth", depth)
-        qids, texts = _split_queries(queries)
+        qids, texts = split_queries(queries)
         depth = max(k, depth or 100)
-        fusion = fusion or self.fusion
+        fusion = self._fusion(fusion)
+        if query_vectors is not None:
+            query_vectors = self._query_vectors(query_vectors, len(texts))
         dense = sparse = None
         if mode != "bm25":
             vectors = self.encode_queries(texts) if query_vectors is None else query_vectors
@@ -176,7 +239,7 @@ class Searcher:
     def component_runs(self, queries: Mapping[str, str], depth: int = 100) -> tuple[dict, dict]:
         """Dense and BM25 runs, each scored over the union of both top ``depth`` (for fusion tuning)."""
         check_count("depth", depth)
-        qids, texts = _split_queries(queries)
+        qids, texts = split_queries(queries)
         vectors = self.encode_queries(texts)
         dense = self.dense.search(vectors, depth)
         rows, _ = self.bm25.search(texts, depth)
@@ -203,11 +266,15 @@ class Searcher:
                     fusion, k)
 
     # ----------------------------------------------------------------- readable hits
-    def search(self, query: str, k: int = 10, mode: str = "hybrid", fusion: FusionConfig | None = None) -> list[Hit]:
-        """Rank documents for one query, with titles and each hit's best passage."""
+    def search(self, query: str, k: int = 10, mode: str = "hybrid",
+               fusion: FusionConfig | Mapping[str, Any] | None = None) -> list[Hit]:
+        """Rank documents for one query, with titles and each hit's best passage (``fusion`` as in
+        :meth:`batch_search`); a blank or non-str query is refused."""
+        check_query(query)
         check_count("k", k)
         if mode not in MODES:
             raise GraphDocError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+        fusion = self._fusion(fusion)
         vector = self.encode_queries([query]) if mode != "bm25" else None
         run = self.batch_search({"q": query}, k, mode, fusion, query_vectors=vector)["q"]
         row_of = self.row_of
@@ -235,24 +302,11 @@ class Searcher:
                 "snippet": text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS].rsplit(" ", 1)[0] + " ..."}
 
 
-def _split_queries(queries: Mapping[str, str] | Sequence[str]) -> tuple[list[str], list[str]]:
-    """Query ids and texts; a blank query is refused (it would rank documents on nothing)."""
-    if isinstance(queries, Mapping):
-        qids, texts = [str(q) for q in queries], [str(t) for t in queries.values()]
-    else:
-        texts = [str(t) for t in queries]
-        qids = [str(i) for i in range(len(texts))]
-    blank = next((q for q, t in zip(qids, texts) if not t.strip()), None)
-    if blank is not None:
-        raise GraphDocError("the query is empty" if len(texts) == 1 else f"query {blank!r} is empty")
-    return qids, texts
-
-
 def final_problem(index_dir: str | Path) -> str | None:
     """What is wrong with the ``final/`` files of a finalised index (as :class:`Searcher` would refuse
     them: missing, cut short, disagreeing in size), or ``None`` when it opens."""
     try:
-        Searcher(index_dir)
+        Searcher(index_dir).close()
     except DamagedIndexError as exc:
         return exc.problem
     return None

@@ -11,7 +11,7 @@ import numpy as np
 from graphdoc.errors import GraphDocError
 from graphdoc.retrieval.evaluation import Qrels, RunLike, evaluate_per_query, parse_measures
 from graphdoc.retrieval.fusion import FusionConfig, fuse_runs
-from graphdoc.retrieval.runs import Run
+from graphdoc.retrieval.runs import Run, run_from_hits
 
 DEFAULT_ALPHAS = tuple(round(i * 0.1, 1) for i in range(11))  # 0.0, 0.1, ..., 1.0
 #: two mean scores closer than this are a tie (a mean of the same per-query values summed in another order
@@ -120,6 +120,9 @@ def tune_alpha(
         raise GraphDocError("alphas must hold at least one value")
     prefer = (min(alphas) + max(alphas)) / 2 if prefer is None else prefer
     name = str(parse_measures([measure])[0])
+    # ids are compared as strings, as in evaluate
+    dense_run, sparse_run = run_from_hits(dense_run), run_from_hits(sparse_run)
+    qrels = {str(q): docs for q, docs in qrels.items()}
     qids = sorted(q for q, docs in qrels.items() if docs and (q in dense_run or q in sparse_run))
     if not qids:
         raise GraphDocError("no searched query has relevance judgements")

@@ -1,0 +1,47 @@
+"""Checks on the queries a searcher is given: text, not blank, and several where several are expected."""
+
+from __future__ import annotations
+
+import reprlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from graphdoc.errors import GraphDocError
+
+SEVERAL = "a list of query texts or a dict {query id: text}"
+
+
+def check_query(query: Any) -> str:
+    """One query: a str with a word in it (a blank query would rank documents on nothing)."""
+    if not isinstance(query, str):
+        raise GraphDocError(f"the query must be a str; got {type(query).__name__}")
+    if not query.strip():
+        raise GraphDocError("the query is empty")
+    return query
+
+
+def split_queries(queries: Mapping[Any, str] | Iterable[str]) -> tuple[list[str], list[str]]:
+    """Query ids and texts of a dict ``{id: text}`` or a list of texts (ids ``"0"``, ``"1"``, ...).
+
+    One str is refused rather than searched letter by letter; so is a query that is not a str (``None`` would
+    be searched as the word "None") or is blank.
+    """
+    if isinstance(queries, (str, bytes)):
+        raise GraphDocError(f"expected {SEVERAL}, got one {type(queries).__name__}: pass [query], or use "
+                            "search() for one query")
+    if isinstance(queries, Mapping):
+        qids, texts = [str(q) for q in queries], list(queries.values())
+        names = [f"query {q!r}" for q in qids]
+    elif isinstance(queries, Iterable):
+        texts = list(queries)
+        qids = [str(i) for i in range(len(texts))]
+        names = [f"query {i} (counting from 0)" for i in range(len(texts))]
+    else:
+        raise GraphDocError(f"expected {SEVERAL}; got {type(queries).__name__}")
+    for name, text in zip(names, texts):
+        if not isinstance(text, str):
+            raise GraphDocError(f"{name} is a {type(text).__name__}, not a str: {reprlib.repr(text)}")
+    blank = next((name for name, text in zip(names, texts) if not text.strip()), None)
+    if blank is not None:
+        raise GraphDocError("the query is empty" if len(texts) == 1 else f"{blank} is empty")
+    return qids, texts
