@@ -63,6 +63,9 @@ class GraphDocEncoder(nn.Module):
             self.graph = DocumentGraphEncoder(proj_dim or hidden, g.num_layers, g.heads, g.dropout,
                                               g.attention_dropout)
         self.name_or_path = self.config.passage_encoder.model_name_or_path  # set by from_pretrained
+        #: how an index should score this model (``{"dense": {...}, "fusion": {...}, "metric": ...}``), as a
+        #: ranking fine-tuning trained it; saved in ``config.json``, read by ``build_index`` for a new index
+        self.search_defaults: dict | None = None
         self.to(resolve_device(device))
 
     # ----------------------------------------------------------------- properties

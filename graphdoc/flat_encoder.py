@@ -49,6 +49,9 @@ class FlatEncoder(nn.Module):
         self.chunker = Chunker(self.config.chunker)
         self.passage_encoder = passage_encoder
         self.name_or_path = self.config.passage_encoder.model_name_or_path  # set by from_pretrained
+        #: how an index should score this model (``{"dense": {...}, "fusion": {...}, "metric": ...}``), as a
+        #: ranking fine-tuning trained it; saved in ``config.json``, read by ``build_index`` for a new index
+        self.search_defaults: dict | None = None
         self.to(resolve_device(device))
 
     @property

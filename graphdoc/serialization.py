@@ -82,6 +82,8 @@ def save(model: "GraphDocEncoder", path: str | Path) -> None:
         save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         payload = {**versions(), "backbone": backbone_of(model), "dimension": model.dimension,
                    "model": model.config.to_dict()}
+        if getattr(model, "search_defaults", None):
+            payload["search"] = model.search_defaults
         (tmp / CONFIG_NAME).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
 
@@ -141,6 +143,10 @@ def _load_saved(cls, path: Path, device) -> "GraphDocEncoder":
     config = config_class_of(cls).from_dict(payload["model"])
     passage_encoder = PassageEncoder.load(str(path / PASSAGE_ENCODER_DIR), config.passage_encoder)
     model = cls(passage_encoder, config, device="cpu")
+    search = payload.get("search")
+    if search is not None and not isinstance(search, dict):
+        raise ModelLoadError(f"{path / CONFIG_NAME}: 'search' must be an object; got {search!r}")
+    model.search_defaults = search
     weights = path / WEIGHTS_NAME
     if not weights.is_file():
         raise ModelLoadError(f"{path} has no {WEIGHTS_NAME}")

@@ -128,3 +128,31 @@ def test_finetune_precision_flag_is_the_saved_models(tiny_bert, tmp_path, monkey
         finetune_classification(files["train"], files["dev"], tmp_path / "bad", model=str(tiny_bert),
                                 precision="int8")
     assert not (tmp_path / "bad").exists()
+
+
+def test_an_index_of_a_fine_tuned_ranker_scores_as_it_was_trained(tiny_bert, tmp_path, capsys):
+    """The passage weight, fusion and similarity of the fine-tuning travel with the model into a new index
+    (the index defaults, passage_weight 1.0 and cosine, would score it otherwise than training selected it)."""
+    files = ranking_files(tmp_path)
+    (tmp_path / "ft.yaml").write_text("ranking:\n  passage_weight: 0.7\n  fusion_alpha: 0.3\n  similarity: dot\n"
+                                      "  fusion_normalization: minmax\n", encoding="utf-8")
+    assert main(["-q", "finetune", "--task", "ranking", "--corpus", str(files["corpus"]), "--queries",
+                 str(files["queries"]), "--qrels", str(files["qrels"]), "--output", str(tmp_path / "r"),
+                 "--model", str(tiny_bert), "--config", str(tmp_path / "ft.yaml"), "--epochs", "1",
+                 "--batch-size", "4"]) == 0
+    saved = json.loads((tmp_path / "r" / "model" / "config.json").read_text())["search"]
+    assert saved == {"dense": {"passage_weight": 0.7}, "metric": "ip",
+                     "fusion": {"method": "weighted", "alpha": 0.3, "normalization": "minmax", "rrf_k": 60}}
+    index = ["index", "--corpus", str(files["corpus"]), "--model", str(tmp_path / "r" / "model")]
+    capsys.readouterr()
+    assert main([*index, "--index-dir", str(tmp_path / "idx")]) == 0
+    assert "searching as the model was fine-tuned: passage_weight 0.7, weighted fusion alpha 0.3 (minmax), ip" \
+        in capsys.readouterr().err
+    manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    assert (manifest["dense"], manifest["fusion"]["alpha"], manifest["metric"]) == ({"passage_weight": 0.7}, 0.3, "ip")
+    assert main([*index, "--index-dir", str(tmp_path / "cos"), "--metric", "cosine"]) == 0  # a flag still wins
+    assert json.loads((tmp_path / "cos" / "manifest.json").read_text())["metric"] == "cosine"
+    assert main(["-q", "index", "--corpus", str(files["corpus"]), "--model", str(tiny_bert), "--index-dir",
+                 str(tmp_path / "plain")]) == 0
+    plain = json.loads((tmp_path / "plain" / "manifest.json").read_text())
+    assert (plain["dense"], plain["fusion"]["alpha"], plain["metric"]) == ({"passage_weight": 1.0}, 0.6, "cosine")

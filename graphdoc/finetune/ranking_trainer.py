@@ -64,6 +64,10 @@ class RankingTrainer:
                                         "dev": {q: dict(d) for q, d in (self.dev_qrels or {}).items()},
                                         "documents": list(data.doc_ids)})
         self.loop = EpochLoop(model, config, self.output, config.epochs * self.steps_per_epoch, data=fingerprint)
+        # an index of the saved model scores as training and dev selection did
+        model.search_defaults = {"dense": {"passage_weight": config.passage_weight},
+                                 "fusion": self.fusion().to_dict(),
+                                 "metric": "ip" if config.similarity == "dot" else "cosine"}
         self.negatives: dict[str, dict[str, list[str]]] = {}
         self.resumed = False  # continued after a checkpoint (lists kept without a digest are then its own)
 
