@@ -206,9 +206,14 @@ def test_an_interrupted_run_does_not_resume_over_a_changed_corpus(model, tmp_pat
     monkeypatch.setattr(builder, "_encode_shard", real_encode)
     write_jsonl(corpus, docs[1:])  # the first document removed: resuming by position would skip docs[3]
     with pytest.raises(GraphDocError, match=r"c.jsonl changed since an interrupted run began indexing it \(3 of "
-                                            r"its documents are in\): a run resumes by position"):
+                                            r"its documents are in\) and not only past them: document 'd003', read "
+                                            r"before, is not in the index. A run resumes by position"):
         build_index(model, str(corpus), index, IndexSettings(shard_size=3))
-    write_jsonl(corpus, docs)  # restored as it was (same size; a new modification time refuses it too)
+    edited = [dict(d, text=d["text"] + " Edited.") if d["_id"] == "d001" else d for d in docs]
+    write_jsonl(corpus, edited)
+    with pytest.raises(GraphDocError, match="document 'd001' is not the one indexed"):
+        build_index(model, str(corpus), index, IndexSettings(shard_size=3))
+    write_jsonl(corpus, docs)  # restored as it was (same size; a new modification time is checked document-wise)
     stat = corpus.stat()
     state = json.loads((index / "manifest.json").read_text())["sources"][0]["state"]
     os.utime(corpus, ns=(stat.st_atime_ns, state[2]))
@@ -230,6 +235,26 @@ def test_a_second_writer_is_refused_at_once(model_dir, corpus, tmp_path, capsys)
 
 
 # ------------------------------------------------------------------ merge (9, 10, empty parts)
+def test_a_run_stopped_by_a_broken_line_resumes_once_the_line_is_fixed(model, tmp_path, caplog) -> None:
+    docs = make_docs(7)
+    lines = [json.dumps(d) for d in docs]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(lines[:5] + ['{"_id": "d005", "text": broken'] + lines[6:]) + "\n", encoding="utf-8")
+    index = tmp_path / "i"
+    with pytest.raises(GraphDocError, match=r"c.jsonl:6: invalid JSON"):
+        build_index(model, str(corpus), index, IndexSettings(shard_size=2))
+    assert json.loads((index / "manifest.json").read_text())["sources"][0]["documents_read"] == 4
+    write_jsonl(corpus, docs)  # the line fixed: the 4 documents indexed are still the corpus's first 4
+    with caplog.at_level(logging.WARNING, logger="graphdoc"):
+        build_index(model, str(corpus), index, IndexSettings(shard_size=2))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{corpus} changed since an interrupted run began indexing it; its first 4 documents are the ones in the "
+        "index: resuming after them"]
+    build_index(model, str(corpus), tmp_path / "whole", IndexSettings(shard_size=2))
+    for name in ("doc_ids.txt", "doc_vectors.npy", "passage_vectors.npy"):
+        assert (index / "final" / name).read_bytes() == (tmp_path / "whole" / "final" / name).read_bytes(), name
+
+
 @pytest.fixture
 def parts(model, corpus, tmp_path) -> list[Path]:
     for i in (1, 2):

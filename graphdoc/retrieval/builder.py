@@ -284,9 +284,8 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     if source.documents_read == 0:
         source.state = corpus_state(corpus)
     elif source.state is not None and corpus_state(corpus) != source.state:
-        raise GraphDocError(f"{corpus} changed since an interrupted run began indexing it ({source.documents_read} "
-                            "of its documents are in): a run resumes by position, so restore the corpus as it was, "
-                            "or index it into a new folder")
+        _check_read_part_unchanged(corpus, index_dir, manifest, source, part)
+        source.state = corpus_state(corpus)
     stats, cursor = ReadStats(), _Cursor(source.documents_read)
     known = _known_ids(index_dir, manifest)
     started, added = time.perf_counter(), 0
@@ -305,6 +304,46 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     source.complete, source.state, manifest.finalized = True, corpus_state(corpus), False
     source.documents_read = max(source.documents_read, cursor.position)
     manifest.save(index_dir)
+
+
+def _check_read_part_unchanged(corpus: str, index_dir: Path, manifest: Manifest, source: SourceProgress,
+                               part: tuple[int, int]) -> None:
+    """A corpus that changed since an interrupted run began indexing it (a broken line fixed, say) resumes
+    when the documents that run read are the ones in the index, id, title and text: a run resumes by position.
+    Anything else is refused, since the index would mix two versions of the corpus."""
+    rows: dict[str, tuple[str, int]] = {}
+    for name in manifest.shards:
+        rows.update((doc_id, (name, row)) for row, doc_id in
+                    enumerate(read_shard(index_dir / "shards" / name, ids_only=True)))
+    stores: dict[str, docstore.DocStore] = {}
+    cursor = _Cursor(0)
+    try:
+        for doc in _part_documents(_open_corpus(corpus), cursor, *part):
+            if cursor.position > source.documents_read:  # past what the interrupted run read
+                break
+            if doc.id not in rows:
+                raise _changed(corpus, source, f"document {doc.id!r}, read before, is not in the index")
+            shard, row = rows[doc.id]
+            if shard not in stores:
+                stores[shard] = docstore.DocStore(index_dir / "shards" / shard / "docs.jsonl")
+            kept = stores[shard][row]
+            if (kept["title"], kept["text"]) != (doc.title, doc.text):
+                raise _changed(corpus, source, f"document {doc.id!r} is not the one indexed")
+    except InputError as exc:  # the part already read is what must still read
+        raise _changed(corpus, source, str(exc)) from None
+    finally:
+        for store in stores.values():
+            store.close()
+    if cursor.position < source.documents_read:
+        raise _changed(corpus, source, f"it now holds {cursor.position} documents")
+    logger.warning("%s changed since an interrupted run began indexing it; its first %d documents are the ones "
+                   "in the index: resuming after them", corpus, source.documents_read)
+
+
+def _changed(corpus: str, source: SourceProgress, why: str) -> GraphDocError:
+    return GraphDocError(f"{corpus} changed since an interrupted run began indexing it ({source.documents_read} of "
+                         f"its documents are in) and not only past them: {why}. A run resumes by position: restore "
+                         "the corpus as it was, or index it into a new folder")
 
 
 def corpus_state(corpus: str) -> list[int] | None:
