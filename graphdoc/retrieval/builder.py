@@ -291,14 +291,16 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     started, added = time.perf_counter(), 0
     bar = tqdm(desc="Indexing", unit="doc", initial=source.documents_read, disable=not show_progress_bar,
                dynamic_ncols=True)
-    for docs in _batches(_open_corpus(corpus, stats), cursor, *part, settings, known):
-        _encode_shard(model, docs, index_dir, manifest, settings, batch_size, bar)
-        source.documents_read, added = docs.position, added + len(docs)
-        manifest.counts["encode_seconds"] = round(
-            manifest.counts.get("encode_seconds", 0) + time.perf_counter() - started, 3)
-        started = time.perf_counter()
-        manifest.save(index_dir)
-    bar.close()
+    try:  # closed on an error too, so that the error line starts a line of its own
+        for docs in _batches(_open_corpus(corpus, stats), cursor, *part, settings, known):
+            _encode_shard(model, docs, index_dir, manifest, settings, batch_size, bar)
+            source.documents_read, added = docs.position, added + len(docs)
+            manifest.counts["encode_seconds"] = round(
+                manifest.counts.get("encode_seconds", 0) + time.perf_counter() - started, 3)
+            started = time.perf_counter()
+            manifest.save(index_dir)
+    finally:
+        bar.close()
     if stats.empty_skipped:
         logger.info("skipped %d empty documents", stats.empty_skipped)
     source.complete, source.state, manifest.finalized = True, corpus_state(corpus), False
