@@ -1,14 +1,17 @@
 """Split documents into passages of about ``max_words`` words on sentence boundaries.
 
-Sentences come from blingfire; passages never cross a section boundary; a sentence longer than the
-limit is split at word boundaries. Every word of every section lands in exactly one passage, in order,
-and each passage records its character offsets into the document text.
+Sentences come from blingfire; passages never cross a section boundary. A "sentence" longer than the
+limit (a list, a table, code: blingfire ends sentences at punctuation, not at line breaks) is cut at line
+breaks first, its lines packed like sentences, and a line longer than the limit is cut at words. Every
+word of every section lands in exactly one passage, in order, and each passage records its character
+offsets into the document text.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from itertools import pairwise
 from typing import Callable, Sequence
 
 import blingfire
@@ -19,9 +22,13 @@ from graphdoc.documents import Document, Passage, Section
 logger = logging.getLogger(__name__)
 
 _WORD = re.compile(r"\S+")
+# what str.splitlines splits on
+_LINE_BREAK = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+Span = tuple[int, int]
 
 
-def sentence_word_spans(text: str, start: int = 0, end: int | None = None) -> list[list[tuple[int, int]]]:
+def sentence_word_spans(text: str, start: int = 0, end: int | None = None) -> list[list[Span]]:
     """The words of ``text[start:end]`` grouped by sentence, as absolute ``(start, end)`` spans.
 
     Sentence ends come from blingfire; every word is kept, whatever blingfire does with whitespace.
@@ -33,7 +40,7 @@ def sentence_word_spans(text: str, start: int = 0, end: int | None = None) -> li
         return []
     _, offsets = blingfire.text_to_sentences_and_offsets(segment)
     ends = sorted({e for _, e in offsets})
-    sentences: list[list[tuple[int, int]]] = [[]]
+    sentences: list[list[Span]] = [[]]
     boundary = 0
     for w_start, w_end in words:
         # a word starting at or past the current sentence's end opens a new sentence
@@ -45,21 +52,40 @@ def sentence_word_spans(text: str, start: int = 0, end: int | None = None) -> li
     return [s for s in sentences if s]
 
 
-def _pack(sentences: list[list[tuple[int, int]]], max_words: int) -> list[list[tuple[int, int]]]:
-    """Greedily pack whole sentences into groups of at most ``max_words`` words."""
-    groups: list[list[tuple[int, int]]] = []
-    current: list[tuple[int, int]] = []
+def split_lines(text: str, sentence: list[Span]) -> list[list[Span]]:
+    """The words of a sentence grouped by the line they are on (a line break between two words cuts)."""
+    lines = [[sentence[0]]]
+    for (_, prev_end), word in pairwise(sentence):
+        if _LINE_BREAK.search(text, prev_end, word[0]):
+            lines.append([])
+        lines[-1].append(word)
+    return lines
+
+
+def packing_units(text: str, sentences: list[list[Span]], max_words: int) -> list[list[Span]]:
+    """The units :func:`_pack` keeps whole where it can: the sentences, each one over ``max_words`` words
+    replaced by its lines (blingfire runs list items, table rows and code lines together)."""
+    units: list[list[Span]] = []
     for sentence in sentences:
-        if current and len(current) + len(sentence) > max_words:
+        units.extend(split_lines(text, sentence) if len(sentence) > max_words else [sentence])
+    return units
+
+
+def _pack(units: list[list[Span]], max_words: int) -> list[list[Span]]:
+    """Greedily pack whole units into groups of at most ``max_words`` words; a unit over the limit is cut
+    into runs of ``max_words`` words, its last run left open for what follows. Linear in the words."""
+    groups: list[list[Span]] = []
+    current: list[Span] = []
+    for unit in units:
+        if current and len(current) + len(unit) > max_words:
             groups.append(current)
             current = []
-        while len(sentence) > max_words:  # an over-long sentence: split at word boundaries
-            if current:
-                groups.append(current)
-                current = []
-            groups.append(sentence[:max_words])
-            sentence = sentence[max_words:]
-        current = current + sentence
+        if len(unit) > max_words:  # current is empty here
+            last = (len(unit) - 1) // max_words * max_words  # start of the last run (1 to max_words words)
+            groups.extend(unit[i:i + max_words] for i in range(0, last, max_words))
+            current = unit[last:]
+        else:
+            current.extend(unit)
     if current:
         groups.append(current)
     return groups
@@ -68,9 +94,10 @@ def _pack(sentences: list[list[tuple[int, int]]], max_words: int) -> list[list[t
 def chunk_section(doc: Document, section_index: int, section: Section, max_words: int) -> list[Passage]:
     """The passages of one section (indices restart at 0; :func:`chunk_document` renumbers them)."""
     sentences = sentence_word_spans(doc.text, section.start, section.end)
+    groups = _pack(packing_units(doc.text, sentences, max_words), max_words)
     return [
         Passage(doc.id, i, section_index, section.title, g[0][0], g[-1][1], doc.text[g[0][0]:g[-1][1]])
-        for i, g in enumerate(_pack(sentences, max_words))
+        for i, g in enumerate(groups)
     ]
 
 
@@ -154,12 +181,18 @@ class Chunker:
     def __call__(self, doc: Document) -> list[Passage]:
         return chunk_document(doc, self.config.max_words)
 
-    def cap(self, doc: Document, passages: list[Passage], max_passages: int | None = None) -> list[Passage]:
-        """Apply the per-document passage cap, counting and logging what it cuts."""
-        limit = max_passages if max_passages is not None else self.config.max_passages
-        if limit is None or len(passages) <= limit:
+    def limit(self, max_passages: int | None = None) -> int | None:
+        """The passage cap: ``max_passages`` when given, else the config's (``None``: no cap)."""
+        return max_passages if max_passages is not None else self.config.max_passages
+
+    def cap(self, doc: Document, passages: list[Passage], max_passages: int | None = None,
+            cut_before: int = 0) -> list[Passage]:
+        """Apply the per-document passage cap, counting and logging what it cuts (with ``cut_before``
+        passages the caller already left out past the cap)."""
+        limit = self.limit(max_passages)
+        if limit is None or len(passages) + cut_before <= limit:
             return passages
-        cut = len(passages) - limit
+        cut = max(len(passages) - limit, 0) + cut_before
         self.passages_cut += cut
         self.documents_cut += 1
         logger.debug("document %r: %d passages beyond the cap of %d not encoded", doc.id, cut, limit)

@@ -66,29 +66,50 @@ class Document:
     def from_dict(cls, record: Mapping[str, Any], default_id: str | None = None) -> "Document":
         """Build a document from a JSON-style record.
 
-        Accepts ``_id``/``id``/``docid`` (a string or an integer) for the id, ``text``/``contents`` for the
-        text, an optional ``title`` and an optional ``sections`` list of ``{"title", "text"}`` whose texts,
+        Accepts ``_id``/``id``/``docid`` (a string or an integer) for the id, ``text``/``contents``/``body``
+        for the text (several of them: the one that is not blank; two that differ are an error), an optional
+        ``title`` (a string or null) and an optional ``sections`` list of ``{"title", "text"}`` whose texts,
         joined with ``"\\n"``, make the document text. Raises :class:`InputError` naming the problem.
         """
         key = next((k for k in ID_KEYS if record.get(k) not in (None, "")), None)
         if key is None and default_id is None:
             raise InputError(f"record has no id field (expected one of {', '.join(ID_KEYS)})")
         doc_id = scalar_id(record[key], key) if key is not None else default_id
-        title = record.get("title") or ""
-        if not isinstance(title, str):
-            raise InputError(f"document {doc_id!r}: 'title' must be a string")
-        text = next((record[k] for k in TEXT_KEYS if k in record and record[k] is not None), None)
+        title = _optional_string(record.get("title"), f"document {doc_id!r}: 'title'")
+        text = _text_field(doc_id, record)
         raw_sections = record.get("sections")
         sections = None
         if raw_sections:
             text, sections = _sections_from_records(doc_id, raw_sections, text)
         if text is None:
             raise InputError(f"document {doc_id!r} has no text field (expected one of {', '.join(TEXT_KEYS)})")
-        if not isinstance(text, str):
-            raise InputError(f"document {doc_id!r}: text must be a string, got {type(text).__name__}")
         extra = {k: v for k, v in record.items()
                  if k not in ID_KEYS + TEXT_KEYS + ("title", "sections")}
         return cls(id=doc_id, text=text, title=title, sections=sections, metadata=extra)
+
+
+def _text_field(doc_id: str, record: Mapping[str, Any]) -> str | None:
+    """The text among the record's :data:`TEXT_KEYS`: the one that is not blank (``{"text": "", "contents":
+    "..."}`` is the contents), else the first present; ``None`` when there is none."""
+    present = [(k, record[k]) for k in TEXT_KEYS if record.get(k) is not None]
+    for key, value in present:
+        if not isinstance(value, str):
+            raise InputError(f"document {doc_id!r}: {key} must be a string, got {type(value).__name__}")
+    filled = [(k, v) for k, v in present if v.strip()]
+    differing = [k for k, v in filled if v != filled[0][1]]
+    if differing:
+        raise InputError(f"document {doc_id!r}: fields {filled[0][0]!r} and {differing[0]!r} both hold text and "
+                         "differ (give the text once)")
+    return (filled or present or [(None, None)])[0][1]
+
+
+def _optional_string(value: Any, what: str) -> str:
+    """A JSON title: a string as it is, null (or no field) as ''; anything else is an :class:`InputError`."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InputError(f"{what} must be a string or null, got {_shown_json(value)}")
+    return value
 
 
 def _sections_from_records(doc_id: str, raw: Any, text: str | None) -> tuple[str, list[Section]]:
@@ -99,7 +120,8 @@ def _sections_from_records(doc_id: str, raw: Any, text: str | None) -> tuple[str
         if not isinstance(sec, Mapping) or not isinstance(sec.get("text", None), str):
             raise InputError(f"document {doc_id!r}: section {i} must be an object with a string 'text'")
         sec_text = sec["text"]
-        sections.append(Section(str(sec.get("title") or ""), pos, pos + len(sec_text)))
+        title = _optional_string(sec.get("title"), f"document {doc_id!r}: section {i} 'title'")
+        sections.append(Section(title, pos, pos + len(sec_text)))
         parts.append(sec_text)
         pos += len(sec_text) + 1
     joined = "\n".join(parts)
@@ -144,9 +166,13 @@ def scalar_id(value: Any, key: str) -> str:
         return value
     if _is_int(value):
         return str(int(value))
+    raise InputError(f"id field {key!r} must be a string or an integer, got {_shown_json(value)}")
+
+
+def _shown_json(value: Any) -> str:
+    """``value`` as JSON, cut to 40 characters, for an error message."""
     shown = json.dumps(value, ensure_ascii=False, default=repr)
-    shown = shown if len(shown) <= 40 else shown[:37] + "..."
-    raise InputError(f"id field {key!r} must be a string or an integer, got {shown}")
+    return shown if len(shown) <= 40 else shown[:37] + "..."
 
 
 def lone_surrogate(text: str) -> str | None:

@@ -84,6 +84,8 @@ class GraphDocEncoder(nn.Module):
     def passage_input(self, document: Document, passage: Passage) -> str:
         """The text the passage encoder sees for a passage (title prepended per ``chunker.title``)."""
         mode = self.config.chunker.title
+        if not passage.text:  # a document of a title alone is its title, whatever the mode
+            return self.title_input(document.title) if document.title else ""
         if document.title and (mode == "all" or (mode == "first" and passage.index == 0)):
             title = self.title_input(document.title)
             if title and not starts_with_title(passage.text, document.title):
@@ -101,10 +103,14 @@ class GraphDocEncoder(nn.Module):
         passages = self.chunker(document)
         if not passages:  # empty text: one empty passage (the title, if any), as for a query
             passages = [Passage(document.id, 0, 0, "", 0, 0, "")]
+        # passages past the cap are not tokenized: re-splitting only splits, so the first `limit` fitted passages
+        # come from the first `limit` chunked ones (a 1M-word document tokenized 10,000 passages to keep 100)
+        limit = self.chunker.limit(max_passages)
+        beyond = len(passages) - limit if limit is not None and len(passages) > limit else 0
         passages, ids = fit_to_token_limit(
-            document.text, passages, lambda p: self.passage_input(document, p),
+            document.text, passages[:len(passages) - beyond], lambda p: self.passage_input(document, p),
             self.passage_encoder.tokenize, self.passage_encoder.max_seq_length)
-        kept = self.chunker.cap(document, passages, max_passages)
+        kept = self.chunker.cap(document, passages, max_passages, cut_before=beyond)
         ids = ids[:len(kept)]
         limit = self.passage_encoder.max_seq_length
         for i in [i for i, t in enumerate(ids) if len(t) > limit]:  # a title alone over the limit

@@ -64,7 +64,7 @@ def test_empty_documents_are_skipped_counted_and_logged_once(tmp_path, caplog):
 
 
 @pytest.mark.parametrize("line, message", [
-    ('{"_id": "a" "text": "x"}', r"c\.jsonl:2: invalid JSON \(Expecting ',' delimiter\)$"),
+    ('{"_id": "a" "text": "x"}', r"c\.jsonl:2: invalid JSON \(Expecting ',' delimiter at column 13\)$"),
     ('["a", "b"]', r"c\.jsonl:2: expected a JSON object, got an array$"),
     ('"just text"', r"c\.jsonl:2: expected a JSON object, got a string$"),
     ('{"text": "no id"}', r"c\.jsonl:2: record has no id field"),

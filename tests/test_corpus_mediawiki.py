@@ -68,7 +68,9 @@ def test_keeps_only_articles_and_skips_redirects_bz2_any_schema(tmp_path):
              page("Gamma", 5, "Gamma text.")]
     path = tmp_path / "dump.xml.bz2"
     path.write_bytes(bz2.compress(dump(pages, version="0.11").encode("utf-8")))
-    assert [(d.id, d.text) for d in read_corpus(path)] == [("1", "Alpha text."), ("5", "Gamma text.")]
+    # a page whose text is only templates is its title alone: a document still (only a blank title and text is empty)
+    assert [(d.id, d.title, d.text) for d in read_corpus(path)] == [
+        ("1", "Alpha", "Alpha text."), ("4", "Beta", ""), ("5", "Gamma", "Gamma text.")]
 
 
 def test_streams_pages_before_a_broken_tail(tmp_path):

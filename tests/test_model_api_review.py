@@ -194,3 +194,30 @@ def test_the_package_lists_its_classes_and_errors() -> None:
     assert issubclass(graphdoc.IndexMismatchError, graphdoc.GraphDocError)
     assert "GraphDocEncoder" in graphdoc.__doc__
     assert FlatModelConfig  # the flat backbone's config class stays importable where the docs say
+
+
+def test_passages_past_the_cap_are_not_tokenized_and_the_kept_ones_are_unchanged(tiny_bert: Path) -> None:
+    model = graphdoc.load_model(str(tiny_bert), config=ModelConfig(chunker=ChunkerConfig(max_words=30)))
+    # 30-word passages of long words: over the tiny encoder's 64 tokens, so fitting splits them
+    text = " ".join(f"Supercalifragilistic{i} antidisestablishment{i}." for i in range(2000))
+    doc = Document("d", text, title="A title")
+    chunked = model.chunker(doc)
+    tokenized = []
+    tokenize = model.passage_encoder.tokenize
+    model.passage_encoder.tokenize = lambda texts, truncate=False: tokenized.extend(texts) or tokenize(texts, truncate)
+    whole = model.prepare(doc, max_passages=10_000)
+    assert len(whole.passages) > len(chunked)  # fitting did split
+    whole_inputs, before = len(tokenized), model.chunker.counts()
+    capped = model.prepare(doc, max_passages=5)
+    assert capped.passages == whole.passages[:5] and capped.token_ids == whole.token_ids[:5]
+    assert len(tokenized) - whole_inputs < whole_inputs / 2  # the first 5 chunked passages, not all of them
+    from_first_five = sum(p.end <= chunked[4].end for p in whole.passages)
+    cut = [after - b for after, b in zip(model.chunker.counts(), before)]
+    assert cut == [1, (len(chunked) - 5) + (from_first_five - 5)]
+
+
+def test_a_title_only_document_is_its_title_in_every_title_mode(tiny_bert: Path) -> None:
+    for mode in ("first", "all", "none"):
+        model = graphdoc.load_model(str(tiny_bert), config=ModelConfig(chunker=ChunkerConfig(title=mode)))
+        assert np.allclose(model.encode({"title": "Graph attention", "text": ""}),
+                           model.encode_queries("Graph attention"), atol=1e-6), mode

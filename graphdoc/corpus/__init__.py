@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterator, Union
 
 from graphdoc.documents import Document
+from graphdoc.errors import InputError
 from graphdoc.corpus.formats import CORPUS_FORMATS, QRELS_FORMATS, QUERY_FORMATS, detect
 from graphdoc.corpus.markup import markdown_sections, wikitext_sections
 from graphdoc.corpus.named import NAMED_CORPORA, NamedCorpus, resolve
@@ -24,6 +25,13 @@ Qrels = dict[str, dict[str, int]]
 
 __all__ = ["NAMED_CORPORA", "Qrels", "ReadStats", "corpus_files", "markdown_sections", "read_corpus",
            "read_qrels", "read_queries", "wikitext_sections"]
+
+
+def _check_source(source: Source, what: str) -> None:
+    """An empty source is an error, not the current folder (``Path("")`` is ``.``)."""
+    if isinstance(source, str) and not source.strip():
+        raise InputError(f"the {what} source is {'empty' if not source else 'only whitespace'} "
+                         f"({source!r}): give a file, a folder or a corpus name")
 
 
 def _named(source: Source, split: str | None = None) -> tuple[NamedCorpus, str | None] | None:
@@ -38,6 +46,7 @@ def corpus_files(source: Source) -> list[Path]:
     folder's text files, or the file itself; ``[]`` for a named corpus. What a change to the corpus means."""
     from graphdoc.corpus import beir, textdir
 
+    _check_source(source, "corpus")
     path = Path(source)
     if not path.exists():
         return []
@@ -48,7 +57,9 @@ def corpus_files(source: Source) -> list[Path]:
 
 
 def read_corpus(source: Source, *, stats: ReadStats | None = None) -> Iterator[Document]:
-    """Stream the documents of ``source``, skipping empty ones (counted in ``stats``, logged at INFO)."""
+    """Stream the documents of ``source``, skipping empty ones (blank title and text; counted in ``stats``,
+    logged at INFO)."""
+    _check_source(source, "corpus")
     named = _named(source)
     if named is not None:
         docs = named[0].docs()
@@ -63,6 +74,7 @@ def read_queries(source: Source, split: str | None = None) -> Iterator[tuple[str
     ``source`` is a BEIR folder, ``queries.jsonl[.gz]``, a ``query-id<TAB>text`` file, a TREC topics file
     (the title is the query) or a named corpus such as ``robust04/fold1``.
     """
+    _check_source(source, "queries")
     named = _named(source, split)
     if named is not None:
         corpus, split = named
@@ -77,6 +89,7 @@ def read_qrels(source: Source, split: str | None = None) -> Qrels:
     ``source`` is a BEIR folder (``split`` picks ``qrels/<split>.tsv``, ``test`` by default), a BEIR
     ``.tsv`` with its ``query-id corpus-id score`` header, a TREC qrels file, or a named corpus.
     """
+    _check_source(source, "qrels")
     named = _named(source, split)
     if named is not None:
         corpus, split = named

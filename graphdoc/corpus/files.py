@@ -45,8 +45,43 @@ def bad_utf8(path: Path, err: UnicodeDecodeError, lineno: int = 1) -> InputError
     return InputError(f"{path}:{lineno}: not valid UTF-8 (byte 0x{data[err.start]:02x} at column {column})")
 
 
+def utf16_problem(data: bytes) -> str | None:
+    """Why the start of a file, ``data``, looks like UTF-16 (a byte order mark, or a quarter or more NUL
+    bytes: ASCII text in UTF-16 is half NULs), or ``None``."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "it starts with a UTF-16 byte order mark"
+    sample = data[:4096]
+    nuls = sample.count(0)
+    if nuls and 4 * nuls >= len(sample):
+        return "many of its bytes are NUL, as in UTF-16 text"
+    return None
+
+
+def utf16_error(path: Path, data: bytes) -> InputError | None:
+    """An :class:`InputError` saying that a file whose first bytes are ``data`` is UTF-16, or ``None``."""
+    problem = utf16_problem(data)
+    if problem is None:
+        return None
+    return InputError(f"{path}: the file looks like UTF-16 ({problem}); graphdoc reads UTF-8: convert it "
+                      "(e.g. iconv -f UTF-16 -t UTF-8)")
+
+
+def check_not_utf16(path: Path) -> None:
+    """Raise :class:`InputError` if the file ``path`` looks like UTF-16 (unreadable files pass: the reader says why)."""
+    try:
+        with open_binary(path) as stream:
+            error = utf16_error(path, stream.read(4096))
+    except READ_ERRORS:
+        return
+    if error is not None:
+        raise error
+
+
 def decode_text(path: Path, data: bytes) -> str:
     """Decode a whole small file as UTF-8 (a BOM is dropped), naming the line of the first bad byte."""
+    error = utf16_error(path, data)
+    if error is not None:
+        raise error
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -56,11 +91,15 @@ def decode_text(path: Path, data: bytes) -> str:
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Yield ``(line number, line)`` without its line break, decoding each line on its own.
 
-    Decoding line by line lets an encoding error name its line; a BOM on the first line is dropped.
+    Decoding line by line lets an encoding error name its line; a BOM on the first line is dropped, and a
+    UTF-16 file is named as one.
     """
     try:
         with open_binary(path) as stream:
             for lineno, raw in enumerate(stream, 1):
+                error = utf16_error(path, raw) if lineno == 1 else None
+                if error is not None:
+                    raise error
                 try:
                     line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
                 except UnicodeDecodeError as err:

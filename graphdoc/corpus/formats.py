@@ -8,10 +8,10 @@ from typing import Any, Callable
 
 from graphdoc.errors import InputError
 from graphdoc.corpus import beir, jsonl, mediawiki, textdir, trec
-from graphdoc.corpus.files import first_line, has_suffix
+from graphdoc.corpus.files import check_not_utf16, first_line, has_suffix
 from graphdoc.corpus.named import NAMED_CORPORA
 
-JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz")
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.bz2", ".jsonl.xz", ".json.gz")
 XML_SUFFIXES = (".xml", ".xml.bz2", ".xml.gz")
 
 
@@ -46,7 +46,8 @@ def _first_line(test: Callable[[str], bool]) -> Callable[[Path], bool]:
 CORPUS_FORMATS = (
     Format("beir", "a BEIR folder (with corpus.jsonl[.gz])", beir.is_beir_folder, beir.read_beir_corpus),
     Format("textdir", "a folder of .txt/.md files", Path.is_dir, textdir.read_text_folder),
-    Format("jsonl", "JSON lines (.jsonl, .jsonl.gz, .json.gz)", _suffix(*JSONL_SUFFIXES), jsonl.read_jsonl_corpus),
+    Format("jsonl", "JSON lines (.jsonl, .jsonl.gz/.bz2/.xz, .json.gz)", _suffix(*JSONL_SUFFIXES),
+           jsonl.read_jsonl_corpus),
     Format("text", "a .txt/.md file", textdir.is_text_file, textdir.read_single_text_file),
     Format("mediawiki", "a MediaWiki XML dump (.xml, .xml.bz2)", _suffix(*XML_SUFFIXES), mediawiki.read_mediawiki),
 )
@@ -55,7 +56,7 @@ CORPUS_FORMATS = (
 QUERY_FORMATS = (
     Format("beir", "a BEIR folder (with queries.jsonl[.gz])", beir.is_beir_folder, beir.read_beir_queries,
            takes_split=True),
-    Format("jsonl", "JSON lines (.jsonl, .jsonl.gz)", _suffix(*JSONL_SUFFIXES), jsonl.read_jsonl_queries),
+    Format("jsonl", "JSON lines (.jsonl, .jsonl.gz/.bz2/.xz)", _suffix(*JSONL_SUFFIXES), jsonl.read_jsonl_queries),
     Format("trec-topics", "a TREC topics file (<top> <num> <title> ...)", _first_line(trec.is_trec_topics),
            trec.read_trec_topics),
     Format("tsv", "a query-id<TAB>text file", _first_line(lambda line: "\t" in line), trec.read_tsv_queries),
@@ -79,6 +80,8 @@ def detect(path: Path, formats: tuple[Format, ...], what: str, split: str | None
                          f"(accepted: {accepted(formats)})")
     found = next((fmt for fmt in formats if fmt.matches(path)), None)
     if found is None:
+        if path.is_file():
+            check_not_utf16(path)  # the first-line sniffing could not read it: say why
         raise InputError(f"{path}: unknown {what} format (accepted: {accepted(formats)})")
     # a file named after the split (qrels/test.tsv) is that split already
     if split is not None and not found.takes_split and split != path.name.split(".")[0]:

@@ -18,19 +18,45 @@ QUERY_ID_KEYS = ("_id", "id", "query_id", "qid")
 QUERY_TEXT_KEYS = ("text", "query")
 
 
+NOT_JSON_LINES = "not JSON lines (one JSON object per line)"
+_JSON_SPACE = " \t\r\n"
+
+
 def iter_json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line number, object)`` for each non-blank line; a line that is not a JSON object is an error."""
+    """Yield ``(line number, object)`` for each non-blank line; a line that is not a JSON object is an error.
+
+    A file that is one JSON array, or JSON pretty-printed over several lines, is named as such on its first line.
+    """
+    first = True
     for lineno, line in iter_lines(path):
         if not line.strip():
             continue
+        if first and line.lstrip().startswith("["):
+            raise InputError(f"{path}:{lineno}: the file is a JSON array, {NOT_JSON_LINES}")
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise InputError(f"{path}:{lineno}: invalid JSON ({err.msg})") from None
+            raise json_error(path, lineno, line, err, first) from None
+        first = False
         if not isinstance(record, dict):
             kind = JSON_TYPE_NAMES.get(type(record), type(record).__name__)
             raise InputError(f"{path}:{lineno}: expected a JSON object, got {kind}")
         yield lineno, record
+
+
+def json_error(path: Path, lineno: int, line: str, err: json.JSONDecodeError, first: bool) -> InputError:
+    """The one-line error for a line that is not valid JSON: its column, and what the file seems to be when
+    an object does not end on its line (pretty-printed JSON, or a record broken over lines)."""
+    reason = f"{err.msg.removesuffix(' at')} at column {err.colno}"  # json's "Invalid control character at"
+    if err.msg == "Extra data":
+        reason += f": {line[err.pos:err.pos + 12]!r}; JSON lines hold one object per line"
+    elif line.lstrip().startswith("{") and (err.pos >= len(line.rstrip(_JSON_SPACE))
+                                             or err.msg.startswith("Unterminated string")):
+        if first:
+            return InputError(f"{path}:{lineno}: the object does not end on its line: the file looks like "
+                              f"pretty-printed JSON, {NOT_JSON_LINES}")
+        reason += "; the object does not end on this line: JSON lines hold one object per line"
+    return InputError(f"{path}:{lineno}: invalid JSON ({reason})")
 
 
 def check_id(path: Path, lineno: int, what: str, item_id: str) -> None:

@@ -7,12 +7,18 @@ The split picks the queries and judgements; the documents are the same for every
 from __future__ import annotations
 
 import importlib
+import logging
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from graphdoc.documents import Document
 from graphdoc.errors import GraphDocError, InputError
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 INSTALL_HINT = "pip install 'graphdoc[datasets]'"
@@ -20,6 +26,10 @@ LOCAL_HINT = ("to use local files instead, export it to JSON lines ({\"_id\", \"
               "or a BEIR folder and pass that path")
 #: ir_datasets document fields that are not worth keeping in ``Document.metadata``.
 _DOC_FIELDS_DROPPED = ("doc_id", "title", "text", "body", "marked_up_doc")
+#: The logger ir_datasets writes its notices to (with its own handler): silenced while graphdoc reads.
+IRDS_LOGGERS = ("ir_datasets",)
+#: How long a failure's reason may be in an error message.
+MAX_REASON = 160
 
 
 def import_package(package: str, corpus: str) -> ModuleType:
@@ -30,15 +40,88 @@ def import_package(package: str, corpus: str) -> ModuleType:
         raise InputError(f"named corpus {corpus!r} needs {package}: {INSTALL_HINT}") from None
 
 
-def guarded(corpus: str, produce: Callable[[], Iterable[T]]) -> Iterator[T]:
-    """Iterate ``produce()``, turning any failure to fetch (e.g. offline) into one :class:`InputError` line."""
+def guarded(corpus: str, produce: Callable[[], Iterable[T]], quiet: Sequence[str] = (),
+            explain: Callable[[str], str] | None = None) -> Iterator[T]:
+    """Iterate ``produce()``, turning any failure to fetch (e.g. offline) into one :class:`InputError` line.
+
+    The loggers named in ``quiet`` are silenced while ``produce`` runs (see :func:`silenced`); ``explain``
+    turns the failure's reason into the message (default: the corpus could not be downloaded).
+    """
     try:
-        yield from produce()
+        yield from quietly(produce, quiet)
     except GraphDocError:
         raise
     except Exception as err:  # downloads fail in many ways: network, HTTP, checksum, disk
-        reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-        raise InputError(f"named corpus {corpus!r} could not be downloaded ({reason}); {LOCAL_HINT}") from err
+        reason = short_reason(err)
+        message = explain(reason) if explain else f"could not be downloaded ({reason})"
+        raise InputError(f"named corpus {corpus!r} {message}; {LOCAL_HINT}") from err
+
+
+def quietly(produce: Callable[[], Iterable[T]], names: Sequence[str]) -> Iterator[T]:
+    """The items of ``produce()``, each one fetched with the loggers ``names`` silenced."""
+    with silenced(names):
+        items = iter(produce())
+    done = object()
+    while True:
+        with silenced(names):
+            item = next(items, done)
+        if item is done:
+            return
+        yield item
+
+
+@contextmanager
+def silenced(names: Sequence[str]) -> Iterator[None]:
+    """Disable the loggers ``names`` for the block, unless graphdoc logs at DEBUG (``graphdoc -v``).
+
+    ir_datasets prints its notices (download retries, where to put files) through a handler of its own, at
+    any graphdoc verbosity, ahead of graphdoc's one-line error that says what went wrong.
+    """
+    if not names or logger.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in names]
+    before = [log.disabled for log in loggers]
+    for log in loggers:
+        log.disabled = True
+    try:
+        yield
+    finally:
+        for log, was in zip(loggers, before):
+            log.disabled = was
+
+
+def short_reason(err: BaseException, limit: int = MAX_REASON) -> str:
+    """Why ``err`` happened, in one short line: the innermost cause's first line, widened to an enclosing
+    message that contains it while that fits in ``limit`` (a host name, say), and cut at a word."""
+    chain: list[BaseException] = []
+    while err is not None and err not in chain and len(chain) < 20:
+        chain.append(err)
+        err = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
+    lines = [_first_line(e) for e in chain]
+    reason = lines[-1]
+    for outer in reversed(lines[:-1]):
+        if reason not in outer or len(outer) > limit:
+            break
+        reason = outer
+    return cut_at_word(reason, limit)
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of the message; one word alone (a path, a key) is named by the exception's type."""
+    lines = str(err).strip().splitlines()
+    if not lines:
+        return type(err).__name__
+    return lines[0].strip() if len(lines[0].split()) > 1 else f"{type(err).__name__}: {lines[0].strip()}"
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """``text``, cut before ``limit`` characters at a space (at ``limit`` if it has none late enough), with '...'."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 4]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:(") + " ..."
 
 
 def irds_document(doc: Any) -> Document:
@@ -65,6 +148,9 @@ class IrDatasetsCorpus:
     docs_id: str
     split_ids: dict[str, str]
     default_split: str
+    #: Documents ir_datasets does not download but reads from a folder of its home: ``(what they are,
+    #: folder under the home, where to learn how to get them)``.
+    local_docs: tuple[str, str, str] | None = None
     package: str = field(default="ir_datasets", init=False)
 
     def _load(self, dataset_id: str) -> Any:
@@ -73,20 +159,25 @@ class IrDatasetsCorpus:
     def docs(self) -> Iterator[Document]:
         """The documents, converted as they stream in."""
         import_package(self.package, self.name)
-        return guarded(self.name, lambda: map(irds_document, self._load(self.docs_id).docs_iter()))
+        return guarded(self.name, lambda: map(irds_document, self._load(self.docs_id).docs_iter()), IRDS_LOGGERS,
+                       self._explain_local_docs if self.local_docs else None)
+
+    def _explain_local_docs(self, reason: str) -> str:
+        what, folder, how = self.local_docs
+        return f"needs {what}, uncompressed at {irds_home() / folder} ({reason}); to get them see {how}"
 
     def queries(self, split: str | None) -> Iterator[tuple[str, str]]:
         """The queries of ``split`` (the default split when ``None``)."""
         dataset_id = self.split_ids[split or self.default_split]
         import_package(self.package, self.name)
-        return guarded(self.name, lambda: map(irds_query, self._load(dataset_id).queries_iter()))
+        return guarded(self.name, lambda: map(irds_query, self._load(dataset_id).queries_iter()), IRDS_LOGGERS)
 
     def qrels(self, split: str | None) -> dict[str, dict[str, int]]:
         """The judgements of ``split`` as ``{query id: {doc id: relevance}}``."""
         dataset_id = self.split_ids[split or self.default_split]
         import_package(self.package, self.name)
         qrels: dict[str, dict[str, int]] = {}
-        for qrel in guarded(self.name, lambda: self._load(dataset_id).qrels_iter()):
+        for qrel in guarded(self.name, lambda: self._load(dataset_id).qrels_iter(), IRDS_LOGGERS):
             qrels.setdefault(str(qrel.query_id), {})[str(qrel.doc_id)] = int(qrel.relevance)
         return qrels
 
@@ -127,6 +218,14 @@ def _wikir(name: str) -> IrDatasetsCorpus:
 
 
 _ROBUST04 = "disks45/nocr/trec-robust-2004"
+_DISKS45 = ("the licensed TREC disks 4 and 5", "disks45/corpus",
+            "https://ir-datasets.com/trec-robust04.html#DataAccess")
+
+
+def irds_home() -> Path:
+    """ir_datasets' home folder, as ir_datasets finds it: ``$IR_DATASETS_HOME``, else ``~/.ir_datasets``."""
+    return Path(os.environ.get("IR_DATASETS_HOME", Path.home() / ".ir_datasets"))
+
 
 #: Name -> corpus. The default split is used for queries and qrels when none is given.
 NAMED_CORPORA: dict[str, NamedCorpus] = {
@@ -135,7 +234,7 @@ NAMED_CORPORA: dict[str, NamedCorpus] = {
         {s: f"msmarco-document/{s}" for s in ("trec-dl-2019", "trec-dl-2020", "dev")}, "trec-dl-2019"),
     "robust04": IrDatasetsCorpus(
         "robust04", _ROBUST04, {"all": _ROBUST04, **{f"fold{i}": f"{_ROBUST04}/fold{i}" for i in range(1, 6)}},
-        "all"),
+        "all", local_docs=_DISKS45),
     **{name: _wikir(name) for name in ("wikir/en59k", "wikir/en78k", "wikir/ens78k")},
     "openwebtext": HuggingFaceCorpus("openwebtext", "Skylion007/openwebtext"),
 }

@@ -16,7 +16,8 @@ MAX_SKIPPED_IDS = 1000
 
 @dataclass
 class ReadStats:
-    """What :func:`graphdoc.corpus.read_corpus` read: documents yielded and empty documents skipped.
+    """What :func:`graphdoc.corpus.read_corpus` read: documents yielded and empty documents (blank title
+    and text) skipped.
 
     Pass one in to have it filled as the corpus is consumed; counts add up over several reads.
     ``skipped_ids`` holds the ids of the first :data:`MAX_SKIPPED_IDS` skipped documents.
@@ -33,14 +34,20 @@ class ReadStats:
             self.skipped_ids.append(doc_id)
 
 
-def skip_empty(docs: Iterable[Document], stats: ReadStats, source: str) -> Iterator[Document]:
-    """Yield the documents with some non-whitespace text, counting the others in ``stats``.
+def is_empty(doc: Document) -> bool:
+    """Whether a document has nothing to embed: its title and its text are both blank."""
+    return not (doc.title.strip() or doc.text.strip())
 
-    The skipped ones are logged once, at INFO, when the corpus has been read to the end.
+
+def skip_empty(docs: Iterable[Document], stats: ReadStats, source: str) -> Iterator[Document]:
+    """Yield the documents with a non-blank title or text, counting the others in ``stats``.
+
+    A title alone is a document (the encoder embeds the title); the skipped ones are logged once, at INFO,
+    when the corpus has been read to the end.
     """
     skipped, examples = 0, []
     for doc in docs:
-        if doc.text.strip():
+        if not is_empty(doc):
             stats.documents += 1
             yield doc
             continue
