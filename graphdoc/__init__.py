@@ -2,8 +2,8 @@
 
 ``graphdoc.load_model()`` gives a model (:class:`GraphDocEncoder`, or :class:`FlatEncoder` for a flat
 backbone) whose ``encode`` embeds documents and ``encode_queries`` queries; ``graphdoc.retrieval`` builds
-and searches indexes (``build_index``, ``Searcher``) and evaluates runs. Every error graphdoc reports is a
-:class:`GraphDocError`.
+and searches indexes (``build_index``, ``Searcher``) and evaluates runs. What graphdoc reports about input,
+files, settings and models is a :class:`GraphDocError`; an argument of the wrong type is a TypeError.
 """
 
 __version__ = "0.1.0"

@@ -246,9 +246,13 @@ class GraphDocEncoder(nn.Module):
 
     def encode_corpus(self, corpus: Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]],
                       batch_size: int = 32, **kwargs: Any):
-        """BEIR-compatible: a list of ``{"title", "text"}`` dicts (or a dict of them by id)."""
+        """BEIR-compatible: a list of ``{"title", "text"}`` dicts (or a dict of them by id). Keyword arguments
+        :meth:`encode` does not take are ignored with a warning, as :meth:`encode_queries` does."""
+        known = {k: v for k, v in kwargs.items() if k in ENCODE_OPTIONS}
+        if len(known) < len(kwargs):
+            logger.warning("encode_corpus ignores the argument(s) %s", ", ".join(sorted(set(kwargs) - set(known))))
         docs = ([dict(v, _id=k) for k, v in corpus.items()] if isinstance(corpus, Mapping) else list(corpus))
-        return self.encode(docs, batch_size=batch_size, **kwargs)
+        return self.encode(docs, batch_size=batch_size, **known)
 
     # ----------------------------------------------------------------- save / load
     @classmethod
@@ -312,6 +316,10 @@ def check_heads(heads: int, size: int, source: str) -> None:
     if size % heads:
         valid = ", ".join(str(d) for d in range(1, size + 1) if size % d == 0)
         raise GraphDocError(f"graph.heads must divide the node size {size} ({source}): one of {valid}; got {heads}")
+
+
+#: the keyword arguments of :meth:`GraphDocEncoder.encode` besides the documents and the batch size
+ENCODE_OPTIONS = ("show_progress_bar", "normalize_embeddings", "convert_to_numpy", "convert_to_tensor")
 
 
 def _iterable(items: Any, name: str, one: str) -> Iterable:

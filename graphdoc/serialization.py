@@ -20,7 +20,7 @@ from graphdoc.backbones import GRAPH
 from graphdoc.config import ModelConfig
 from graphdoc.default_model import DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_NAME, resolve_model_name
 from graphdoc.errors import ModelLoadError
-from graphdoc.fileio import atomic_directory, check_replaceable
+from graphdoc.fileio import atomic_directory, atomic_write, check_replaceable
 from graphdoc.models.passage_encoder import PassageEncoder
 
 if TYPE_CHECKING:
@@ -85,6 +85,16 @@ def save(model: "GraphDocEncoder", path: str | Path) -> None:
         if getattr(model, "search_defaults", None):
             payload["search"] = model.search_defaults
         (tmp / CONFIG_NAME).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def save_search_defaults(path: str | Path, search: dict) -> None:
+    """Replace the search settings (``"search"``) a saved model's ``config.json`` holds, atomically; the
+    weights stay as they are (k-fold fine-tuning picks each fold's fusion alpha after saving its model)."""
+    config = Path(path) / CONFIG_NAME
+    payload = json.loads(config.read_text(encoding="utf-8"))
+    payload["search"] = search
+    with atomic_write(config, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(payload, indent=2) + "\n")
 
 
 def load(cls: type["GraphDocEncoder"], name_or_path, config: ModelConfig | None, device) -> "GraphDocEncoder":

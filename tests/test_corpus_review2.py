@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from graphdoc.chunker import _pack, chunk_document, sentence_word_spans
@@ -182,9 +182,8 @@ def prose(draw) -> str:
 @given(text=prose(), max_words=st.integers(9, 30))
 def test_prose_within_the_limit_chunks_exactly_as_before(text, max_words):
     sentences = sentence_word_spans(text)
-    assume_within = all(len(s) <= max_words for s in sentences)
-    if not assume_within:  # blingfire may join sentences; such a text is no test of unchanged prose
-        return
+    # blingfire may join sentences; such a text is no test of unchanged prose
+    assume(all(len(s) <= max_words for s in sentences))
     expected = [(g[0][0], g[-1][1]) for g in old_pack(sentences, max_words)]
     assert [(p.start, p.end) for p in chunk_document(Document("p", text), max_words)] == expected
 
@@ -587,3 +586,13 @@ def test_a_long_reason_is_cut_at_a_word(monkeypatch):
                           message).group(1)
     assert reason.endswith(".tar.gz ...") and len(reason) <= 160
     assert reason.startswith("checksum mismatch for part000.tar.gz part001.tar.gz")
+
+
+def test_a_blank_text_beside_sections_is_no_text() -> None:
+    sections = [{"title": "A", "text": "First part."}, {"title": "B", "text": "Second part."}]
+    for record in ({"_id": "a", "text": "", "sections": sections}, {"_id": "a", "text": " ", "sections": sections},
+                   {"_id": "a", "sections": sections}):
+        doc = Document.from_dict(record)
+        assert doc.text == "First part.\nSecond part." and [s.title for s in doc.sections] == ["A", "B"]
+    with pytest.raises(InputError, match="section texts joined with '\\\\n' do not equal 'text'"):
+        Document.from_dict({"_id": "a", "text": "Other.", "sections": sections})

@@ -101,7 +101,7 @@ def test_manifest_records_model_settings_progress_and_counts(built, model, model
     corpus = str((built.parent / "corpus.jsonl").resolve())
     stat = Path(corpus).stat()
     assert m["sources"] == [{"corpus": corpus, "part": "1/1", "documents_read": 10, "complete": True,
-                             "state": [1, stat.st_size, stat.st_mtime_ns]}]
+                             "state": [1, stat.st_size, stat.st_mtime_ns], "shards": m["shards"]}]
     assert {k: m["counts"][k] for k in ("documents", "passages", "shards", "replaced")} == \
         {"documents": 10, "passages": 30, "shards": 4, "replaced": 0}
     assert m["finalized"] is True

@@ -255,6 +255,26 @@ def test_a_run_stopped_by_a_broken_line_resumes_once_the_line_is_fixed(model, tm
         assert (index / "final" / name).read_bytes() == (tmp_path / "whole" / "final" / name).read_bytes(), name
 
 
+def test_resuming_over_an_edited_corpus_reads_only_what_was_read_and_knows_skipped_duplicates(model,
+                                                                                              tmp_path) -> None:
+    write_jsonl(tmp_path / "a.jsonl", make_docs(3))
+    index, skip = tmp_path / "i", IndexSettings(shard_size=2, on_duplicate="skip")
+    build_index(model, str(tmp_path / "a.jsonl"), index, skip)
+    # the same ids with other texts first (skipped as duplicates), then new documents, line 6 broken
+    docs = [dict(d, text=d["text"] + " Other.") for d in make_docs(3)] + make_docs(4, start=3)
+    lines = [json.dumps(d) for d in docs]
+    corpus = tmp_path / "b.jsonl"
+    corpus.write_text("\n".join(lines[:5] + ["{broken"] + lines[6:]) + "\n", encoding="utf-8")
+    with pytest.raises(GraphDocError, match=r"b.jsonl:6: invalid JSON"):
+        build_index(model, str(corpus), index, skip)
+    corpus.write_text("\n".join(lines[:5] + ["{broken"] + lines[6:] + [lines[0]]) + "\n", encoding="utf-8")
+    with pytest.raises(GraphDocError, match=r"b.jsonl:6: invalid JSON"):  # still broken: the line is named
+        build_index(model, str(corpus), index, skip)
+    write_jsonl(corpus, docs)  # fixed: the skipped duplicates are not taken for changed documents
+    build_index(model, str(corpus), index, skip)
+    assert (index / "final" / "doc_ids.txt").read_text().split() == [f"d{i:03d}" for i in range(7)]
+
+
 @pytest.fixture
 def parts(model, corpus, tmp_path) -> list[Path]:
     for i in (1, 2):

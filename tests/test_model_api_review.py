@@ -80,6 +80,18 @@ def test_pool_modes_on_a_small_case() -> None:
         assert torch.allclose(pool(hidden, mask, mode)[:, 0], torch.tensor(values, dtype=torch.float)), mode
 
 
+@pytest.mark.parametrize("mode", ["mean", "weightedmean", "mean_sqrt_len_tokens"])
+def test_pooling_half_precision_vectors_sums_in_float32(mode: str) -> None:
+    torch.manual_seed(0)
+    hidden, mask = torch.randn(2, 400, 8), torch.ones(2, 400, dtype=torch.long)  # weights sum past fp16's 65,504
+    mask[1, 300:] = 0
+    expected = pool(hidden, mask, mode)
+    for dtype in (torch.float16, torch.bfloat16):
+        got = pool(hidden.to(dtype), mask, mode)
+        assert got.dtype == dtype and torch.isfinite(got).all()
+        assert torch.allclose(got.float(), expected, atol=0.02, rtol=0.02), (mode, dtype)
+
+
 def st_folder(tiny_bert: Path, folder: Path, pooling: dict, extra_modules: tuple[str, ...] = ()) -> Path:
     """``tiny_bert`` as a sentence-transformers folder with the ``pooling`` config (and other modules)."""
     shutil.copytree(tiny_bert, folder)
@@ -166,6 +178,11 @@ def test_query_and_document_inputs(tiny_bert: Path, caplog) -> None:
         plain = model.encode_queries(TEXTS[:1], normalise_embeddings=True)
     assert np.array_equal(plain, model.encode_queries(TEXTS[:1]))
     assert [r.getMessage() for r in caplog.records] == ["encode_queries ignores the argument(s) normalise_embeddings"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        corpus = model.encode_corpus([{"title": "T", "text": TEXTS[0]}], prompt_name="doc", convert_to_tensor=True)
+    assert torch.equal(corpus, model.encode([{"title": "T", "text": TEXTS[0]}], convert_to_tensor=True))
+    assert [r.getMessage() for r in caplog.records] == ["encode_corpus ignores the argument(s) prompt_name"]
     for bad, name in [(None, "NoneType"), (5, "int"), (b"bytes", "bytes")]:
         with pytest.raises(TypeError, match=f"documents must be a str, a dict, a Document or an iterable of them; "
                                             f"got {name}"):
@@ -221,3 +238,18 @@ def test_a_title_only_document_is_its_title_in_every_title_mode(tiny_bert: Path)
         model = graphdoc.load_model(str(tiny_bert), config=ModelConfig(chunker=ChunkerConfig(title=mode)))
         assert np.allclose(model.encode({"title": "Graph attention", "text": ""}),
                            model.encode_queries("Graph attention"), atol=1e-6), mode
+
+
+def test_index_warns_when_the_passage_cap_cuts_a_document(tiny_bert: Path, tmp_path: Path, caplog) -> None:
+    from graphdoc.retrieval import build_index
+
+    model = graphdoc.load_model(str(tiny_bert), config=ModelConfig(chunker=ChunkerConfig(max_words=8,
+                                                                                         max_passages=2)))
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"_id": "long", "text": " ".join(["One two three four five six seven."] * 5)})
+                      + "\n" + json.dumps({"_id": "short", "text": "Short text."}) + "\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        build_index(model, str(corpus), tmp_path / "idx")
+    assert [r.getMessage() for r in caplog.records] == [
+        "1 document(s) had more than 2 passages: their first 2 were embedded and 3 passages left out "
+        "(chunker.max_passages sets the cap; null for none)"]

@@ -184,5 +184,5 @@ def test_empty_documents_left_out_are_a_warning_with_their_count_and_ids(classif
     assert predict(classifier_dir, source, tmp_path / "p.jsonl") == 0
     assert len((tmp_path / "p.jsonl").read_text().splitlines()) == 6
     err = capsys.readouterr().err.strip()  # -q: warnings only
-    assert err == (f"WARNING graphdoc.finetune.predict: {source}: 6 document(s) with no text left out of the "
+    assert err == (f"WARNING graphdoc.finetune.predict: {source}: 6 document(s) with no title or text left out of the "
                    "predictions ('d1', 'd3', 'd5', 'd7', 'd9', ...)")

@@ -55,6 +55,9 @@ def test_cross_validation_resume_with_other_folds_is_refused(tiny_bert, tmp_path
     assert [m for m in caplog.messages if m.startswith("fold ")] == [
         f"fold {f}/3: 3 training, 1 dev, 2 test queries" for f in (1, 2, 3)]
     before = (tmp_path / "cv" / "crossval.json").read_bytes()
+    for fold in json.loads(before)["folds"]:  # each fold's model is indexed with the alpha it was scored with
+        saved = json.loads((tmp_path / "cv" / f"fold-{fold['fold']}" / "model" / "config.json").read_text())
+        assert saved["search"]["fusion"]["alpha"] == fold["alpha"]
     with pytest.raises(GraphDocError, match=r"fold-0 over different training data"):
         finetune_ranking(*args, config=config, model=str(tiny_bert), folds=2, resume=True)
     assert (tmp_path / "cv" / "crossval.json").read_bytes() == before

@@ -124,6 +124,8 @@ def test_a_run_none_of_whose_queries_is_judged_is_warned_about(caplog) -> None:
         evaluate(RUN, {"zz": {"d007": 1}}, ["nDCG@10"], warn_unjudged=False)
         evaluate(RUN, {0: {"d007": 1}}, ["nDCG@10"])
         assert caplog.messages == []
+        assert evaluate({}, {"zz": {"d007": 1}}, ["nDCG@10"]) == {"nDCG@10": 0.0}
+        assert caplog.messages == ["the run is empty: every figure is 0"]
 
 
 # ------------------------------------------------------------------ 3. natural inputs
@@ -255,6 +257,16 @@ def test_a_searcher_refusing_a_damaged_index_closes_what_it_opened(index, tmp_pa
     (copy / "final" / "doc_ids.txt").write_text("\n".join(ids[:-1]) + "\n", encoding="utf-8")
     assert resource_warnings(lambda: final_problem(copy)) == []
     assert final_problem(copy).startswith("final/doc_ids.txt holds 11 documents")
+
+
+def test_a_searcher_whose_model_is_refused_closes_what_it_opened(index, tmp_path) -> None:
+    from graphdoc.errors import ModelLoadError
+
+    def refused() -> None:
+        with pytest.raises(ModelLoadError):
+            Searcher(index, model=str(tmp_path / "no-such-model"))
+
+    assert resource_warnings(refused) == []
 
 
 def test_the_search_command_closes_its_searcher(index, model_dir, monkeypatch, capsys) -> None:

@@ -62,7 +62,7 @@ def load_model(args: argparse.Namespace):
         if saved is None:  # a saved model brings its own config: its document mode is replaced after loading
             config = config or FlatModelConfig()
             config = replace(config, graph=replace(config.graph, document=args.flat_document))
-    name = args.model if args.model is not None or config is None else config.passage_encoder.model_name_or_path
+    name = args.model  # None: the encoder the config names, else the default
     model = backbones.load_model(name, backbone=chosen, config=config, device=args.device)
     if args.flat_document is not None and saved is not None:
         model.config = replace(model.config, graph=replace(model.config.graph, document=args.flat_document))

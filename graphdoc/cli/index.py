@@ -16,7 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--faiss-factory", default=None, metavar="STR",
                         help="FAISS index_factory string (default Flat: exact inner product), e.g. HNSW32; "
                              "can be changed until the index is finalised")
-    parser.add_argument("--metric", choices=("cosine", "ip"), default=None, help="default cosine")
+    parser.add_argument("--metric", choices=("cosine", "ip"), default=None,
+                        help="default cosine (ip for a model fine-tuned with dot products)")
     parser.add_argument("--shard", default="1/1", metavar="I/N", help="build part I of N (join with graphdoc merge)")
     parser.add_argument("--shard-size", type=int, default=1000, metavar="N",
                         help="documents per resumable shard (default 1000)")

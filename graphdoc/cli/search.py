@@ -56,16 +56,8 @@ def open_searcher(args: argparse.Namespace):
     """The searcher of ``--index-dir`` with ``--model`` when one is given and used; the caller closes it."""
     from graphdoc.retrieval.searcher import Searcher
 
-    searcher = Searcher(args.index_dir, device=args.device)
-    if args.model is not None and (args.mode != "bm25" or getattr(args, "explain", None) is not None):
-        from graphdoc.backbones import load_model
-
-        try:
-            searcher.model = load_model(args.model, device=args.device)
-        except BaseException:
-            searcher.close()
-            raise
-    return searcher
+    used = args.mode != "bm25" or getattr(args, "explain", None) is not None
+    return Searcher(args.index_dir, model=args.model if used else None, device=args.device)
 
 
 def check_trec_ids(searcher, hint: str = "") -> None:

@@ -30,6 +30,7 @@ from graphdoc.retrieval.evaluation import evaluate_per_query
 from graphdoc.retrieval.fusion import FusionConfig
 from graphdoc.retrieval.trec import write_run
 from graphdoc.retrieval.tuning import DEFAULT_ALPHAS, assign_folds
+from graphdoc.serialization import save_search_defaults
 
 Qrels = Mapping[str, Mapping[str, int]]
 logger = logging.getLogger(__name__)
@@ -76,6 +77,9 @@ def cross_validate(model, config: RankingConfig, data: RankingData, qrels: Qrels
         name = str(config.eval_measure)
         alpha, train_score = choose_alpha(trainer.rank(sorted(dev or fit), k)["components"], dev or fit,
                                           config.fusion_normalization, name)
+        # the fold's model is searched with the alpha its test queries were scored with
+        trainer.model.search_defaults["fusion"]["alpha"] = alpha
+        save_search_defaults(output / f"fold-{f}" / "model", trainer.model.search_defaults)
         test_parts: ComponentRuns = trainer.rank(test, k)["components"]
         dense_run.update({q: dict(list(r.items())[:k]) for q, r in test_parts.dense.items()})
         hybrid_run.update(test_parts.hybrid(FusionConfig(alpha=alpha, normalization=config.fusion_normalization), k))

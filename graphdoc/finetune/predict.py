@@ -1,7 +1,8 @@
 """``predict``: labels and class probabilities of documents with a saved classifier, as JSON lines.
 
 Each output line is ``{"id", "label", "probabilities": {label: p, ...}}``, in the input's order. Documents
-with no text are left out (one warning counts them), as every reader of a corpus leaves them out.
+whose title and text are both blank are left out (one warning counts them), as every reader of a corpus
+leaves them out; a title alone is classified.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch
     if stats.empty_skipped:
         shown = ", ".join(map(repr, stats.skipped_ids[:SHOWN_IDS]))
         more = ", ..." if stats.empty_skipped > SHOWN_IDS else ""
-        logger.warning("%s: %d document(s) with no text left out of the predictions (%s%s)", source,
+        logger.warning("%s: %d document(s) with no title or text left out of the predictions (%s%s)", source,
                        stats.empty_skipped, shown, more)
     probabilities = classifier.predict_proba(docs, batch_size, max_passages)  # [n, num_classes]
     with atomic_write(Path(output), "w", encoding="utf-8") as handle:

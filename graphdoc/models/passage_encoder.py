@@ -30,7 +30,8 @@ GLOBAL_FIRST_TOKEN = frozenset({"longformer"})
 class PassageEncoder(nn.Module):
     r"""A Hugging Face encoder pooled into one vector per passage.
 
-    Pooling is ``cls`` (the first token), ``mean`` (masked mean of token vectors) or ``max``;
+    Pooling is one of sentence-transformers' modes (see :func:`pool`): ``cls`` (the first token), ``mean``
+    (masked mean of token vectors), ``max``, ``mean_sqrt_len_tokens``, ``weightedmean`` or ``lasttoken``;
     vectors are L2-normalised when the checkpoint was trained that way. :meth:`encode_ids` encodes
     any number of token sequences sorted by length in batches that fit a token budget, so memory
     stays bounded whatever the number of passages.
@@ -179,16 +180,19 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
     if mode == "lasttoken":
         last = mask.sum(dim=1).clamp(min=1) - 1  # [B]
         return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-    m = mask.unsqueeze(-1).to(hidden.dtype)  # [B, L, 1]
     if mode == "max":
-        return hidden.masked_fill(m == 0, torch.finfo(hidden.dtype).min).max(dim=1).values
+        return hidden.masked_fill(mask.unsqueeze(-1) == 0, torch.finfo(hidden.dtype).min).max(dim=1).values
+    # sums in float32 for half-precision vectors, as sentence-transformers does: position weights alone
+    # overflow fp16 (their sum passes 65,504 past 361 tokens)
+    accumulate = torch.float32 if hidden.dtype in (torch.float16, torch.bfloat16) else hidden.dtype
+    m = mask.unsqueeze(-1).to(accumulate)  # [B, L, 1]
     if mode == "weightedmean":
-        m = m * torch.arange(1, hidden.shape[1] + 1, device=hidden.device, dtype=hidden.dtype)[None, :, None]
-    summed, count = (hidden * m).sum(dim=1), m.sum(dim=1).clamp(min=1e-9)
+        m = m * torch.arange(1, hidden.shape[1] + 1, device=hidden.device, dtype=accumulate)[None, :, None]
+    summed, count = (hidden.to(accumulate) * m).sum(dim=1), m.sum(dim=1).clamp(min=1e-9)
     if mode in ("mean", "weightedmean"):
-        return summed / count
+        return (summed / count).to(hidden.dtype)
     if mode == "mean_sqrt_len_tokens":
-        return summed / count.sqrt()
+        return (summed / count.sqrt()).to(hidden.dtype)
     raise ValueError(f"unknown pooling {mode!r}; valid: {', '.join(POOLING_MODES)}")
 
 

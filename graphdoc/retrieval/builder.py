@@ -53,7 +53,7 @@ DUPLICATE_POLICIES = ("error", "skip", "replace")
 @dataclass
 class IndexSettings:
     """How an index is built. ``None`` for faiss/metric/bm25 keeps an existing index's own setting (a new
-    index gets Flat, cosine and ``BM25Config()``)."""
+    index gets Flat, cosine, or the metric a fine-tuned model recorded, and ``BM25Config()``)."""
 
     faiss_factory: str | None = None
     metric: str | None = None
@@ -284,9 +284,9 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     if source.documents_read == 0:
         source.state = corpus_state(corpus)
     elif source.state is not None and corpus_state(corpus) != source.state:
-        _check_read_part_unchanged(corpus, index_dir, manifest, source, part)
+        _check_read_part_unchanged(corpus, index_dir, manifest, source, part, settings.on_duplicate)
         source.state = corpus_state(corpus)
-    stats, cursor = ReadStats(), _Cursor(source.documents_read)
+    stats, cursor, cut_before = ReadStats(), _Cursor(source.documents_read), model.chunker.counts()
     known = _known_ids(index_dir, manifest)
     started, added = time.perf_counter(), 0
     bar = tqdm(desc="Indexing", unit="doc", initial=source.documents_read, disable=not show_progress_bar,
@@ -294,6 +294,7 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     try:  # closed on an error too, so that the error line starts a line of its own
         for docs in _batches(_open_corpus(corpus, stats), cursor, *part, settings, known):
             _encode_shard(model, docs, index_dir, manifest, settings, batch_size, bar)
+            source.shards = [*(source.shards or []), manifest.shards[-1]]
             source.documents_read, added = docs.position, added + len(docs)
             manifest.counts["encode_seconds"] = round(
                 manifest.counts.get("encode_seconds", 0) + time.perf_counter() - started, 3)
@@ -301,6 +302,7 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
             manifest.save(index_dir)
     finally:
         bar.close()
+    model.chunker.warn_cut(cut_before)  # a document's end past the cap cannot be found
     if stats.empty_skipped:
         logger.info("skipped %d empty documents", stats.empty_skipped)
     source.complete, source.state, manifest.finalized = True, corpus_state(corpus), False
@@ -309,21 +311,28 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
 
 
 def _check_read_part_unchanged(corpus: str, index_dir: Path, manifest: Manifest, source: SourceProgress,
-                               part: tuple[int, int]) -> None:
+                               part: tuple[int, int], on_duplicate: str) -> None:
     """A corpus that changed since an interrupted run began indexing it (a broken line fixed, say) resumes
-    when the documents that run read are the ones in the index, id, title and text: a run resumes by position.
-    Anything else is refused, since the index would mix two versions of the corpus."""
+    when the documents that run read are the ones it put in the index, id, title and text (or, under
+    ``skip``, ids the index held before); a run resumes by position. Anything else is refused, since the
+    index would mix two versions of the corpus. Only the documents read then are read again."""
+    own = set(source.shards if source.shards is not None else manifest.shards)
     rows: dict[str, tuple[str, int]] = {}
+    elsewhere: set[str] = set()
     for name in manifest.shards:
-        rows.update((doc_id, (name, row)) for row, doc_id in
-                    enumerate(read_shard(index_dir / "shards" / name, ids_only=True)))
+        ids = read_shard(index_dir / "shards" / name, ids_only=True)
+        if name in own:
+            rows.update((doc_id, (name, row)) for row, doc_id in enumerate(ids))
+        else:
+            elsewhere.update(ids)
     stores: dict[str, docstore.DocStore] = {}
     cursor = _Cursor(0)
     try:
-        for doc in _part_documents(_open_corpus(corpus), cursor, *part):
-            if cursor.position > source.documents_read:  # past what the interrupted run read
-                break
+        read = itertools.islice(_open_corpus(corpus), source.documents_read)
+        for doc in _part_documents(read, cursor, *part):
             if doc.id not in rows:
+                if on_duplicate == "skip" and doc.id in elsewhere:
+                    continue  # skipped then as a duplicate: nothing of it was indexed
                 raise _changed(corpus, source, f"document {doc.id!r}, read before, is not in the index")
             shard, row = rows[doc.id]
             if shard not in stores:

@@ -140,14 +140,16 @@ def evaluate(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEFAULT_MEASU
              warn_unjudged: bool = True) -> dict[str, float]:
     """Mean of each measure over the queries in `qrels`; keys are the measures' canonical names.
 
-    When none of the run's queries is judged in `qrels` every figure is 0: a warning is logged, unless
-    ``warn_unjudged`` is False (for callers that report the coverage themselves).
+    When the run is empty or none of its queries is judged in `qrels`, every figure is 0: a warning is
+    logged, unless ``warn_unjudged`` is False (for callers that report the coverage themselves).
     """
     per_query = evaluate_per_query(run, qrels, measures)
     names = [str(m) for m in parse_measures(measures)]
     if not per_query:
         raise GraphDocError("cannot evaluate: the qrels hold no queries")
-    if warn_unjudged and run and coverage(run, qrels)[0] == 0:
+    if warn_unjudged and not run:
+        logger.warning("the run is empty: every figure is 0")
+    elif warn_unjudged and coverage(run, qrels)[0] == 0:
         logger.warning("none of the %d queries of the run is judged in the qrels (ids are compared as strings): "
                        "every figure is 0", len(run))
     return {name: sum(v[name] for v in per_query.values()) / len(per_query) for name in names}

@@ -34,6 +34,8 @@ class SourceProgress:
     complete: bool = False
     #: a local corpus when it was complete: [files, bytes, latest modification ns] (see builder.corpus_state)
     state: list[int] | None = None
+    #: the shards its documents went into (``None``: not recorded, as before graphdoc kept it, or merged)
+    shards: list[str] | None = None
 
 
 @dataclass

@@ -128,11 +128,13 @@ def _copy_parts(folder: Path, parts: list[Path], manifests: list[Manifest]) -> M
     merged = replace(manifests[0], shards=[], sources=[], counts={}, finalized=False)
     (folder / "shards").mkdir(parents=True)
     for path, manifest in zip(parts, manifests):
+        renamed = {}
         for name in manifest.shards:
-            new_name = f"{len(merged.shards):05d}"
-            shutil.copytree(path / "shards" / name, folder / "shards" / new_name)
-            merged.shards.append(new_name)
-        merged.sources.extend(manifest.sources)
+            renamed[name] = f"{len(merged.shards):05d}"
+            shutil.copytree(path / "shards" / name, folder / "shards" / renamed[name])
+            merged.shards.append(renamed[name])
+        merged.sources.extend(replace(s, shards=None if s.shards is None else [renamed[n] for n in s.shards])
+                              for s in manifest.sources)
     merged.save(folder)
     return merged
 

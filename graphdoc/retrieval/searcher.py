@@ -68,18 +68,18 @@ class Searcher:
                                 "same build_index call or graphdoc index command)")
         if not final.is_dir():
             raise self._damaged(f"{FINAL_DIR}/ is missing")
-        try:
+        self.device = device
+        self._model = None
+        try:  # nothing stays open when opening fails, the model included
             self._open_final(final)
+            self.fusion = FusionConfig.from_dict(self.manifest.fusion) if self.manifest.fusion else HYBRID_DEFAULT
+            if model is not None:
+                self.model = model
         except BaseException as exc:
             self.close()
             if isinstance(exc, UnreadableFileError):
                 raise self._damaged(f"{exc.path.relative_to(self.index_dir)} cannot be read ({exc.reason})") from exc
             raise
-        self.fusion = FusionConfig.from_dict(self.manifest.fusion) if self.manifest.fusion else HYBRID_DEFAULT
-        self.device = device
-        self._model = None
-        if model is not None:
-            self.model = model
 
     def _open_final(self, final: Path) -> None:
         """Open the files of ``final/`` and check that they describe the same documents."""
