@@ -30,7 +30,7 @@ from _retrieval_helpers import (
 
 from graphdoc.encoder import GraphDocEncoder
 from graphdoc.errors import GraphDocError, IndexMismatchError
-from graphdoc.retrieval import builder
+from graphdoc.retrieval import builder, progress
 from graphdoc.retrieval.builder import IndexSettings, build_index
 from graphdoc.retrieval.docstore import DocStore
 from graphdoc.retrieval.manifest import Manifest, SourceProgress, model_fingerprint
@@ -376,7 +376,7 @@ def test_indexing_a_corpus_into_the_merge_of_its_parts_adds_nothing(built, model
     merged = tmp_path / "merged"
     merge_indexes(merged, [tmp_path / "1of2", tmp_path / "2of2"])
     before = doc_ids(merged)
-    monkeypatch.setattr(builder, "read_corpus", lambda *a, **k: pytest.fail("the corpus was read again"))
+    monkeypatch.setattr(progress, "read_corpus", lambda *a, **k: pytest.fail("the corpus was read again"))
     for part in ("1/1", "2/2", "1/3"):
         with caplog.at_level(logging.INFO, logger="graphdoc"):
             assert build_index(model, corpus, merged, part=part).counts["documents"] == 10

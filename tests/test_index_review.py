@@ -23,7 +23,7 @@ from _retrieval_helpers import (
 
 from graphdoc.encoder import GraphDocEncoder
 from graphdoc.errors import GraphDocError
-from graphdoc.retrieval import builder
+from graphdoc.retrieval import builder, progress
 from graphdoc.retrieval.bm25 import BM25Config
 from graphdoc.retrieval.builder import IndexSettings, build_index, open_manifest
 from graphdoc.retrieval.manifest import writer_lock
@@ -156,7 +156,7 @@ def test_a_rerun_does_not_read_an_indexed_corpus_again_and_warns_if_it_changed(m
     index = tmp_path / "i"
     build_index(model, str(folder), index, IndexSettings(shard_size=3))
     no_encoding(monkeypatch)
-    monkeypatch.setattr(builder, "read_corpus", lambda *a, **k: pytest.fail("the corpus was read again"))
+    monkeypatch.setattr(progress, "read_corpus", lambda *a, **k: pytest.fail("the corpus was read again"))
     with caplog.at_level(logging.INFO, logger="graphdoc"):
         assert build_index(model, str(folder), index, IndexSettings(shard_size=3)).counts["documents"] == 4
     assert "is already in the index" in caplog.text and not [r for r in caplog.records if r.levelno >= 30]

@@ -31,8 +31,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from graphdoc.config import check_count
-from graphdoc.corpus import ReadStats, corpus_files, read_corpus
-from graphdoc.errors import GraphDocError, InputError
+from graphdoc.corpus import ReadStats
+from graphdoc.errors import GraphDocError
 from graphdoc.fileio import remove_stale_temporaries
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config
@@ -41,6 +41,8 @@ from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig
 from graphdoc.retrieval.dense import METRICS, TrainingError, new_faiss_index, training_minimum
 from graphdoc.retrieval.manifest import (LOCK_NAME, MANIFEST_NAME, Manifest, SourceProgress, check_identity,
                                          model_identity, writer_lock)
+from graphdoc.retrieval.progress import (Cursor, check_read_part_unchanged, corpus_state, open_corpus,
+                                         part_documents, report_complete)
 from graphdoc.retrieval.shards import read_shard, write_shard
 from graphdoc.retrieval.finalize import FINAL_DIR, finalize
 from graphdoc.retrieval.searcher import final_problem
@@ -211,7 +213,7 @@ def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, setting
     key = str(corpus) if not Path(corpus).exists() else str(Path(corpus).resolve())
     source = manifest.source(key, part) or SourceProgress(corpus=key, part=part)
     if not source.complete and not manifest.whole(key):  # a corpus already indexed is not read again
-        _open_corpus(corpus)
+        open_corpus(corpus)
         _check_training_size(index_dir, manifest, corpus, source, part_no, parts)
     with writer_lock(index_dir):
         for stale in remove_stale_temporaries(index_dir):
@@ -220,7 +222,7 @@ def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, setting
         remove_orphans(index_dir, manifest)
         source = manifest.source(key, part)
         if source is None and manifest.whole(key):  # all its parts are in (a merged index): nothing to add
-            _report_complete(corpus, manifest.whole(key))
+            report_complete(corpus, manifest.whole(key))
         else:
             if source is None:
                 source = SourceProgress(corpus=key, part=part)
@@ -248,17 +250,6 @@ def _check_index_folder(index_dir: Path) -> None:
                             "index into a new or empty folder")
 
 
-def _open_corpus(corpus: str, stats: ReadStats | None = None) -> Iterator:
-    """The documents of ``corpus``; a missing or empty corpus, or a broken first document, fails here."""
-    stats = stats if stats is not None else ReadStats()
-    documents = read_corpus(corpus, stats=stats)
-    first = next(documents, None)
-    if first is None:
-        skipped = f" ({stats.empty_skipped} empty documents skipped)" if stats.empty_skipped else ""
-        raise InputError(f"{corpus} holds no documents{skipped}")
-    return itertools.chain([first], documents)
-
-
 def _check_training_size(index_dir: Path, manifest: Manifest, corpus: str, source: SourceProgress, part_no: int,
                          parts: int) -> None:
     """Refuse, before encoding, a FAISS factory that needs more training vectors than the index will hold."""
@@ -266,8 +257,8 @@ def _check_training_size(index_dir: Path, manifest: Manifest, corpus: str, sourc
     if need <= 1:
         return
     have = len(_known_ids(index_dir, manifest))
-    cursor = _Cursor(source.documents_read)
-    new = _part_documents(_open_corpus(corpus), cursor, part_no, parts)
+    cursor = Cursor(source.documents_read)
+    new = part_documents(open_corpus(corpus), cursor, part_no, parts)
     have += sum(1 for _ in itertools.islice(new, max(need - have, 0)))
     if have < need:
         raise GraphDocError(f"FAISS index {manifest.faiss_factory!r} needs at least {need} documents to train on; "
@@ -279,20 +270,20 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     """Encode the documents of ``corpus`` past ``source.documents_read`` (all of a new corpus; the rest of one a
     killed run left) into shards, saving the manifest after each. A corpus already indexed is not read again."""
     if source.complete:
-        _report_complete(corpus, [source])
+        report_complete(corpus, [source])
         return
     if source.documents_read == 0:
         source.state = corpus_state(corpus)
     elif source.state is not None and corpus_state(corpus) != source.state:
-        _check_read_part_unchanged(corpus, index_dir, manifest, source, part, settings.on_duplicate)
+        check_read_part_unchanged(corpus, index_dir, manifest, source, part, settings.on_duplicate)
         source.state = corpus_state(corpus)
-    stats, cursor, cut_before = ReadStats(), _Cursor(source.documents_read), model.chunker.counts()
+    stats, cursor, cut_before = ReadStats(), Cursor(source.documents_read), model.chunker.counts()
     known = _known_ids(index_dir, manifest)
     started, added = time.perf_counter(), 0
     bar = tqdm(desc="Indexing", unit="doc", initial=source.documents_read, disable=not show_progress_bar,
                dynamic_ncols=True)
     try:  # closed on an error too, so that the error line starts a line of its own
-        for docs in _batches(_open_corpus(corpus, stats), cursor, *part, settings, known):
+        for docs in _batches(open_corpus(corpus, stats), cursor, *part, settings, known):
             _encode_shard(model, docs, index_dir, manifest, settings, batch_size, bar)
             source.shards = [*(source.shards or []), manifest.shards[-1]]
             source.documents_read, added = docs.position, added + len(docs)
@@ -310,77 +301,6 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     manifest.save(index_dir)
 
 
-def _check_read_part_unchanged(corpus: str, index_dir: Path, manifest: Manifest, source: SourceProgress,
-                               part: tuple[int, int], on_duplicate: str) -> None:
-    """A corpus that changed since an interrupted run began indexing it (a broken line fixed, say) resumes
-    when the documents that run read are the ones it put in the index, id, title and text (or, under
-    ``skip``, ids the index held before); a run resumes by position. Anything else is refused, since the
-    index would mix two versions of the corpus. Only the documents read then are read again."""
-    own = set(source.shards if source.shards is not None else manifest.shards)
-    rows: dict[str, tuple[str, int]] = {}
-    elsewhere: set[str] = set()
-    for name in manifest.shards:
-        ids = read_shard(index_dir / "shards" / name, ids_only=True)
-        if name in own:
-            rows.update((doc_id, (name, row)) for row, doc_id in enumerate(ids))
-        else:
-            elsewhere.update(ids)
-    stores: dict[str, docstore.DocStore] = {}
-    cursor = _Cursor(0)
-    try:
-        read = itertools.islice(_open_corpus(corpus), source.documents_read)
-        for doc in _part_documents(read, cursor, *part):
-            if doc.id not in rows:
-                if on_duplicate == "skip" and doc.id in elsewhere:
-                    continue  # skipped then as a duplicate: nothing of it was indexed
-                raise _changed(corpus, source, f"document {doc.id!r}, read before, is not in the index")
-            shard, row = rows[doc.id]
-            if shard not in stores:
-                stores[shard] = docstore.DocStore(index_dir / "shards" / shard / "docs.jsonl")
-            kept = stores[shard][row]
-            if (kept["title"], kept["text"]) != (doc.title, doc.text):
-                raise _changed(corpus, source, f"document {doc.id!r} is not the one indexed")
-    except InputError as exc:  # the part already read is what must still read
-        raise _changed(corpus, source, str(exc)) from None
-    finally:
-        for store in stores.values():
-            store.close()
-    if cursor.position < source.documents_read:
-        raise _changed(corpus, source, f"it now holds {cursor.position} documents")
-    logger.warning("%s changed since an interrupted run began indexing it; its first %d documents are the ones "
-                   "in the index: resuming after them", corpus, source.documents_read)
-
-
-def _changed(corpus: str, source: SourceProgress, why: str) -> GraphDocError:
-    return GraphDocError(f"{corpus} changed since an interrupted run began indexing it ({source.documents_read} of "
-                         f"its documents are in) and not only past them: {why}. A run resumes by position: restore "
-                         "the corpus as it was, or index it into a new folder")
-
-
-def corpus_state(corpus: str) -> list[int] | None:
-    """``[files, bytes, latest modification ns]`` of the files a local corpus is read from (see
-    :func:`graphdoc.corpus.corpus_files`: a BEIR folder's queries and qrels are not), else ``None``.
-
-    Kept in the manifest when a corpus is indexed, to notice on a rerun that it changed without reading it.
-    """
-    if not Path(corpus).exists():
-        return None
-    files = corpus_files(corpus)
-    stats = [p.stat() for p in files]
-    return [len(files), sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)]
-
-
-def _report_complete(corpus: str, sources: list[SourceProgress]) -> None:
-    """Say that ``corpus`` is in the index already (as ``sources``: one, or the parts of a split)."""
-    parts = ", ".join(s.part for s in sources)
-    if any(s.state is not None and s.state != corpus_state(corpus) for s in sources):
-        logger.warning("%s changed since it was indexed; the index keeps the %d documents read from it then. To "
-                       "add documents, put them in another file and index that; to pick up changes, build a new "
-                       "index", corpus, max(s.documents_read for s in sources))
-    else:
-        logger.info("%s (part%s %s) is already in the index", corpus, "s" if len(sources) > 1 else "", parts)
-
-
 def _finalize(index_dir: Path, manifest: Manifest, part: str, show_progress_bar: bool) -> None:
     if not manifest.shards:  # an empty part of a small corpus: nothing to search, but it can be merged
         manifest.counts.update({"documents": 0, "passages": 0, "shards": 0, "replaced": 0})
@@ -396,33 +316,17 @@ def _finalize(index_dir: Path, manifest: Manifest, part: str, show_progress_bar:
                             "no training) to finish the index") from None
 
 
-class _Cursor:
-    """Reading a corpus: documents before ``start`` are already indexed; ``position`` counts those read so far
-    (of every part; empty documents are not counted)."""
-
-    def __init__(self, start: int = 0) -> None:
-        self.start, self.position = start, 0
-
-
 class _ShardDocs(list):
     """Documents for one shard, and the reading position just after the last of them."""
 
     position: int = 0
 
 
-def _part_documents(documents, cursor: _Cursor, part_no: int, parts: int) -> Iterator:
-    """The documents of part ``part_no`` read past ``cursor.start``; ``cursor.position`` counts all documents read."""
-    for doc in documents:
-        cursor.position += 1
-        if cursor.position > cursor.start and (cursor.position - 1) % parts == part_no:
-            yield doc
-
-
-def _batches(documents, cursor: _Cursor, part_no: int, parts: int, settings: IndexSettings,
+def _batches(documents, cursor: Cursor, part_no: int, parts: int, settings: IndexSettings,
              known: set[str]) -> Iterator[_ShardDocs]:
     """Group the documents still to index into shards; ``position`` counts documents read."""
     batch = _ShardDocs()
-    for doc in _part_documents(documents, cursor, part_no, parts):
+    for doc in part_documents(documents, cursor, part_no, parts):
         if doc.id in known:
             if settings.on_duplicate == "error":
                 raise GraphDocError(f"document id {doc.id!r} is already in the index; set on_duplicate "
