@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -248,7 +249,7 @@ class GraphDocEncoder(nn.Module):
                       batch_size: int = 32, **kwargs: Any):
         """BEIR-compatible: a list of ``{"title", "text"}`` dicts (or a dict of them by id). Keyword arguments
         :meth:`encode` does not take are ignored with a warning, as :meth:`encode_queries` does."""
-        known = {k: v for k, v in kwargs.items() if k in ENCODE_OPTIONS}
+        known = {k: v for k, v in kwargs.items() if k in inspect.signature(self.encode).parameters}
         if len(known) < len(kwargs):
             logger.warning("encode_corpus ignores the argument(s) %s", ", ".join(sorted(set(kwargs) - set(known))))
         docs = ([dict(v, _id=k) for k, v in corpus.items()] if isinstance(corpus, Mapping) else list(corpus))
@@ -316,10 +317,6 @@ def check_heads(heads: int, size: int, source: str) -> None:
     if size % heads:
         valid = ", ".join(str(d) for d in range(1, size + 1) if size % d == 0)
         raise GraphDocError(f"graph.heads must divide the node size {size} ({source}): one of {valid}; got {heads}")
-
-
-#: the keyword arguments of :meth:`GraphDocEncoder.encode` besides the documents and the batch size
-ENCODE_OPTIONS = ("show_progress_bar", "normalize_embeddings", "convert_to_numpy", "convert_to_tensor")
 
 
 def _iterable(items: Any, name: str, one: str) -> Iterable:

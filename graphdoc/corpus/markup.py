@@ -26,7 +26,6 @@ _BREAK = re.compile(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*\r?\n?\Z")
 # A list item or block quote: its lines, lazy continuations included, are no paragraph to underline.
 _CONTAINER = re.compile(r" {0,3}(?:[-+*]|\d{1,9}[.)])(?:[ \t]|\r?\n?\Z)| {0,3}>")
 _FRONT_MATTER = re.compile(r"---[ \t]*\r?\n(?![ \t]*\r?\n)(.*?\n)(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
-_FRONT_MATTER_TITLE = re.compile(r"^title:[ \t]*(.*?)[ \t]*\r?$", re.MULTILINE)
 
 
 def front_matter_end(text: str) -> int:
@@ -36,15 +35,18 @@ def front_matter_end(text: str) -> int:
 
 
 def front_matter_title(text: str) -> str:
-    """The ``title:`` of the text's YAML front matter (quotes removed), or '' when there is none."""
-    end = front_matter_end(text)
-    match = _FRONT_MATTER_TITLE.search(text, 0, end)
+    """The ``title:`` of the text's YAML front matter, or '' when there is none (or it is not YAML)."""
+    match = _FRONT_MATTER.match(text)
     if not match:
         return ""
-    title = match.group(1)
-    if len(title) >= 2 and title[0] == title[-1] and title[0] in "'\"":
-        title = title[1:-1]
-    return "" if title in ("|", ">", "|-", ">-") else title.strip()  # a block scalar: not worth a YAML parser
+    import yaml
+
+    try:
+        fields = yaml.safe_load(match.group(1))
+    except yaml.YAMLError:
+        return ""
+    title = fields.get("title") if isinstance(fields, dict) else None
+    return title.strip() if isinstance(title, str) else ""
 
 
 def markdown_headings(text: str) -> Iterator[tuple[int, int, str]]:
