@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import reprlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -306,10 +307,11 @@ def starts_with_title(text: str, title: str) -> bool:
 def check_query(text: Any, index: int) -> None:
     """A query is a string of valid Unicode (JSON's ``"\\ud800"`` escape makes one that is not)."""
     if not isinstance(text, str):
-        raise GraphDocError(f"query {index} must be a string; got {type(text).__name__}")
+        raise GraphDocError(f"query {index} (counting from 0) is a {type(text).__name__}, not a str: "
+                            f"{reprlib.repr(text)}")
     surrogate = lone_surrogate(text)
     if surrogate:
-        raise GraphDocError(f"query {index} is not valid Unicode (lone surrogate {surrogate})")
+        raise GraphDocError(f"query {index} (counting from 0) is not valid Unicode (lone surrogate {surrogate})")
 
 
 def check_heads(heads: int, size: int, source: str) -> None:

@@ -14,7 +14,7 @@ SEVERAL = "a list of query texts or a dict {query id: text}"
 def check_query(query: Any) -> str:
     """One query: a str with a word in it (a blank query would rank documents on nothing)."""
     if not isinstance(query, str):
-        raise GraphDocError(f"the query must be a str; got {type(query).__name__}")
+        raise GraphDocError(f"the query is a {type(query).__name__}, not a str: {reprlib.repr(query)}")
     if not query.strip():
         raise GraphDocError("the query is empty")
     return query
