@@ -202,14 +202,16 @@ class Chunker:
         """(documents, passages) the cap has cut so far."""
         return self.documents_cut, self.passages_cut
 
-    def warn_cut(self, since: tuple[int, int] = (0, 0)) -> None:
-        """Warn about what the cap cut since ``since`` (a :meth:`counts`): a long document's end is not in
-        its embedding, which a user should hear of."""
+    def warn_cut(self, since: tuple[int, int] = (0, 0), max_passages: int | None = None,
+                 done: str = "embedded") -> None:
+        """Warn about what the cap (``max_passages`` when given, else the config's) cut since ``since`` (a
+        :meth:`counts`): a long document's end is not in what was ``done`` with it, which a user should hear of."""
         documents, passages = self.documents_cut - since[0], self.passages_cut - since[1]
         if documents:
-            logger.warning("%d document(s) had more than %d passages: their first %d were embedded and %d passages "
+            limit = self.limit(max_passages)
+            logger.warning("%d document(s) had more than %d passages: their first %d were %s and %d passages "
                            "left out (chunker.max_passages sets the cap; null for none)", documents,
-                           self.config.max_passages, self.config.max_passages, passages)
+                           limit, limit, done, passages)
 
     def __repr__(self) -> str:
         c = self.config

@@ -138,7 +138,8 @@ def compare_documents(model, a, b, top: int = 5, max_passages: int | None = None
     """Compare two documents (strings, dicts or :class:`Document`) with a GraphDocEncoder in one pass.
 
     ``top``: how many most similar passage pairs to list (0 lists none); ``max_passages``: read at most this
-    many passages of each document (``None``: all of them).
+    many passages of each document (``None``: the model's cap, ``chunker.max_passages``). Passages past the
+    cap are left out of the comparison, with a warning.
     """
     if isinstance(top, bool) or not isinstance(top, numbers.Integral):
         raise GraphDocError(f"the number of passage pairs (top) must be an integer; got {top!r}")
@@ -149,9 +150,11 @@ def compare_documents(model, a, b, top: int = 5, max_passages: int | None = None
     docs = [as_document(a, 0), as_document(b, 1)]
     for doc in docs:
         check_has_text(doc)
+    cut_before = model.chunker.counts()
     # attention asked for: a model whose document vector needs no passages (flat FirstP) still gives them
     out = next(iter(model.iter_forward(docs, batch_size=2, return_attention_weights=True,
                                        max_passages=max_passages)))
+    model.chunker.warn_cut(cut_before, max_passages, "compared")
     passages = [prepared.passages for prepared in out.documents]
     vectors = [out.passage_embeddings(i).float().cpu().numpy() for i in range(2)]
     sections = [sections_of(p) for p in passages]

@@ -49,7 +49,9 @@ def explain_hits(searcher, query: str, hits: Sequence, top: int = 3, by: str = "
     row_of = searcher.row_of
     explained = []
     for hit in hits:
-        row = row_of[hit.doc_id]
+        row = row_of.get(hit.doc_id)
+        if row is None:
+            raise GraphDocError(f"hit {hit.doc_id!r} is not a document of index {searcher.index_dir}")
         start, end = int(dense.passage_ptr[row]), int(dense.passage_ptr[row + 1])
         weights = None if attention is None else np.asarray(attention[start:end])
         found = explain_passages(vector, np.asarray(dense.passage_vectors[start:end]), searcher.record(row),

@@ -2,7 +2,9 @@
 
 Inline CSS only (no scripts, fonts or style sheets from elsewhere): the section x section and
 passage x passage matrices as tables whose cells are coloured by similarity, and the most similar
-passage pairs side by side. Every piece of document text is HTML-escaped.
+passage pairs side by side. Every piece of document text is HTML-escaped and isolated for bidirectional
+text (``<bdi>``, ``dir="auto"``, or U+2068/U+2069 in attributes), so that a right-to-left title or passage
+does not reorder the labels, numbers and punctuation around it.
 """
 
 from __future__ import annotations
@@ -50,22 +52,32 @@ def colour(t: float) -> str:
     return "#" + "".join(f"{round(a + (b - a) * t):02x}" for a, b in zip(LOW, HIGH))
 
 
+def isolated(text: str) -> str:
+    """``text`` escaped inside a ``<bdi>`` element: its direction does not leak into what surrounds it."""
+    return f"<bdi>{escape(text)}</bdi>"
+
+
+def isolated_attribute(text: str) -> str:
+    """``text`` between FIRST STRONG ISOLATE and POP DIRECTIONAL ISOLATE, for attributes (no markup there)."""
+    return f"\u2068{text}\u2069"
+
+
 def heatmap(table_id: str, matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str],
             show_values: bool = False, marked: frozenset = frozenset()) -> str:
     """A table with one coloured ``td.cell`` per entry (``data-a``/``data-b``: row and column)."""
     low, high = (float(matrix.min()), float(matrix.max())) if matrix.size else (0.0, 1.0)
-    head = "".join(f"<th title=\"{escape(c)}\">{escape(_short(c))}</th>" for c in cols)
+    head = "".join(f"<th title=\"{escape(c)}\">{isolated(_short(c))}</th>" for c in cols)
     body = []
     for i, label in enumerate(rows):
         cells = []
         for j, value in enumerate(matrix[i]):
             value, t = float(value), shade(float(value), low, high)
             classes = "cell" + (" top" if (i, j) in marked else "") + (" dark" if t > 0.55 else "")
-            tip = escape(f"{label} × {cols[j]}: {value:.3f}")
+            tip = escape(f"{isolated_attribute(label)} × {isolated_attribute(cols[j])}: {value:.3f}")
             text = f"{value:.2f}" if show_values else ""
             cells.append(f'<td class="{classes}" data-a="{i}" data-b="{j}" data-value="{value:.4f}" '
                          f'style="background:{colour(t)}" title="{tip}">{text}</td>')
-        body.append(f"<tr><th title=\"{escape(label)}\">{escape(label)}</th>{''.join(cells)}</tr>")
+        body.append(f"<tr><th title=\"{escape(label)}\">{isolated(label)}</th>{''.join(cells)}</tr>")
     legend = (f'<p class="legend">colour from {low:.3f} (light) to {high:.3f} (dark); '
               "rows: first document, columns: second</p>")
     return (f'<table class="heatmap" id="{table_id}"><thead><tr><th></th>{head}</tr></thead>'
@@ -77,9 +89,9 @@ def _short(label: str, limit: int = 40) -> str:
 
 
 def passage_card(side: str, passage: Passage) -> str:
-    section = f" · {escape(passage.section_title)}" if passage.section_title else ""
+    section = f" · {isolated(passage.section_title)}" if passage.section_title else ""
     return (f'<div class="passage"><div class="meta">{side} passage {passage.index}{section} · '
-            f"characters {passage.start}–{passage.end}</div><p>{escape(passage.text)}</p></div>")
+            f"characters {passage.start}–{passage.end}</div><p dir=\"auto\">{escape(passage.text)}</p></div>")
 
 
 def pairs_html(comparison: Comparison) -> str:
@@ -95,14 +107,16 @@ def pairs_html(comparison: Comparison) -> str:
 def render_comparison(comparison: Comparison) -> str:
     """The whole page as a string (UTF-8 when written)."""
     doc_a, doc_b = comparison.documents
-    name_a, name_b = (escape(d.title or d.id) for d in comparison.documents)
+    name_a, name_b = (d.title or d.id for d in comparison.documents)
     secs_a, secs_b = ([s.label for s in secs] for secs in comparison.sections)
     pas_a, pas_b = ([f"p{p.index}" for p in ps] for ps in comparison.passages)
     marked = frozenset((p.a, p.b) for p in comparison.pairs)
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>graphdoc compare: {name_a} vs {name_b}</title><style>{CSS}</style></head><body>"
-        f"<h1>A: {name_a} <small>({escape(doc_a.id)})</small><br>B: {name_b} <small>({escape(doc_b.id)})</small></h1>"
+        f"<title>graphdoc compare: {escape(isolated_attribute(name_a))} vs {escape(isolated_attribute(name_b))}"
+        f"</title><style>{CSS}</style></head><body>"
+        f"<h1>A: {isolated(name_a)} <small>({isolated(doc_a.id)})</small><br>"
+        f"B: {isolated(name_b)} <small>({isolated(doc_b.id)})</small></h1>"
         f'<p class="summary">Document similarity (cosine): <b id="document-similarity">'
         f"{comparison.document_similarity:.4f}</b> · {len(pas_a)} × {len(pas_b)} passages · "
         f"{len(secs_a)} × {len(secs_b)} sections</p>"

@@ -79,7 +79,11 @@ def explain_passages(query_vector: np.ndarray, passage_vectors: np.ndarray, reco
     if attention is not None and len(attention) != len(spans):
         raise GraphDocError(f"document {record.get('id')!r}: {len(attention)} attention weights for "
                             f"{len(spans)} passages")
-    scores = vectors @ np.asarray(query_vector, dtype=np.float64)
+    query = np.asarray(query_vector, dtype=np.float64)
+    if query.shape != vectors.shape[1:]:
+        raise GraphDocError(f"the query vector must have shape {list(vectors.shape[1:])}, as the passage vectors; "
+                            f"got {list(query.shape)}")
+    scores = vectors @ query
     order = rank_passages(scores, attention, by)[:top]
     return [_explanation(int(i), float(scores[i]), None if attention is None else float(attention[i]),
                          spans[i], record["text"], snippet_chars) for i in order]

@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import logging
 import math
+import numbers
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import torch
 from graphdoc.backbones import FLAT, config_backbone
 from graphdoc.documents import ID_KEYS, TEXT_KEYS, Document, Passage, as_document
 from graphdoc.errors import GraphDocError
+from graphdoc.explain.compare import check_has_text
 from graphdoc.fileio import atomic_write, check_output_file
 
 logger = logging.getLogger(__name__)
@@ -29,6 +31,7 @@ INSTALL_HINT = "pip install 'graphdoc[plot]'"
 METHODS = ("auto", "tsne", "umap")
 MAX_LEGEND = 20  # also the number of colours (tab20): past it they repeat
 MAX_SEED = 2**32 - 1  # scikit-learn's and UMAP's random_state: a NumPy seed
+MAX_SECTION_LABELS = 15  # section titles under an attention heatmap: more would overlap
 
 
 #: import name -> (package name, how to install it)
@@ -62,6 +65,8 @@ def _figure(size: tuple[float, float], dpi: int):
 
 def check_seed(seed: int, name: str = "seed") -> None:
     """Refuse a seed that t-SNE and UMAP would not take, naming ``name`` (``--seed`` for the CLI)."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise GraphDocError(f"{name} must be an integer; got {seed!r}")
     if not 0 <= seed <= MAX_SEED:
         raise GraphDocError(f"{name} must be in 0..{MAX_SEED}; got {seed}")
 
@@ -71,7 +76,7 @@ def project_2d(vectors: np.ndarray, method: str = "auto", seed: int = 0) -> tupl
     if method not in METHODS:
         raise GraphDocError(f"unknown projection {method!r}; valid: {', '.join(METHODS)}")
     check_seed(seed)
-    vectors = np.asarray(vectors, dtype=np.float32)
+    vectors = as_matrix(vectors, "document embeddings", "[n, d]")
     if len(vectors) < 3:
         raise GraphDocError(f"a map needs at least 3 documents; got {len(vectors)}")
     if not np.isfinite(vectors).all():
@@ -92,10 +97,25 @@ def project_2d(vectors: np.ndarray, method: str = "auto", seed: int = 0) -> tupl
     return tsne.fit_transform(vectors), method
 
 
+def as_matrix(values: Any, what: str, shape: str) -> np.ndarray:
+    """``values`` as a 2-D float32 array; anything else (text, 1-D or 3-D arrays) is refused, naming ``what``."""
+    try:
+        matrix = np.asarray(values, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise GraphDocError(f"the {what} must be a {shape} array of numbers; got {type(values).__name__}") from None
+    if matrix.ndim != 2:
+        raise GraphDocError(f"the {what} must be a {shape} array; got shape {list(matrix.shape)}")
+    return matrix
+
+
 def plot_embeddings(vectors: np.ndarray, labels: Sequence[str] | None, path: str | Path, method: str = "auto",
                     seed: int = 0, title: str | None = None, size: tuple[float, float] = (8, 6),
                     dpi: int = 100) -> Path:
     """Save a scatter map of ``vectors`` (``[n, d]``) coloured by ``labels`` as a PNG of ``size * dpi`` pixels."""
+    _check_path(path)
+    vectors = as_matrix(vectors, "document embeddings", "[n, d]")
+    if isinstance(labels, str):
+        raise GraphDocError("labels must be a sequence of labels, one per document, not a str")
     labels = [""] * len(vectors) if labels is None else ["" if x is None else str(x) for x in labels]
     if len(labels) != len(vectors):
         raise GraphDocError(f"{len(labels)} labels for {len(vectors)} documents")
@@ -153,11 +173,17 @@ def _colour(k: int, n: int):
     return cm(k % cm.N)
 
 
-def _save(figure, path: str | Path, dpi: int) -> Path:
+def _check_path(path: str | Path) -> Path:
+    """Refuse, before any work, a PNG path whose folder is missing or that is a folder."""
     path = Path(path)
     if not path.parent.is_dir():
         raise GraphDocError(f"folder not found for {path}")
     check_output_file(path, "the plot")
+    return path
+
+
+def _save(figure, path: str | Path, dpi: int) -> Path:
+    path = _check_path(path)
     with atomic_write(path, "wb") as handle:
         figure.savefig(handle, dpi=dpi, format="png")
     return path
@@ -172,7 +198,11 @@ def document_attention_layers(model, document) -> tuple[np.ndarray, list[Passage
     if config_backbone(model.config) == FLAT:
         raise GraphDocError("the model's backbone is flat (the encoder alone): it has no graph attention "
                             "to plot; use a graph model")
-    out = next(iter(model.iter_forward([as_document(document, 0)], batch_size=1, return_attention_weights=True)))
+    document = as_document(document, 0)
+    check_has_text(document)
+    cut_before = model.chunker.counts()
+    out = next(iter(model.iter_forward([document], batch_size=1, return_attention_weights=True)))
+    model.chunker.warn_cut(cut_before, done="plotted")
     layers = range(len(out.attention)) if out.attention else [None]
     rows = [out.document_attention(0) if layer is None else out.document_attention(0, layer) for layer in layers]
     return torch.stack([r.float().cpu() for r in rows]).numpy(), out.documents[0].passages
@@ -181,21 +211,40 @@ def document_attention_layers(model, document) -> tuple[np.ndarray, list[Passage
 def plot_attention(weights: np.ndarray, path: str | Path, passages: Sequence[Passage] | None = None,
                    title: str | None = None, size: tuple[float, float] = (10, 3), dpi: int = 100) -> Path:
     """Save a heatmap of ``weights`` (``[layers, n_passages]``) as a PNG; section starts are ticked."""
-    weights = np.atleast_2d(np.asarray(weights, dtype=np.float32))
+    _check_path(path)
+    weights = as_matrix(np.atleast_2d(weights), "attention weights", "[layers, n_passages]")
+    if weights.size == 0:
+        raise GraphDocError(f"no attention weights to plot: shape {list(weights.shape)}")
+    if not np.isfinite(weights).all():
+        raise GraphDocError("the attention weights hold NaN or infinite values")
+    if passages is not None and len(passages) != weights.shape[1]:
+        raise GraphDocError(f"{len(passages)} passages for {weights.shape[1]} attention weights per layer")
     figure = _figure(size, dpi)
     ax = figure.add_subplot()
     image = ax.imshow(weights, aspect="auto", cmap="viridis", interpolation="nearest")
     figure.colorbar(image, ax=ax, label="attention")
     ax.set_yticks(range(len(weights)), [f"layer {i + 1}" for i in range(len(weights))])
     ax.set_xlabel("passage")
+    ax.xaxis.set_major_locator(_require("matplotlib.ticker", "plotting").MaxNLocator(integer=True, min_n_ticks=1))
     starts = _section_starts(passages or [])
     if len(starts) > 1:
-        ax.set_xticks([i for i, _ in starts], [t[:24] for _, t in starts], rotation=30, ha="right",
+        labelled = _spread(starts, weights.shape[1])
+        ax.set_xticks([i for i, _ in labelled], [t[:24] for _, t in labelled], rotation=30, ha="right",
                       fontsize="small")
         for i, _ in starts[1:]:
             ax.axvline(i - 0.5, color="white", linewidth=0.8)
     ax.set_title(title or "document node attention over passages")
     return _save(figure, path, dpi)
+
+
+def _spread(starts: list[tuple[int, str]], n: int) -> list[tuple[int, str]]:
+    """The section starts to label: each at least ``n / MAX_SECTION_LABELS`` passages after the last one
+    labelled, so that the titles do not overlap."""
+    gap, kept = n / MAX_SECTION_LABELS, [starts[0]]
+    for start in starts[1:]:
+        if start[0] - kept[-1][0] >= gap:
+            kept.append(start)
+    return kept
 
 
 def _section_starts(passages: Sequence[Passage]) -> list[tuple[int, str]]:
