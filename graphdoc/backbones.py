@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 from pathlib import Path
 from typing import Any, Mapping
 
 from graphdoc.errors import GraphDocError, ModelLoadError
+
+logger = logging.getLogger(__name__)
 
 GRAPH, FLAT = "graph", "flat"
 DEFAULT_BACKBONE = GRAPH
@@ -81,6 +84,31 @@ class BackboneSetup:
             if name not in kwargs and name in data:
                 kwargs[name] = from_dict(f.default_factory, data[name], name)
         return cls(**kwargs)
+
+    @classmethod
+    def read(cls, path: str | Path | None, backbone: str | None = None):
+        """A setup from a YAML/JSON file (``None``: all defaults).
+
+        A file that names no ``backbone`` holds a graph model's settings, or a flat one's when its ``model``
+        section reads as flat settings only (``graph: {graph_type: flat}``) and ``backbone`` (the one asked
+        for, if any) is not ``graph``, as ``graphdoc embed`` reads a model config file.
+        """
+        from graphdoc.config import read_config_file
+
+        if path is None:
+            return cls()
+        data = read_config_file(path)
+        try:
+            return cls.from_dict(data)
+        except GraphDocError as err:
+            if not isinstance(data, Mapping) or "backbone" in data or backbone == GRAPH:
+                raise
+            try:
+                setup = cls.from_dict({**data, "backbone": FLAT})
+            except GraphDocError:
+                raise err from None
+            logger.info("%s reads as flat-backbone settings: training a flat model", path)
+            return setup
 
     def with_backbone(self, backbone: str):
         """This setup for a model of ``backbone`` (see :func:`convert_model_config`)."""

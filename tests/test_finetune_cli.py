@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from _finetune_helpers import labelled_files, ranking_files
 
 from graphdoc.cli import main
+
+
+@pytest.fixture(autouse=True)
+def cli_state(restore_cli_state):
+    yield
 
 
 def test_finetune_classification_then_predict(tiny_bert, tmp_path, capsys):
@@ -104,6 +110,25 @@ def test_finetune_setup_reads_a_flat_model_section(tmp_path):
     assert isinstance(setup.model, FlatModelConfig) and setup.model.graph.document == "mean"
     graph = setup.with_backbone("graph")
     assert graph.backbone == "graph" and graph.model.passage_encoder == setup.model.passage_encoder
+
+
+def test_finetune_setup_without_a_backbone_reads_flat_model_settings_as_flat(tmp_path, capsys):
+    """As ``graphdoc embed`` and ``pretrain`` read them: ``graph: {graph_type: flat}`` is a flat model's section."""
+    from graphdoc.finetune import load_finetune_setup
+    from graphdoc.flat_config import FlatModelConfig
+
+    path = tmp_path / "f.yaml"
+    path.write_text("model:\n  graph: {graph_type: flat, document: mean}\nclassification: {epochs: 2}\n")
+    for backbone in (None, "flat"):
+        setup = load_finetune_setup(path, backbone)
+        assert isinstance(setup.model, FlatModelConfig) and setup.model.graph.document == "mean"
+        assert (setup.backbone, setup.classification.epochs) == ("flat", 2)
+    path.write_text("model:\n  graph: {graph_type: flat}\n")
+    assert main(["-q", "finetune", "--task", "classification", "--train", "t", "--dev", "d", "--config", str(path),
+                 "--backbone", "graph", "--output", str(tmp_path / "run")]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "graphdoc finetune: error: graph.graph_type must be one of full, section; got 'flat'"]
+    assert not (tmp_path / "run").exists()
 
 
 def test_finetune_precision_flag_is_the_saved_models(tiny_bert, tmp_path, monkeypatch):

@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         finetune_ranking,
         load_finetune_setup,
     )
+    from graphdoc.serialization import saved_backbone
 
     _check_task_options(args)
     if not args.output.strip():
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         raise GraphDocError(f"--output {output} exists and is not a folder")
     common = {"frozen_encoder": args.frozen_encoder, "epochs": args.epochs, "batch_size": args.batch_size,
               "lr": args.lr, "max_passages": args.max_passages, "cache_dir": args.cache_dir}
-    setup = load_finetune_setup(args.config)
+    setup = load_finetune_setup(args.config, args.backbone or saved_backbone(args.model))
     if args.backbone is not None:
         setup = setup.with_backbone(args.backbone)
     model_config = _model_config(args, setup)

@@ -8,6 +8,7 @@ Graph models train with ``half``, ``ict`` or ``docsplit``; flat models (``--back
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from pathlib import Path
 
@@ -55,8 +56,11 @@ def run(args: argparse.Namespace) -> int:
     from graphdoc.serialization import saved_backbone
     from graphdoc.training import load_setup, pretrain
 
-    setup = load_setup(args.config)
+    rank = int(os.environ.get("RANK", "0"))
+    if rank != 0 and not args.verbose:  # under torchrun process 0 logs; the others would repeat its lines
+        logging.getLogger().setLevel(logging.ERROR)
     backbone = args.backbone or saved_backbone(args.model)
+    setup = load_setup(args.config, backbone)
     if backbone is not None:
         setup = setup.with_backbone(backbone)
     setup = setup.with_overrides(
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise GraphDocError(f"--output {args.output} exists and is not a folder")
     result = pretrain(args.corpus, args.output, setup, model=args.model, resume=args.resume, device=args.device,
                       precision=args.precision, show_progress_bar=not args.quiet)
-    if int(os.environ.get("RANK", "0")) != 0:
+    if rank != 0:
         return 0  # under torchrun, process 0 reports
     logger.info("%s (%d empty and %d too short documents skipped); %.1f documents/s, %.2f steps/s, peak memory "
                 "%.0f MiB", describe_run(result), result.empty_skipped, result.one_passage_skipped,

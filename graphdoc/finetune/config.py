@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from graphdoc.backbones import GRAPH, BackboneSetup
-from graphdoc.config import NEGATIVE_POOLS, ModelConfig, _check_choice, check_types, read_config_file
+from graphdoc.config import NEGATIVE_POOLS, ModelConfig, _check_choice, check_types
 from graphdoc.errors import GraphDocError
 from graphdoc.flat_config import FlatModelConfig
 
@@ -171,6 +171,6 @@ class FinetuneSetup(BackboneSetup):
         return dataclasses.replace(self, **{task: dataclasses.replace(getattr(self, task), **changes)})
 
 
-def load_finetune_setup(path: str | Path | None) -> FinetuneSetup:
-    """Read a fine-tuning YAML/JSON file (``None``: all defaults)."""
-    return FinetuneSetup() if path is None else FinetuneSetup.from_dict(read_config_file(path))
+def load_finetune_setup(path: str | Path | None, backbone: str | None = None) -> FinetuneSetup:
+    """Read a fine-tuning YAML/JSON file (``None``: all defaults); see :meth:`BackboneSetup.read`."""
+    return FinetuneSetup.read(path, backbone)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from graphdoc.backbones import BACKBONES, FLAT, GRAPH, BackboneSetup
-from graphdoc.config import ModelConfig, _check_choice, check_types, read_config_file
+from graphdoc.config import ModelConfig, _check_choice, check_types
 from graphdoc.errors import GraphDocError
 from graphdoc.flat_config import FlatModelConfig
 
@@ -192,6 +192,6 @@ def _show(value: float) -> str:
     return f"{value:.15g}" if isinstance(value, float) else str(value)
 
 
-def load_setup(path: str | Path | None) -> PretrainSetup:
-    """Read a pretraining YAML/JSON file (``None``: all defaults)."""
-    return PretrainSetup() if path is None else PretrainSetup.from_dict(read_config_file(path))
+def load_setup(path: str | Path | None, backbone: str | None = None) -> PretrainSetup:
+    """Read a pretraining YAML/JSON file (``None``: all defaults); see :meth:`BackboneSetup.read`."""
+    return PretrainSetup.read(path, backbone)

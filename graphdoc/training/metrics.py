@@ -66,13 +66,13 @@ class TrainLog:
         with open(self.path, newline="", encoding="utf-8") as handle:
             rows = [r for r in csv.DictReader(handle) if int(r["step"]) <= step]
         with open(self.path, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, COLUMNS)
+            writer = csv.DictWriter(handle, COLUMNS, lineterminator="\n")
             writer.writeheader()
             writer.writerows(rows)
 
     def write(self, row: dict) -> None:
         with open(self.path, "a", newline="", encoding="utf-8") as handle:
-            csv.DictWriter(handle, COLUMNS).writerow({k: _fmt(row.get(k)) for k in COLUMNS})
+            csv.DictWriter(handle, COLUMNS, lineterminator="\n").writerow({k: _fmt(row.get(k)) for k in COLUMNS})
         if self.writer is not None:
             for key in ("loss", "mlm_loss", "grad_norm", "lr", "docs_per_s"):
                 if row.get(key) is not None:

@@ -42,6 +42,17 @@ def corpus_identity(sources: list[str]) -> list[list]:
     return out
 
 
+def check_can_be_folder(path: Path, flag: str) -> None:
+    """One line, before anything is written, when ``path`` or the nearest of its parents that exists is a file:
+    the folder could not be made there."""
+    absolute = Path(os.path.abspath(path))
+    for folder in (absolute, *absolute.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise GraphDocError(f"{flag} {path}: {folder} is a file, not a folder")
+            return
+
+
 def describe(identity: list[list]) -> str:
     return ", ".join(name if size is None else f"{name} ({size:,} bytes)" for name, size in identity)
 
@@ -82,6 +93,7 @@ class RunFolder:
         out = self.output
         if out.exists() and not out.is_dir():
             raise GraphDocError(f"--output {out} exists and is not a folder")
+        check_can_be_folder(out, "--output")
         frozen = self.setup.backbone != FLAT and self.cfg.frozen_encoder  # the passage cache is used
         slots = {CONFIG_NAME: False, SUMMARY_NAME: False, LOG_NAME: False, ckpt.MODEL_DIR: True,
                  ckpt.CHECKPOINTS_DIR: True, **({CACHE_NAME: True} if frozen and not self.cfg.cache_dir else {})}
@@ -111,13 +123,8 @@ class RunFolder:
                            "caches passage vectors", cache_dir)
         if cache_dir is None or not frozen:
             return
-        path = Path(os.path.abspath(cache_dir))
-        for folder in (path, *path.parents):
-            if folder.exists():
-                if not folder.is_dir():
-                    raise GraphDocError(f"--cache-dir {cache_dir}: {folder} is a file, not a folder")
-                break
-        self.made_cache_dir = not path.exists()
+        check_can_be_folder(Path(cache_dir), "--cache-dir")
+        self.made_cache_dir = not Path(cache_dir).exists()
 
     def discard_new(self) -> None:
         """After an error before the first step, remove what this run wrote into a folder that was new or empty

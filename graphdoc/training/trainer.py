@@ -118,8 +118,7 @@ class Trainer:
             self.output.mkdir(parents=True, exist_ok=True)
             with atomic_write(self.output / CONFIG_NAME, "w", encoding="utf-8") as handle:
                 json.dump(self.setup.to_dict(), handle, indent=2)
-        self.task = (FlatPretraining(self.model, self.cfg, resume=latest is not None, ctx=self.ctx)
-                     if self.setup.backbone == FLAT else GraphPretraining(self.model, self.cfg, self.output))
+        self.task = self._new_task(resume=latest is not None)
         self.prepare = data.PreparedMemo(self.task.prepare, self.cfg.prepared_cache_mb)
         self.total_steps = state["total_steps"] if state else self._count_steps()
         self.optimizer = build_optimizer(self.task.trainable, self.cfg)
@@ -132,6 +131,19 @@ class Trainer:
         barrier(self.ctx)
         self.log = TrainLog(self.output, self.step if latest else None, self.cfg.tensorboard) \
             if self.ctx.is_main else None
+
+    def _new_task(self, resume: bool) -> FlatPretraining | GraphPretraining:
+        """The backbone's side of the run. Process 0 opens the passage cache (making its folder in the output)
+        before the others, which then only read it: when an error before the first step makes process 0 remove
+        what the run wrote, no other process writes there afterwards."""
+        if not self.ctx.is_main:
+            barrier(self.ctx)
+        task = (FlatPretraining(self.model, self.cfg, resume=resume, ctx=self.ctx) if self.setup.backbone == FLAT
+                else GraphPretraining(self.model, self.cfg, self.output))
+        if self.ctx.is_main:
+            barrier(self.ctx)
+        barrier(self.ctx)  # every process has opened it before any goes on
+        return task
 
     def discard_new_output(self) -> None:
         """After an error before the first step: see :meth:`RunFolder.discard_new`."""
@@ -371,7 +383,8 @@ class Trainer:
                 "world_size": self.ctx.world_size, "backbone": self.setup.backbone,
                 "loop_seconds": self.loop_seconds(), "corpus": self.corpus,
                 "pretrain": dataclasses.asdict(self.cfg), "start_model": self.start_model,
-                "scaler": self.scaler.state_dict() if self.scaler is not None else None}
+                "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+                "loss": self.last_loss, "mlm_loss": self.last_mlm}
 
     def _restore(self, folder: Path) -> None:
         rng, state = ckpt.load_checkpoint(folder, self.optimizer, self.scheduler)
@@ -385,6 +398,8 @@ class Trainer:
         self.seconds_before = state.get("loop_seconds", 0.0)
         self.position = data.DataPosition(state["epoch"], state["offset"])
         self.stats = data.DataStats(**state["stats"])
+        # a resumed run that takes no step (finished, or its time budget spent) still reports its last loss
+        self.last_loss, self.last_mlm = state.get("loss"), state.get("mlm_loss")
         logger.info("resumed from %s: step %d of %d, epoch %d, document %d of the epoch", folder, self.step,
                     self.total_steps, self.position.epoch + 1, self.position.offset)
 
