@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from _retrieval_helpers import (
     MODEL_CONFIG,
     chunker_config,
@@ -475,6 +476,21 @@ def test_opening_with_another_model_is_refused(built, tiny_roberta) -> None:
         Searcher(built, model=roberta)
     with pytest.raises(IndexMismatchError):
         build_index(roberta, str(built.parent / "corpus.jsonl"), built)
+
+
+def test_a_model_retrained_in_place_is_named_as_such(tiny_bert, docs, tmp_path) -> None:
+    folder = save_model(tiny_bert, tmp_path / "model")
+    model = GraphDocEncoder.from_pretrained(str(folder), device="cpu")
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", docs[:3])
+    build_index(model, str(corpus), tmp_path / "index")
+    with torch.no_grad():
+        next(model.graph.parameters()).add_(0.5)
+    model.save_pretrained(folder)  # the same folder, other weights
+    with pytest.raises(IndexMismatchError, match=rf"^index {tmp_path / 'index'} was built with model "
+                                                 rf"'{folder}' when its weights were [0-9a-f]{{12}}; they are now "
+                                                 r"[0-9a-f]{12}: rebuild the index, or pass the model it was built "
+                                                 r"with \(--model\)$"):
+        Searcher(tmp_path / "index", model=GraphDocEncoder.from_pretrained(str(folder), device="cpu"))
 
 
 def test_opening_with_another_chunker_setting_names_it(built, tiny_bert) -> None:

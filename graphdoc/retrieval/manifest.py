@@ -210,7 +210,11 @@ def check_identity(expected: dict[str, Any], actual: dict[str, Any], where: Path
     name, value, other = difference
     if name != "fingerprint":
         raise IndexMismatchError(f"index {where} was built with {name}={value!r}, the model has {name}={other!r}")
+    built, given = (str(identity.get("path") or identity.get("name")) for identity in (expected, actual))
+    if built == given:  # the same folder or hub id, other weights: retrained in place, or another revision
+        raise IndexMismatchError(
+            f"index {where} was built with model {built!r} when its weights were {str(value)[:12]}; they are now "
+            f"{str(other)[:12]}: rebuild the index, or pass the model it was built with (--model)")
     raise IndexMismatchError(
-        f"index {where} was built with model {expected.get('name')!r} (weights "
-        f"{str(value)[:12]}), not {actual.get('name')!r} (weights "
+        f"index {where} was built with model {built!r} (weights {str(value)[:12]}), not {given!r} (weights "
         f"{str(other)[:12]}): pass the index's model (--model)")
