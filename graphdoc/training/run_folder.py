@@ -1,4 +1,4 @@
-"""The output folder of a pretraining run and the corpora it reads, checked before a model loads.
+"""A pretraining run's output folder, the corpora it reads and what a resume must match, checked before a model loads.
 
 A run writes only into a folder that is new, empty or its own (``--resume``), with each of its entries of the
 right kind; every corpus is opened first, so that bad input stops the run before anything is written; and an
@@ -7,6 +7,7 @@ error found before the first step removes what the run wrote into a folder it ma
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -27,6 +28,9 @@ logger = logging.getLogger(__name__)
 CONFIG_NAME = "pretrain_config.json"
 SUMMARY_NAME = "pretrain.json"
 CACHE_NAME = "passage_cache"  # the frozen mode's passage vectors, unless cache_dir is set
+#: settings that may change on resume: they do not change what is learned
+OPERATIONAL = ("checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "cache_dir", "max_seconds",
+               "prepared_cache_mb")
 
 
 def corpus_identity(sources: list[str]) -> list[list]:
@@ -40,6 +44,24 @@ def corpus_identity(sources: list[str]) -> list[list]:
         files = corpus_files(path)  # a BEIR folder's queries and qrels are not read, so not counted
         out.append([path.name, sum(f.stat().st_size for f in files)])
     return out
+
+
+def check_resumable(state: dict, setup: PretrainSetup, world_size: int, corpus: list[list]) -> None:
+    """Refuse to resume from a checkpoint's ``state`` with another backbone, number of processes, setting that
+    changes what is learned, or corpus (:func:`corpus_identity`)."""
+    if state.get("backbone", "graph") != setup.backbone:
+        raise GraphDocError(f"cannot resume a {state.get('backbone', 'graph')} run as a {setup.backbone} one")
+    if state["world_size"] != world_size:
+        raise GraphDocError(f"the checkpoint was written by {state['world_size']} processes, not {world_size}: "
+                            "resume with the same number")
+    saved, now = state["pretrain"], dataclasses.asdict(setup.pretrain)
+    for key in now:
+        if key not in OPERATIONAL and saved.get(key) != now[key]:
+            raise GraphDocError(f"cannot resume with pretrain.{key}={now[key]!r}: the run was started "
+                                f"with {saved.get(key)!r}")
+    if state.get("corpus", corpus) != corpus:
+        raise GraphDocError(f"cannot resume over a different corpus: the run read {describe(state['corpus'])}, "
+                            f"now {describe(corpus)}")
 
 
 def check_can_be_folder(path: Path, flag: str) -> None:

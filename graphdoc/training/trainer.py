@@ -57,17 +57,14 @@ from graphdoc.training.run_folder import (
     CONFIG_NAME,
     SUMMARY_NAME,
     RunFolder,
+    check_resumable,
     corpus_identity,
-    describe,
 )
 
 logger = logging.getLogger(__name__)
 
 #: The progress bar: steps, time left, loss and documents/s (no steps/s), so that it fits 80 columns.
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
-#: settings that may change on resume: they do not change what is learned
-OPERATIONAL = ("checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "cache_dir", "max_seconds",
-               "prepared_cache_mb")
 
 
 class Trainer:
@@ -111,7 +108,7 @@ class Trainer:
         latest = found[-1] if found else None
         state = ckpt.read_state(latest) if latest else None
         if state is not None:
-            self._check_resumable(state)
+            check_resumable(state, self.setup, self.ctx.world_size, self.corpus)
         self.model = self._start_model(model, precision, latest, state)
         if latest is None and self.ctx.is_main:  # first: a run stopped from here on is known as one
             self.setup = dataclasses.replace(self.setup, model=self.model.config)
@@ -216,22 +213,6 @@ class Trainer:
             logger.info("pretrain.max_steps %d is more than pretrain.epochs %d take: the run and its learning-rate "
                         "schedule end at step %d", cfg.max_steps, cfg.epochs, steps)
         return min(steps, cfg.max_steps or steps)
-
-    def _check_resumable(self, state: dict) -> None:
-        if state.get("backbone", "graph") != self.setup.backbone:
-            raise GraphDocError(f"cannot resume a {state.get('backbone', 'graph')} run as a {self.setup.backbone} "
-                                "one")
-        if state["world_size"] != self.ctx.world_size:
-            raise GraphDocError(f"the checkpoint was written by {state['world_size']} processes, not "
-                                f"{self.ctx.world_size}: resume with the same number")
-        saved, now = state["pretrain"], dataclasses.asdict(self.cfg)
-        for key in now:
-            if key not in OPERATIONAL and saved.get(key) != now[key]:
-                raise GraphDocError(f"cannot resume with pretrain.{key}={now[key]!r}: the run was started "
-                                    f"with {saved.get(key)!r}")
-        if state.get("corpus", self.corpus) != self.corpus:
-            raise GraphDocError(f"cannot resume over a different corpus: the run read {describe(state['corpus'])}, "
-                                f"now {describe(self.corpus)}")
 
     def _seed(self) -> None:
         torch.manual_seed(self.cfg.seed + self.ctx.rank)
