@@ -34,7 +34,8 @@ import torch
 import yaml
 from finetune import peak_rss_mib
 from pretrain import (WIKI, clustering, cut_for_training, encode_many, graph_vectors, log, ndcg10, normalize,
-                      passage_vectors, qmsum, read_jsonl_gz, run_pretrain, stratified, write_jsonl, write_yaml)
+                      passage_vectors, qmsum, read_jsonl_gz, require_data, run_pretrain, stratified, write_jsonl,
+                      write_yaml)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
@@ -181,6 +182,7 @@ def train_row(args, work: Path, backbone: str, objective: str, sources: list[str
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    require_data(args.data_dir)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(args.threads)
     from graphdoc.encoder import GraphDocEncoder

@@ -171,10 +171,18 @@ def main(argv: list[str] | None = None) -> int:
     from graphdoc.device import autocast_dtype, resolve_device
     from graphdoc.documents import Document
     from graphdoc.encoder import GraphDocEncoder
+    from graphdoc.errors import GraphDocError
 
-    samples = {name: sample_corpus(args.data_dir / name / "corpus.jsonl.gz", n, args.seed)
-               for name, n in (("qmsum", args.qmsum), ("scifact", args.scifact)) if n > 0}
-    device = resolve_device(args.device)
+    sizes = {name: n for name, n in (("qmsum", args.qmsum), ("scifact", args.scifact)) if n > 0}
+    for name in sizes:
+        if not (args.data_dir / name / "corpus.jsonl.gz").is_file():
+            raise SystemExit(f"{args.data_dir / name / 'corpus.jsonl.gz'}: not found (--data-dir holds the "
+                             "shared data sets; see ../shared/data/README.md)")
+    try:
+        device = resolve_device(args.device)
+    except GraphDocError as exc:
+        raise SystemExit(f"--device {args.device}: {exc}") from None
+    samples = {name: sample_corpus(args.data_dir / name / "corpus.jsonl.gz", n, args.seed) for name, n in sizes.items()}
     model = GraphDocEncoder.from_pretrained(args.model, device=device).eval()
     if args.precision is not None:
         model.passage_encoder.config.precision = args.precision

@@ -101,6 +101,9 @@ def evaluate_pairs(index_dir: Path, spans: dict, queries: dict[str, str], model:
     attention = load_passage_attention(index_dir)
     store, config = DocStore(final / "docstore.jsonl"), BM25Config.from_dict(manifest["bm25"])
     pairs = sorted((q, d) for q, d in spans if q in queries and d in row_of)
+    if not pairs:
+        raise SystemExit(f"{index_dir}: holds none of the meetings the span file's queries are judged on "
+                         "(an index of another corpus?)")
     qvecs = prepare_vectors(model.encode_queries([queries[q] for q, _ in pairs], batch_size=64),
                             manifest["metric"])
     rows, bm25_of = [], {}
@@ -160,9 +163,16 @@ def main() -> None:
     parser.add_argument("--config", default=str(ROOT / "configs" / "section-graph.yaml"))
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "explain.md")
     args = parser.parse_args()
+    spans_file = args.data / "spans" / f"{args.split}.tsv"
+    if not spans_file.is_file():
+        raise SystemExit(f"{spans_file}: not found (--data is the QMSum folder of ../shared/data, with "
+                         "spans/<split>.tsv; see its README)")
+    if not (args.index_dir / "manifest.json").is_file():
+        raise SystemExit(f"{args.index_dir}: not a graphdoc index (build one with `graphdoc index --corpus "
+                         "../shared/data/qmsum --index-dir DIR --config configs/section-graph.yaml`)")
     started = time.perf_counter()
     model = GraphDocEncoder.from_pretrained(None, config=load_config_file(args.config), device="cpu")
-    spans = read_spans(args.data / "spans" / f"{args.split}.tsv")
+    spans = read_spans(spans_file)
     queries = dict(read_queries(str(args.data), args.split))
     rows = evaluate_pairs(args.index_dir, spans, queries, model)
     assert all(r["explained_top"] == r["explained@1"] for r in rows)  # no ties at the top

@@ -33,21 +33,32 @@ import platform
 import shutil
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import torch
 from graphdoc.config import NEGATIVE_POOLS
-from pretrain import clustering, stratified  # the pretraining benchmark's sampler, so its cached passages match
+from pretrain import clustering, require_data, stratified  # the pretraining benchmark's sampler: its cache matches
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DEFAULT_DATA = ROOT.parent / "shared" / "data"
 MEASURES = ["nDCG@10", "R@100"]
+SHOTS = (5, 10)  # few-shot training documents per class, part news
+_QMSUM = ("qmsum/corpus.jsonl.gz", "qmsum/queries.jsonl", "qmsum/qrels/train.tsv", "qmsum/qrels/val.tsv")
+_NEWS = ("20news/train.jsonl.gz", "20news/test.jsonl.gz")
+#: part -> (the files of --data-dir it reads, the option naming the index it starts from or None)
+PARTS = {"scifact": (("scifact/corpus.jsonl.gz", "scifact/queries.jsonl", "scifact/qrels/train.tsv",
+                      "scifact/qrels/test.tsv"), "scifact_index"),
+         "qmsum": (_QMSUM, "qmsum_index"), "qmsum-full": (_QMSUM, "qmsum_index"),
+         "news": (_NEWS, None), "news-supcon": (_NEWS, None)}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--parts", default="scifact,qmsum,news,qmsum-full", help="in this order")
+    p.add_argument("--parts", default="scifact,qmsum,news,qmsum-full",
+                   help=f"comma-separated, run in this order; of: {', '.join(PARTS)}")
+    p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="holds scifact/, qmsum/ and 20news/")
     p.add_argument("--work-dir", type=Path, default=Path("/tmp/graphdoc-finetune-bench"))
     p.add_argument("--scifact-index", type=Path, default=Path("/tmp/sfidx"))
     p.add_argument("--qmsum-index", type=Path, default=Path("/tmp/qmidx"))
@@ -278,7 +289,7 @@ def news_sample(args) -> tuple[list, list]:
     from graphdoc.documents import Document
 
     def read(split, n):
-        with gzip.open(DATA / "20news" / f"{split}.jsonl.gz", "rt", encoding="utf-8") as h:
+        with gzip.open(args.data_dir / "20news" / f"{split}.jsonl.gz", "rt", encoding="utf-8") as h:
             recs = stratified([json.loads(line) for line in h], n, 0)
         return [dataclasses.replace(Document.from_dict(r), id=f"{split}/{r['_id']}") for r in recs]
 
@@ -327,6 +338,11 @@ def news_task(args) -> dict:
     from graphdoc.training.cache import encoder_identity
 
     train_docs, test_docs = news_sample(args)
+    per_class = Counter(str(d.metadata["label"]) for d in train_docs)
+    fewest = min(per_class.values(), default=0)
+    if fewest < max(SHOTS):  # few_shot would fail after the full-training runs
+        raise SystemExit(f"part news: --news-train {args.news_train} leaves a class with {fewest} training "
+                         f"documents; the {max(SHOTS)}-shot runs need {max(SHOTS)} of each class")
     model = GraphDocEncoder.from_pretrained(None, device="cpu", config=news_config(args))
     cache = news_cache(args, model)
     t0, misses = time.perf_counter(), cache.misses
@@ -392,7 +408,7 @@ def news_task(args) -> dict:
         torch.manual_seed(0)
         clf = DocumentClassifier(encoder, labels, cfg.dropout)
         inputs.set_model(encoder)
-        for shots in (5, 10):
+        for shots in SHOTS:
             t0 = time.perf_counter()
             fs = few_shot(clf, cfg, inputs, train_keys, test_keys, out / f"{shots}-shot", shots, args.repeats)
             row[f"{shots}-shot"] = {"accuracy": fs["accuracy"], "macro_f1": fs["macro_f1"],
@@ -499,21 +515,37 @@ def supcon_table(res: dict) -> list[str]:
     return lines
 
 
+def checked_parts(args) -> list[str]:
+    """The ``--parts`` asked for, once each is known and has its data files and index (one error line if not)."""
+    parts = args.parts.split(",")
+    unknown = [part for part in parts if part not in PARTS]
+    if unknown:
+        raise SystemExit(f"--parts: unknown part {', '.join(map(repr, unknown))}; valid: {', '.join(PARTS)}")
+    for part in parts:
+        files, index_option = PARTS[part]
+        require_data(args.data_dir, files)
+        index = getattr(args, index_option) if index_option else None
+        if index is not None and not (index / "manifest.json").is_file():
+            raise SystemExit(f"--{index_option.replace('_', '-')} {index}: not a graphdoc index (part {part} starts "
+                             "from an untrained default-model index of its corpus, built by `graphdoc index`)")
+    return parts
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    parts = checked_parts(args)
     torch.set_num_threads(args.threads)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     results_path = args.work_dir / "results.json"
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}
-    parts = args.parts.split(",")
     t_all = time.perf_counter()
     for part in parts:
         if part == "scifact":
-            results["scifact"] = ranking_task(args, "scifact", args.scifact_index, DATA / "scifact", "train", "test",
-                                              [("full graph", None)], args.epochs, args.hard_negatives)
+            results["scifact"] = ranking_task(args, "scifact", args.scifact_index, args.data_dir / "scifact", "train",
+                                              "test", [("full graph", None)], args.epochs, args.hard_negatives)
         elif part in ("qmsum", "qmsum-full"):
             full = part == "qmsum-full"
-            results[part] = ranking_task(args, "qmsum", args.qmsum_index, DATA / "qmsum", "train", "val",
+            results[part] = ranking_task(args, "qmsum", args.qmsum_index, args.data_dir / "qmsum", "train", "val",
                                          [("full graph", "full")] if full else [("section graph", None)],
                                          args.qmsum_full_epochs if full else args.qmsum_epochs,
                                          1 if full else args.qmsum_hard_negatives, args.qmsum_negative_pool)

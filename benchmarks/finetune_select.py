@@ -42,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--held-out", type=float, default=0.1, help="share of the training meetings held out as dev")
     p.add_argument("--graph", choices=("section", "full"), default=None, help="graph type (default: the index's)")
     p.add_argument("--qmsum-index", type=Path, default=Path("/tmp/qmidx"))
+    p.add_argument("--data-dir", type=Path, default=bench.DEFAULT_DATA, help="holds qmsum/")
     p.add_argument("--work-dir", type=Path, default=Path("/tmp/graphdoc-finetune-select"))
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="the precision the index was built at")
@@ -82,9 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     from graphdoc.corpus import read_qrels, read_queries
     from graphdoc.finetune.ranking_trainer import RankingTrainer
 
-    args.qmsum_init = None
+    args.qmsum_init, args.parts = None, "qmsum"
+    bench.checked_parts(args)  # the data files and the index are there
+    manifest = json.loads((args.qmsum_index / "manifest.json").read_text(encoding="utf-8"))
+    max_passages = manifest["model"]["chunker"]["max_passages"]
+    settings = [parse_setting(spec, max_passages) for spec in args.settings]  # every typo before any training
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    folder = bench.DATA / "qmsum"
+    folder = args.data_dir / "qmsum"
     queries = dict(read_queries(folder / "queries.jsonl"))
     train_all, val = read_qrels(folder, "train"), read_qrels(folder, "val")
     queries = {q: t for q, t in queries.items() if q in train_all or q in val}
@@ -92,12 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     train, dev, held = grouped_dev(train_all, args.held_out)
     bench.log(f"grouped dev: {held} meetings, {len(dev)} dev queries, {len(train)} training queries")
     start = model if args.graph is None else bench._with_graph(model, args.graph)
-    max_passages = manifest["model"]["chunker"]["max_passages"]
     untuned = RankingTrainer(start, parse_setting("untuned:", max_passages)[1], data, train, args.work_dir / "untuned")
     rows = {"untuned": {"dev": bench.scores(untuned, dev), "val": bench.scores(untuned, val)}}
     results_path = args.work_dir / "results.json"
-    for spec in args.settings:
-        name, cfg = parse_setting(spec, max_passages)
+    for name, cfg in settings:
         out = args.work_dir / name
         shutil.rmtree(out, ignore_errors=True)
         t0 = time.perf_counter()

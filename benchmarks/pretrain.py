@@ -73,6 +73,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+#: the files of ``--data-dir`` this benchmark (and the scripts built on it) read
+DATA_FILES = ("20news/train.jsonl.gz", "20news/test.jsonl.gz", "qmsum/corpus.jsonl.gz", "qmsum/queries.jsonl",
+              "qmsum/qrels/val.tsv", WIKI)
+
+
+def require_data(data_dir: Path, files=DATA_FILES) -> None:
+    """Exit with one line naming the first missing data file, before any model is loaded."""
+    missing = next((data_dir / f for f in files if not (data_dir / f).is_file()), None)
+    if missing is not None:
+        raise SystemExit(f"{missing}: not found (--data-dir holds the shared data sets; see ../shared/data/README.md)")
+
+
 def log(message: str) -> None:
     print(time.strftime("%H:%M:%S"), message, flush=True)
 
@@ -378,6 +390,7 @@ def evaluate_models(args, models: dict, v: dict, d: dict) -> tuple[dict, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    require_data(args.data_dir)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(args.threads)
     from graphdoc.config import ModelConfig

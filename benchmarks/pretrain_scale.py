@@ -11,9 +11,11 @@ split, the sub-document graphs, the loss; AdamW with warm-up and linear decay fr
 gradient clipping at 1.0) over passage vectors held in memory, without the trainer's streaming, checkpoints
 and per-epoch re-chunking, which cost more than the step itself here.
 Encoding the ~43,000 passages takes about 30 s on one H100 and about 50 minutes on a 2-core CPU: run it
-with a GPU (``--device cuda``), or on a CPU with ``--sizes 1000`` for a taste.
+with a GPU (``--device cuda``), or on a CPU with ``--sizes 1000 --epochs 10`` for a taste (it encodes the
+sampled training documents and the whole test set, not all of 20news train).
 
     python benchmarks/pretrain_scale.py --device cuda          # writes docs/pretrain_scale.md
+    python benchmarks/pretrain_scale.py --device cpu --sizes 1000 --epochs 10 --output /tmp/pretrain_scale.md
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from multiprocessing import Pool
@@ -29,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pretrain import DEFAULT_DATA, ROOT, clustering, log, read_jsonl_gz, stratified
+from pretrain import DEFAULT_DATA, ROOT, clustering, log, read_jsonl_gz, require_data, stratified
 
 _MODEL = None  # the model ``prepare`` runs in worker processes (set before the pool forks)
 
@@ -51,7 +54,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=5, help="k-means seeds")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1), help="processes chunking")
     p.add_argument("--output", type=Path, default=ROOT / "docs" / "pretrain_scale.md")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        sizes, epochs = ([int(x) for x in text.split(",")] for text in (args.sizes, args.epochs))
+    except ValueError:
+        p.error("--sizes and --epochs take comma-separated integers")
+    epochs = epochs * len(sizes) if len(epochs) == 1 else epochs
+    if len(epochs) != len(sizes):
+        p.error(f"--epochs needs one value, or one per --sizes value ({len(sizes)} of them)")
+    args.runs = list(zip(sizes, epochs))  # (20news train documents sampled or 0 for all, epochs)
+    return args
 
 
 def _prepare(args: tuple[dict, int]):
@@ -135,22 +147,31 @@ def pretrain(base, examples, vectors, args, epochs: int, work: Path) -> tuple[ob
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    require_data(args.data_dir, ("20news/train.jsonl.gz", "20news/test.jsonl.gz"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from graphdoc.config import ModelConfig, PassageEncoderConfig
+    from graphdoc.device import resolve_device
     from graphdoc.encoder import GraphDocEncoder
+    from graphdoc.errors import GraphDocError
     from graphdoc.training.data import Example
 
+    try:  # before any work; it only counts CUDA devices, so the chunking pool can still fork
+        device = resolve_device(args.device)
+    except GraphDocError as exc:
+        raise SystemExit(f"--device {args.device}: {exc}") from None
     config = ModelConfig(passage_encoder=PassageEncoderConfig(model_name_or_path=args.model)) if args.model else None
     model = GraphDocEncoder.from_pretrained(args.model, config=config, device="cpu")
-    train = read_jsonl_gz(args.data_dir / "20news" / "train.jsonl.gz")
+    all_train = read_jsonl_gz(args.data_dir / "20news" / "train.jsonl.gz")
     test = read_jsonl_gz(args.data_dir / "20news" / "test.jsonl.gz")
+    samples = {size: {r["_id"] for r in (stratified(all_train, size, 0) if size else all_train)}
+               for size, _ in args.runs}
+    positions = [i for i, r in enumerate(all_train) if any(r["_id"] in sample for sample in samples.values())]
+    train = [all_train[i] for i in positions]  # the documents some run trains on: only these are encoded
     t0 = time.perf_counter()
     train_prep = prepare_all(model, train, args.train_passages, args.workers)  # before CUDA: the pool forks
     test_prep = prepare_all(model, test, args.eval_passages, args.workers)
     log(f"chunked {len(train)} train and {len(test)} test documents in {time.perf_counter() - t0:.0f} s")
-    from graphdoc.device import resolve_device
-
-    model.to(resolve_device(args.device))
+    model.to(device)
     model.passage_encoder.eval()
     t0 = time.perf_counter()
     usable = [i for i, p in enumerate(train_prep) if len(p.token_ids) >= 2]
@@ -177,24 +198,19 @@ def main(argv: list[str] | None = None) -> int:
             {"run": "MeanP = graphdoc untrained", "docs": 0, "passages": 0, "epochs": 0, "steps": 0,
              **scores(document_vectors(model, test_vectors, test_prep))}]
     log(f"untrained: {json.dumps(rows[1]['full'])}")
-    sizes = [int(s) for s in args.sizes.split(",")]
-    epochs = [int(e) for e in args.epochs.split(",")]
-    epochs = epochs * len(sizes) if len(epochs) == 1 else epochs
-    if len(epochs) != len(sizes):
-        raise SystemExit("--epochs needs one value, or one per --sizes value")
-    for size, n_epochs in zip(sizes, epochs):
-        chosen = {r["_id"] for r in stratified(train, size, 0)} if size else {r["_id"] for r in train}
-        idx = [i for i in usable if train[i]["_id"] in chosen]
-        examples = [Example(i, train_prep[i]) for i in idx]
+    for size, n_epochs in args.runs:
+        idx = [i for i in usable if train[i]["_id"] in samples[size]]
+        examples = [Example(positions[i], train_prep[i]) for i in idx]  # the position seeds the objective's split
         with tempfile.TemporaryDirectory() as work:
             trained, loss, seconds = pretrain(model, examples, [train_vectors[i] for i in idx], args, n_epochs,
                                               Path(work))
-        row = {"run": f"{args.objective}, {size or len(train)} train documents sampled", "docs": len(idx),
+        row = {"run": f"{args.objective}, {size or len(all_train)} train documents sampled", "docs": len(idx),
                "passages": sum(len(train_vectors[i]) for i in idx), "epochs": n_epochs,
                "steps": n_epochs * -(-len(idx) // args.batch_size), "loss": loss, "train_s": seconds,
                **scores(document_vectors(trained, test_vectors, test_prep))}
         rows.append(row)
         log(f"{row['run']}: {row['docs']} usable, loss {loss:.3f}, {seconds:.0f} s; full {json.dumps(row['full'])}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(report(args, rows, encoded, encode_s, str(model.device), len(test)), encoding="utf-8")
     log(f"wrote {args.output}")
     return 0
@@ -208,7 +224,7 @@ def report(args, rows: list[dict], encoded: int, encode_s: float, device: str, n
     import graphdoc
 
     lines = ["# Pretraining: how much in-domain text it takes (benchmarks/pretrain_scale.py)", "",
-             f"Measured by `python benchmarks/pretrain_scale.py --device {args.device or 'auto'}` on {device} "
+             f"Measured by `{' '.join(['python benchmarks/pretrain_scale.py', *sys.argv[1:]])}` on {device} "
              f"({platform.machine()}); graphdoc {graphdoc.__version__}, torch {torch.__version__}, "
              f"transformers {transformers.__version__}. {encoded} passage vectors encoded in {encode_s:.0f} s.", "",
              f"Default model (all-MiniLM-L6-v2 + 2 residual GAT layers, 2 heads), passage encoder frozen; "

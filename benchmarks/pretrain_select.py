@@ -40,8 +40,34 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Namespac
     return own, bench.parse_args(rest)
 
 
+def parse_setting(spec: str, batch_size: int) -> tuple[str, float, int, int, dict]:
+    """``(objective, temperature, epochs, batch size, other pretrain settings)`` of one ``--settings`` value,
+    checked as a ``pretrain`` config section (one error line naming the setting if it is not one)."""
+    from graphdoc.config import from_dict
+    from graphdoc.errors import GraphDocError
+    from graphdoc.training.config import PretrainConfig
+
+    parts = spec.split(":")
+    try:
+        if len(parts) < 3:
+            raise ValueError("too few fields")
+        objective, temperature, epochs, *rest = parts
+        extra = {key: yaml.safe_load(value) for key, value in (part.split("=", 1) for part in rest if "=" in part)}
+        batch = [part for part in rest if "=" not in part]
+        if len(batch) > 1:
+            raise ValueError("more than one BATCH field")
+        run = (objective, float(temperature), int(epochs), int(batch[0]) if batch else batch_size, extra)
+        from_dict(PretrainConfig, {"objective": objective, "temperature": run[1], "epochs": run[2],
+                                   "batch_size": run[3], **extra}, "pretrain")
+    except (ValueError, GraphDocError) as exc:
+        raise SystemExit(f"--settings {spec}: {exc} (expected OBJECTIVE:TEMPERATURE:EPOCHS[:BATCH][:KEY=VALUE...])")
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     own, args = parse(argv)
+    bench.require_data(args.data_dir)
+    settings = [parse_setting(spec, args.batch_size) for spec in own.settings]  # every typo before any work
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(args.threads)
     from graphdoc.config import ModelConfig
@@ -63,12 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     labels = [r["label"] for r in held]
     rows = {"untrained (mean of passages)": (bench.clustering(bench.graph_vectors(base, vectors), labels, args.seeds),
                                              None)}
-    for setting in own.settings:
-        objective, temperature, epochs, *rest = setting.split(":")
-        extra = {key: yaml.safe_load(value) for key, value in (part.split("=", 1) for part in rest if "=" in part)}
-        batch = [part for part in rest if "=" not in part]
-        batch_size = int(batch[0]) if batch else args.batch_size
-        run_args = argparse.Namespace(**{**vars(args), "temperature": float(temperature), "epochs": int(epochs),
+    for objective, temperature, epochs, batch_size, extra in settings:
+        run_args = argparse.Namespace(**{**vars(args), "temperature": temperature, "epochs": epochs,
                                          "batch_size": batch_size})
         run = bench.train(run_args, args.work_dir, objective, d["sources"], extra=extra)
         model = GraphDocEncoder.from_pretrained(args.work_dir / "runs" / f"{objective}-frozen" / "model", device="cpu")

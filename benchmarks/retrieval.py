@@ -2,7 +2,7 @@
 
     python benchmarks/retrieval.py [--collections scifact qmsum] [--work-dir /tmp/graphdoc-bench]
 
-Prints one table per collection and writes them to docs/retrieval_benchmark.md. Indexes are built
+Prints one table per collection and writes them to ``--output`` (default docs/retrieval_benchmark.md). Indexes are built
 under --work-dir (resumed if present: the build time is read from the index manifest). The flat
 baselines with passages (MaxP, MeanP) use the passage vectors of the untrained graphdoc index,
 which are exactly the default model's own passage vectors (the GAT layers start as the identity);
@@ -29,7 +29,7 @@ from graphdoc.retrieval.fusion import FusionConfig, fuse  # noqa: E402
 from graphdoc.retrieval.searcher import Searcher  # noqa: E402
 from graphdoc.config import load_config_file  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MEASURES = ["nDCG@10", "nDCG@20", "R@100"]
 COLLECTIONS = {  # name: (folder, qrels split, model config or None)
     "scifact": ("scifact", "test", None),
@@ -99,7 +99,7 @@ def latency(fn, queries: list, repeats: int = 1) -> tuple[float, float]:
 
 def benchmark(name: str, args) -> tuple[dict, dict]:
     folder, split, config_file = COLLECTIONS[name]
-    corpus = DATA / folder
+    corpus = args.data_dir / folder
     config = load_config_file(Path(__file__).resolve().parents[1] / config_file) if config_file else None
     model = GraphDocEncoder.from_pretrained(None, config=config)
     index_dir = args.work_dir / f"{name}-index"
@@ -160,10 +160,16 @@ def format_stat(value) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--collections", nargs="+", default=list(COLLECTIONS), choices=list(COLLECTIONS))
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="holds scifact/ and qmsum/")
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/graphdoc-bench"))
     parser.add_argument("--latency-queries", type=int, default=100)
     parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "retrieval_benchmark.md")
     args = parser.parse_args()
+    for name in args.collections:
+        folder, split, _ = COLLECTIONS[name]
+        if not (args.data_dir / folder / "qrels" / f"{split}.tsv").is_file():
+            raise SystemExit(f"{args.data_dir / folder}: no {name} data there (expected corpus.jsonl.gz, "
+                             f"queries.jsonl and qrels/{split}.tsv; see ../shared/data/README.md)")
     args.work_dir.mkdir(parents=True, exist_ok=True)
     sections = []
     for name in args.collections:
