@@ -58,6 +58,17 @@ def check_output_file(path: str | Path, flag: str = "--output") -> None:
         raise GraphDocError(f"{flag} {path}: cannot write in {parent}")
 
 
+def check_output_folder(path: str | Path, flag: str = "--output") -> None:
+    """Refuse, before any work, an output folder path that is a file or lies under one."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        if absolute.exists() and not absolute.is_dir():
+            raise GraphDocError(f"{absolute} is a file, not a folder")
+        _nearest_existing_parent(absolute)
+    except GraphDocError as err:
+        raise GraphDocError(f"{flag} {path}: {err}") from None
+
+
 class UnreadableFileError(GraphDocError):
     """A file that cannot be read (truncated, overwritten or missing); ``path`` names it, ``reason`` says why."""
 

@@ -24,6 +24,12 @@ from graphdoc.models.classification_head import ClassificationHead
 CONFIG = {"epochs": 15, "batch_size": 4, "lr": 1e-2, "head_lr": 0.05, "dropout": 0.0, "max_passages": 2}
 
 
+@pytest.fixture(autouse=True)
+def cli_state(restore_cli_state):
+    """The CLI tests here configure logging; undo it for the tests that read log records after them."""
+    yield
+
+
 @pytest.fixture(scope="module")
 def trained(spread_bert, tmp_path_factory):
     folder = tmp_path_factory.mktemp("classification")

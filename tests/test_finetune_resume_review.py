@@ -33,6 +33,12 @@ def _state(run) -> tuple:
     return path, json.loads(path.read_text(encoding="utf-8"))
 
 
+@pytest.fixture(autouse=True)
+def cli_state(restore_cli_state):
+    """The CLI tests here configure logging; undo it for the tests that read log records after them."""
+    yield
+
+
 @pytest.fixture(scope="module")
 def runs(tiny_bert, tmp_path_factory):
     """A finished run of each kind (all from tiny_bert): ranking, 2-fold ranking, classification, 2-shot."""

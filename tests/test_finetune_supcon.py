@@ -22,6 +22,14 @@ from graphdoc.training.objectives import supervised_contrastive_loss, symmetric_
 
 #: 5-word passages: the toy documents (10-12 words) make 2-3 passages each
 SHORT_PASSAGES = ModelConfig(chunker=ChunkerConfig(max_words=5))
+
+
+@pytest.fixture(autouse=True)
+def cli_state(restore_cli_state):
+    """The CLI tests here configure logging; undo it for the tests that read log records after them."""
+    yield
+
+
 CONFIG = {"epochs": 6, "batch_size": 4, "lr": 1e-2, "head_lr": 0.05, "dropout": 0.0, "max_passages": 4,
           "objective": "supcon", "temperature": 0.5}
 

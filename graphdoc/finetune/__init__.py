@@ -20,6 +20,7 @@ from typing import Any
 
 from graphdoc.config import check_precision
 from graphdoc.errors import GraphDocError
+from graphdoc.fileio import check_output_folder
 from graphdoc.finetune.classifier import DocumentClassifier
 from graphdoc.finetune.config import (
     ClassificationConfig,
@@ -88,22 +89,31 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
         bm25: a :class:`BM25Index` over the corpus in its order (default: built here).
     Returns the summary also written as ``output/finetune.json`` (``crossval.json`` with ``folds``).
     """
-    from graphdoc.corpus import read_corpus, read_queries
     from graphdoc.finetune.crossval import cross_validate
-    from graphdoc.finetune.data import load_ranking_data, read_known_qrels, read_qrels_arg
+    from graphdoc.finetune.data import (
+        load_ranking_data,
+        read_known_qrels,
+        read_qrels_arg,
+        read_ranking_sources,
+    )
     from graphdoc.finetune.inputs import open_cache
     from graphdoc.finetune.loop import check_run_folder, check_start_model, run_kind
     from graphdoc.finetune.ranking_trainer import RankingTrainer
+    from graphdoc.retrieval.tuning import assign_folds
 
     if folds is not None and folds < 2:
         raise GraphDocError(f"folds must be at least 2; got {folds}")
-    output = _output_folder(output)
-    # every input read or found now: a missing file is one line before a model loads or a passage is encoded
-    train, dev = read_qrels_arg(qrels), read_qrels_arg(dev_qrels) if dev_qrels is not None else None
-    for source, read in ((queries, read_queries), (corpus, read_corpus)):
-        if isinstance(source, (str, Path)):
-            read(source)  # finds the file and its format; nothing read yet
     config = config or RankingConfig()
+    output = _output_folder(output, config.cache_dir)
+    # every input read and checked now: a bad one is one line before a model loads or a folder is made
+    train, dev = read_qrels_arg(qrels), read_qrels_arg(dev_qrels) if dev_qrels is not None else None
+    sources = read_ranking_sources(corpus, queries, split)
+    train = read_known_qrels(train, sources, train=True, name=_name(qrels))
+    if dev is not None:
+        dev = read_known_qrels(dev, sources, name=_name(dev_qrels))
+    if folds is not None:  # more folds than judged queries: one line now, as cross_validate would say it
+        assign_folds([q for q, judged in train.items() if any(r > 0 for r in judged.values())], folds,
+                     config.fold_seed)
     check_run_folder(output, run_kind("ranking", folds=folds), resume)
     model = load_start_model(model, model_config, device, backbone, precision)
     check_start_model(output, model, resume)
@@ -111,21 +121,23 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
         raise GraphDocError("a flat model has nothing to train over a frozen encoder: fine-tune it with "
                             "frozen_encoder false (--no-frozen-encoder) or use a graph model")
     cache = open_cache(model, config.frozen_encoder, config.cache_dir, output)
-    data = load_ranking_data(model, corpus, queries, cache, config.max_passages, split, bm25)
-    train = read_known_qrels(train, data, train=True, name=_name(qrels))
+    data = load_ranking_data(model, sources, cache=cache, max_passages=config.max_passages, bm25=bm25)
     if folds is not None:
         return cross_validate(model, config, data, train, output, folds, resume)
-    dev = read_known_qrels(dev, data, name=_name(dev_qrels)) if dev is not None else None
     return RankingTrainer(model, config, data, train, output, dev).train(resume)
 
 
-def _output_folder(output: str | Path) -> Path:
-    """The run folder; an empty name (which would be the working directory) is an error."""
+def _output_folder(output: str | Path, cache_dir: str | Path | None = None) -> Path:
+    """The run folder; an empty name (which would be the working directory) is an error, and so is a run folder
+    or passage cache folder (``cache_dir``) that a file stands in the way of."""
     if not str(output).strip():
         raise GraphDocError("the output folder name is empty: name the run's folder (--output DIR)")
     output = Path(output)
     if output.exists() and not output.is_dir():
         raise GraphDocError(f"output {output} exists and is not a folder")
+    for folder, flag in ((output, "--output"), (cache_dir, "--cache-dir")):
+        if folder is not None:
+            check_output_folder(folder, flag)
     return output
 
 
@@ -159,7 +171,7 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
         prepare_inputs,
         read_labelled,
     )
-    from graphdoc.finetune.fewshot import few_shot
+    from graphdoc.finetune.fewshot import few_shot, sample_per_class
     from graphdoc.finetune.inputs import open_cache
     from graphdoc.finetune.loop import (
         check_run_folder,
@@ -171,15 +183,20 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
 
     config = config or ClassificationConfig()
     seed_everything(config.seed)  # the new graph layers and head start the same in every run
-    output = _output_folder(output)
+    output = _output_folder(output, config.cache_dir)
     splits = {"train": read_labelled(train, "train"), "dev": read_labelled(dev, "dev")}
     if test is not None:
         splits["test"] = read_labelled(test, "test")
     known = set(labels_of(splits["train"]))
+    if len(known) < 2:  # before a model loads or a folder is made
+        raise GraphDocError(f"{train}: every training document has the label {known.pop()!r}; a classifier needs "
+                            "two or more classes")
     for source, name in ((dev, "dev"), (test, "test")):
         unknown = sorted(set(labels_of(splits.get(name, []))) - known)
         if unknown:
             raise GraphDocError(f"{source}: labels not in the training set: {', '.join(map(repr, unknown))}")
+    if config.shots is not None:  # a class short of examples is an error before any passage is encoded
+        sample_per_class({d.id: str(d.metadata["label"]) for d in splits["train"]}, config.shots, config.seed)
     check_run_folder(output, run_kind("classification", shots=config.shots), resume)
     encoder = load_start_model(model, model_config, device, backbone, precision)
     check_start_model(output, encoder, resume)

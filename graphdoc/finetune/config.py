@@ -152,8 +152,9 @@ class ClassificationConfig(TrainingConfig):
             raise GraphDocError(f"temperature must be positive; got {self.temperature!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise GraphDocError(f"dropout must be in [0, 1); got {self.dropout!r}")
-        if (self.shots is not None and self.shots < 1) or self.repeats < 1 or self.head_lr <= 0:
-            raise GraphDocError("shots (or null), repeats and head_lr must be positive")
+        for name, value in (("shots", self.shots), ("repeats", self.repeats), ("head_lr", self.head_lr)):
+            if value is not None and not 0 < value < math.inf:
+                raise GraphDocError(f"{name} must be positive{' or null' if name == 'shots' else ''}; got {value!r}")
 
 
 @dataclass

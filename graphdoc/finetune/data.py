@@ -48,13 +48,23 @@ class RankingData:
         return digest.hexdigest()[:16]
 
 
-def load_ranking_data(model, corpus: str | Path | Iterable[Document], queries: str | Path | Mapping[str, str],
-                      cache: PassageVectorCache | None, max_passages: int | None,
-                      split: str | None = None, bm25: BM25Index | None = None) -> RankingData:
-    """Read and prepare the corpus and queries (a path, or documents / ``{id: text}`` already in memory).
+@dataclass
+class RankingSources:
+    """The corpus and the query texts of a ranking run, read and checked before a model loads (``doc_ids`` and
+    ``query_texts`` are what :func:`read_known_qrels` checks judgements against)."""
 
-    ``bm25``, when given, must index the corpus in its order (e.g. an index folder's ``final/bm25``).
-    """
+    documents: list[Document]
+    query_texts: dict[str, str]
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return [d.id for d in self.documents]
+
+
+def read_ranking_sources(corpus: str | Path | Iterable[Document], queries: str | Path | Mapping[str, str],
+                         split: str | None = None) -> RankingSources:
+    """The corpus and the queries (a path, or documents / ``{id: text}`` already in memory); an empty one is an
+    error."""
     docs = list(read_corpus(corpus) if isinstance(corpus, (str, Path)) else corpus)
     if not docs:
         raise GraphDocError(f"the corpus {corpus} holds no document")
@@ -63,6 +73,20 @@ def load_ranking_data(model, corpus: str | Path | Iterable[Document], queries: s
         where = ("the queries given" if not isinstance(queries, (str, Path)) else
                  f"the queries file {queries}" if Path(queries).is_file() else f"the queries of {queries}")
         raise GraphDocError(f"{where} holds no queries" + (f" (split {split!r})" if split else ""))
+    return RankingSources(docs, texts)
+
+
+def load_ranking_data(model, corpus: str | Path | Iterable[Document] | RankingSources,
+                      queries: str | Path | Mapping[str, str] | None = None, cache: PassageVectorCache | None = None,
+                      max_passages: int | None = None, split: str | None = None,
+                      bm25: BM25Index | None = None) -> RankingData:
+    """Prepare the corpus and queries (:class:`RankingSources` already read, or what
+    :func:`read_ranking_sources` reads).
+
+    ``bm25``, when given, must index the corpus in its order (e.g. an index folder's ``final/bm25``).
+    """
+    sources = corpus if isinstance(corpus, RankingSources) else read_ranking_sources(corpus, queries, split)
+    docs, texts = sources.documents, sources.query_texts
     documents, query_inputs = GraphInputs(model, cache), GraphInputs(model, cache)
     documents.add_documents(docs, max_passages)
     query_inputs.add_queries(texts.items())
@@ -78,7 +102,7 @@ def read_qrels_arg(qrels: str | Path | Mapping[str, Mapping[str, int]], split: s
     return read_qrels(qrels, split) if isinstance(qrels, (str, Path)) else {q: dict(d) for q, d in qrels.items()}
 
 
-def read_known_qrels(qrels: str | Path | Mapping[str, Mapping[str, int]], data: RankingData, *,
+def read_known_qrels(qrels: str | Path | Mapping[str, Mapping[str, int]], data: RankingData | RankingSources, *,
                      train: bool = False, name: str | None = None) -> dict:
     """:func:`read_qrels_arg` without the judgements of queries or documents that ``data`` does not hold (usual
     for TREC qrels over part of a collection), with one warning that counts them; an error when no relevant

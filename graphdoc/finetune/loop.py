@@ -160,8 +160,9 @@ class EpochLoop:
         self.output.mkdir(parents=True, exist_ok=True)
         ckpt.remove_stale(self.output)
         self.start_model = model_identity(self.model)  # before any step: the weights the run starts from
-        if resume and not found:
-            logger.warning("nothing to resume in %s: starting from scratch", self.output)
+        if resume and not found:  # a fold or few-shot seed the interrupted run had not begun is simply started
+            logger.log(logging.WARNING if self.run["mode"] == "plain" else logging.INFO,
+                       "nothing to resume in %s: starting from scratch", self.output)
         if not (resume and found):
             return
         self._check_resumable(ckpt.read_state(found[-1]))  # checked before loading

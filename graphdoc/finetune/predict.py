@@ -36,7 +36,8 @@ def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch
     stats = ReadStats()
     docs = list(read_corpus(source, stats=stats))
     if not docs:
-        raise GraphDocError(f"no documents in {source}")
+        blank = f": its {stats.empty_skipped} document(s) have no title or text" if stats.empty_skipped else ""
+        raise GraphDocError(f"no documents in {source}{blank}")
     if stats.empty_skipped:
         shown = ", ".join(map(repr, stats.skipped_ids[:SHOWN_IDS]))
         more = ", ..." if stats.empty_skipped > SHOWN_IDS else ""

@@ -106,8 +106,9 @@ class RankingTrainer:
         what = {"source": source, "queries": {q: self.data.query_texts[q] for q in qids},
                 "corpus": self.data.corpus_digest, "depth": self.cfg.negative_depth,
                 "pool": None if self.pool is None else sorted(self.pool)}
-        if source == rk.MODEL:  # ranked with the weights this run has at this step
-            what.update(run=self.loop.data, step=self.loop.state["step"],
+        if source == rk.MODEL:  # ranked with the half-way weights: their step, not the step a resumed run is at
+            step = rk.switch_epoch(self.cfg.epochs) * self.steps_per_epoch
+            what.update(run=self.loop.data, step=step,
                         config={k: v for k, v in dataclasses.asdict(self.cfg).items() if k not in OPERATIONAL})
         return data_fingerprint(what)
 

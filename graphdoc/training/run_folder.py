@@ -16,6 +16,7 @@ from pathlib import Path
 from graphdoc.backbones import FLAT
 from graphdoc.corpus import ReadStats, corpus_files
 from graphdoc.errors import GraphDocError
+from graphdoc.fileio import check_output_folder
 from graphdoc.serialization import is_graphdoc_model
 from graphdoc.training import checkpoint as ckpt
 from graphdoc.training import data
@@ -64,17 +65,6 @@ def check_resumable(state: dict, setup: PretrainSetup, world_size: int, corpus: 
                             f"now {describe(corpus)}")
 
 
-def check_can_be_folder(path: Path, flag: str) -> None:
-    """One line, before anything is written, when ``path`` or the nearest of its parents that exists is a file:
-    the folder could not be made there."""
-    absolute = Path(os.path.abspath(path))
-    for folder in (absolute, *absolute.parents):
-        if folder.exists():
-            if not folder.is_dir():
-                raise GraphDocError(f"{flag} {path}: {folder} is a file, not a folder")
-            return
-
-
 def describe(identity: list[list]) -> str:
     return ", ".join(name if size is None else f"{name} ({size:,} bytes)" for name, size in identity)
 
@@ -115,7 +105,7 @@ class RunFolder:
         out = self.output
         if out.exists() and not out.is_dir():
             raise GraphDocError(f"--output {out} exists and is not a folder")
-        check_can_be_folder(out, "--output")
+        check_output_folder(out, "--output")
         frozen = self.setup.backbone != FLAT and self.cfg.frozen_encoder  # the passage cache is used
         slots = {CONFIG_NAME: False, SUMMARY_NAME: False, LOG_NAME: False, ckpt.MODEL_DIR: True,
                  ckpt.CHECKPOINTS_DIR: True, **({CACHE_NAME: True} if frozen and not self.cfg.cache_dir else {})}
@@ -145,7 +135,7 @@ class RunFolder:
                            "caches passage vectors", cache_dir)
         if cache_dir is None or not frozen:
             return
-        check_can_be_folder(Path(cache_dir), "--cache-dir")
+        check_output_folder(Path(cache_dir), "--cache-dir")
         self.made_cache_dir = not Path(cache_dir).exists()
 
     def discard_new(self) -> None:

@@ -1,0 +1,160 @@
+"""``graphdoc finetune`` and ``predict`` user review: a resume after the switch to the model's own negatives ends
+as an uninterrupted run; bad inputs and unusable folders are one line before a model loads or a folder is made."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from _finetune_helpers import labelled_files, ranking_files, write_jsonl
+
+from graphdoc.cli import main
+from graphdoc.encoder import GraphDocEncoder
+from graphdoc.errors import GraphDocError
+from graphdoc.finetune import ClassificationConfig, RankingConfig, finetune_ranking
+
+RANKING = {"epochs": 4, "batch_size": 4, "hard_negatives": 2, "lr": 5e-3, "max_passages": 4, "temperature": 0.1}
+NO_MODEL = "no/such/model"  # a call that loads a model fails on it: the errors below come before
+
+
+@pytest.fixture(autouse=True)
+def cli_state(restore_cli_state):
+    yield
+
+
+def error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err  # one line, no traceback
+    return err.strip()
+
+
+def finetune(*argv: str) -> int:
+    return main(["-q", "finetune", *argv])
+
+
+def test_a_resume_after_the_switch_to_the_models_negatives_keeps_its_lists_and_ends_as_uninterrupted(
+        spread_bert, tmp_path, monkeypatch):
+    from graphdoc.finetune.ranking_trainer import RankingTrainer
+    from graphdoc.finetune.retriever import CorpusRanker
+
+    files = ranking_files(tmp_path)
+    args = (files["corpus"], files["queries"], files["qrels"])
+    finetune_ranking(*args, tmp_path / "a", config=RankingConfig(**RANKING), model=str(spread_bert))
+    real_epoch = RankingTrainer._epoch
+
+    def stop_in_epoch_4(self, epoch, source):  # epochs 3 and 4 take the model's negatives
+        if epoch == 3:
+            raise KeyboardInterrupt
+        return real_epoch(self, epoch, source)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RankingTrainer, "_epoch", stop_in_epoch_4)
+        with pytest.raises(KeyboardInterrupt):
+            finetune_ranking(*args, tmp_path / "b", config=RankingConfig(**RANKING), model=str(spread_bert))
+    kept = (tmp_path / "b" / "negatives" / "model.json").read_bytes()
+    halfway = (tmp_path / "b" / "halfway" / "model.safetensors").read_bytes()
+    ranked = []
+    real_components = CorpusRanker.components
+    monkeypatch.setattr(CorpusRanker, "components", lambda self, *a: ranked.append(a) or real_components(self, *a))
+    summary = finetune_ranking(*args, tmp_path / "b", config=RankingConfig(**RANKING), model=str(spread_bert),
+                               resume=True)
+    assert summary["epochs"] == 4 and ranked == []  # the lists the interrupted run ranked, not ranked again
+    assert (tmp_path / "b" / "negatives" / "model.json").read_bytes() == kept
+    assert (tmp_path / "b" / "halfway" / "model.safetensors").read_bytes() == halfway
+    a = GraphDocEncoder.from_pretrained(tmp_path / "a" / "model").head_state_dict()
+    b = GraphDocEncoder.from_pretrained(tmp_path / "b" / "model").head_state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("task", ["ranking", "classification"])
+@pytest.mark.parametrize("flag", ["--output", "--cache-dir"])
+def test_a_folder_under_a_file_is_one_error_line(task, flag, tmp_path, capsys):
+    files = ranking_files(tmp_path) if task == "ranking" else labelled_files(tmp_path)
+    inputs = [f"--{name}={path}" for name, path in files.items()]
+    (tmp_path / "file").write_text("kept\n")
+    output = ["--output", str(tmp_path / "file" / "run")] if flag == "--output" else \
+        ["--output", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "file" / "cache")]
+    assert finetune("--task", task, *inputs, *output, "--model", NO_MODEL) == 1
+    where = tmp_path / "file" / ("run" if flag == "--output" else "cache")
+    assert error_line(capsys) == \
+        f"graphdoc finetune: error: {flag} {where}: {tmp_path / 'file'} is a file, not a folder"
+    assert (tmp_path / "file").read_text() == "kept\n" and not (tmp_path / "run").exists()
+
+
+RANKING_INPUT_CASES = [
+    ("qrels", "query-id\tcorpus-id\tscore\nq0\tfox-a\t0\n",
+     "{path}: no relevant judgement of a query in the queries and a document in the corpus to train on"),
+    ("dev-qrels", "query-id\tcorpus-id\tscore\n",
+     "{path}: no relevant judgement of a query in the queries and a document in the corpus to score the epochs on"),
+    ("corpus", "", "the corpus {path} holds no document"),
+    ("queries", '{"_id": "q0", "text": "fox"}\n{"_id": "q0", "text": "dog"}\n',
+     "{path}:2: duplicate query id 'q0' (first seen on line 1)"),
+]
+
+
+@pytest.mark.parametrize(("which", "content", "message"), RANKING_INPUT_CASES,
+                         ids=[case[0] for case in RANKING_INPUT_CASES])
+def test_bad_ranking_inputs_are_one_line_before_a_model_loads_or_a_folder_is_made(which, content, message,
+                                                                                 tmp_path, capsys):
+    files = {**ranking_files(tmp_path), "dev-qrels": None}
+    files[which] = tmp_path / f"bad-{which}{'.tsv' if 'qrels' in which else '.jsonl'}"
+    files[which].write_text(content)
+    inputs = [f"--{name}={path}" for name, path in files.items() if path is not None]
+    assert finetune("--task", "ranking", *inputs, "--output", str(tmp_path / "run"), "--model", NO_MODEL) == 1
+    assert error_line(capsys) == f"graphdoc finetune: error: {message.format(path=files[which])}"
+    assert not (tmp_path / "run").exists()
+
+
+def test_more_folds_than_judged_queries_is_refused_before_a_model_loads(tmp_path, capsys):
+    files = ranking_files(tmp_path)  # six judged queries
+    inputs = [f"--{name}={path}" for name, path in files.items()]
+    assert finetune("--task", "ranking", *inputs, "--folds", "7", "--output", str(tmp_path / "run"),
+                    "--model", NO_MODEL) == 1
+    assert error_line(capsys) == \
+        "graphdoc finetune: error: folds must be between 2 and the number of queries (6), got 7"
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_training_set_of_one_class_is_refused_before_a_model_loads(tmp_path, capsys):
+    files = labelled_files(tmp_path)
+    one = write_jsonl(tmp_path / "one.jsonl", [dict(json.loads(line), label="animals")
+                                               for line in files["train"].read_text().splitlines()])
+    assert finetune("--task", "classification", "--train", str(one), "--dev", str(one), "--output",
+                    str(tmp_path / "run"), "--model", NO_MODEL) == 1
+    assert error_line(capsys) == (f"graphdoc finetune: error: {one}: every training document has the label "
+                                  "'animals'; a classifier needs two or more classes")
+    assert not (tmp_path / "run").exists()
+
+
+def test_too_few_examples_for_few_shot_is_refused_before_a_model_loads(tmp_path, capsys):
+    files = labelled_files(tmp_path)  # six documents per class
+    assert finetune("--task", "classification", "--train", str(files["train"]), "--dev", str(files["dev"]),
+                    "--few-shot", "7", "--output", str(tmp_path / "run"), "--model", NO_MODEL) == 1
+    assert error_line(capsys) == "graphdoc finetune: error: class 'animals' has 6 training examples; 7-shot needs 7"
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"shots": 0}, "shots must be positive or null; got 0"),
+    ({"repeats": 0}, "repeats must be positive; got 0"),
+    ({"head_lr": float("nan")}, "head_lr must be positive; got nan"),
+])
+def test_classification_settings_name_the_bad_value(changes, message):
+    with pytest.raises(GraphDocError) as info:
+        ClassificationConfig(**changes)
+    assert str(info.value) == message
+
+
+def test_predict_input_of_blank_documents_only_says_so(tiny_bert, tmp_path, capsys):
+    from graphdoc.finetune import DocumentClassifier
+
+    DocumentClassifier(GraphDocEncoder.from_pretrained(str(tiny_bert)), ["a", "b"]).save_pretrained(tmp_path / "m")
+    blank = write_jsonl(tmp_path / "blank.jsonl", [{"_id": "x", "title": "", "text": " "}, {"_id": "y", "text": ""}])
+    (tmp_path / "p.jsonl").write_text("kept\n")
+    capsys.readouterr()
+    assert main(["-q", "predict", "--model", str(tmp_path / "m"), "--input", str(blank), "--output",
+                 str(tmp_path / "p.jsonl")]) == 1
+    assert error_line(capsys) == \
+        f"graphdoc predict: error: no documents in {blank}: its 2 document(s) have no title or text"
+    assert (tmp_path / "p.jsonl").read_text() == "kept\n"
