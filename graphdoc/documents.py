@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import numbers
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from graphdoc.errors import InputError
+from graphdoc.errors import GraphDocError, InputError
 
 ID_KEYS = ("_id", "id", "docid", "doc_id")
 TEXT_KEYS = ("text", "contents", "body")
@@ -187,6 +188,16 @@ def lone_surrogate(text: str) -> str | None:
     except UnicodeEncodeError as err:  # UTF-8 encodes every code point but the surrogates
         return f"\\u{ord(text[err.start]):04x}"
     return None
+
+
+def check_query_text(text: Any, name: str) -> str:
+    """One query: a str of valid Unicode; ``name`` (``"query 'q1'"``, ``"the query"``) says which in messages."""
+    if not isinstance(text, str):
+        raise GraphDocError(f"{name} is of type {type(text).__name__}, not str: {reprlib.repr(text)}")
+    surrogate = lone_surrogate(text)
+    if surrogate:
+        raise GraphDocError(f"{name} is not valid Unicode (lone surrogate {surrogate})")
+    return text
 
 
 def check_sections(doc_id: str, text: str, sections: Sequence[Section]) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import reprlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -19,7 +18,7 @@ from tqdm.auto import tqdm
 from graphdoc.chunker import Chunker, fit_to_token_limit
 from graphdoc.config import ModelConfig, check_count
 from graphdoc.device import resolve_device
-from graphdoc.documents import Document, Passage, as_document, lone_surrogate
+from graphdoc.documents import Document, Passage, as_document, check_query_text
 from graphdoc.errors import GraphDocError, ModelLoadError
 from graphdoc.graph import document_graph
 from graphdoc.models import DocumentGraphEncoder, PassageEncoder, Projection
@@ -216,12 +215,13 @@ class GraphDocEncoder(nn.Module):
         if kwargs:
             logger.warning("encode_queries ignores the argument(s) %s", ", ".join(sorted(kwargs)))
         check_count("batch_size", batch_size)
-        single = isinstance(queries, str)
+        single, names = isinstance(queries, str), None
         if isinstance(queries, Mapping):
-            queries = list(queries.values())
+            names, queries = [f"query {str(q)!r}" for q in queries], list(queries.values())
         texts = [queries] if single else list(_iterable(queries, "queries", "a str"))
-        for i, text in enumerate(texts):
-            check_query(text, i)
+        names = ["the query"] if single else names or [f"query {i} (counting from 0)" for i in range(len(texts))]
+        for name, text in zip(names, texts):
+            check_query_text(text, name)
         was_training = self.training
         self.eval()
         chunks = []
@@ -302,16 +302,6 @@ def starts_with_title(text: str, title: str) -> bool:
     such a passage gets no second copy of the title."""
     line = text.lstrip()[: 2 * len(title) + 16].split("\n", 1)[0].strip().strip("#")
     return " ".join(line.split()).casefold() == " ".join(title.split()).casefold()
-
-
-def check_query(text: Any, index: int) -> None:
-    """A query is a string of valid Unicode (JSON's ``"\\ud800"`` escape makes one that is not)."""
-    if not isinstance(text, str):
-        raise GraphDocError(f"query {index} (counting from 0) is a {type(text).__name__}, not a str: "
-                            f"{reprlib.repr(text)}")
-    surrogate = lone_surrogate(text)
-    if surrogate:
-        raise GraphDocError(f"query {index} (counting from 0) is not valid Unicode (lone surrogate {surrogate})")
 
 
 def check_heads(heads: int, size: int, source: str) -> None:

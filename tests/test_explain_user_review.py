@@ -27,7 +27,7 @@ from graphdoc.explain import (
 
 TEXT = "Graph attention networks read documents. Passages become nodes. Dense vectors and BM25 are fused."
 CAP_WARNING = ("2 document(s) had more than 1 passages: their first 1 were compared and {cut} passages left out "
-               "(chunker.max_passages sets the cap; null for none)")
+               "(the max_passages argument set the cap)")
 
 
 @pytest.fixture(autouse=True)
@@ -62,6 +62,15 @@ def test_compare_refuses_an_html_page_over_the_corpus(model_dir, tmp_path, capsy
     assert cli("compare", "x", "y", "--corpus", corpus, "--model", model_dir, "--html", corpus) == 1
     assert "is the input file" in error_line(capsys, "compare")
     assert corpus.read_bytes() == before
+    folder = tmp_path / "notes"  # a folder corpus: its text files are the inputs
+    folder.mkdir()
+    for name in ("x", "y"):
+        (folder / f"{name}.md").write_text(f"# {name}\n\n{TEXT}\n", encoding="utf-8")
+    before = (folder / "x.md").read_bytes()
+    assert cli("compare", "x", "y", "--corpus", folder, "--model", model_dir, "--html", folder / "x.md") == 1
+    assert error_line(capsys, "compare").endswith(f"--html {folder / 'x.md'} is the input file {folder / 'x.md'}; "
+                                                  "name another file for the page")
+    assert (folder / "x.md").read_bytes() == before
 
 
 def test_compare_says_when_the_passage_cap_leaves_passages_out(model, caplog) -> None:

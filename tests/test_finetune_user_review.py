@@ -158,3 +158,19 @@ def test_predict_input_of_blank_documents_only_says_so(tiny_bert, tmp_path, caps
     assert error_line(capsys) == \
         f"graphdoc predict: error: no documents in {blank}: its 2 document(s) have no title or text"
     assert (tmp_path / "p.jsonl").read_text() == "kept\n"
+
+
+def test_resuming_a_k_fold_or_few_shot_run_in_a_folder_holding_none_warns_once(tmp_path, caplog):
+    """Its folds or seeds say it at INFO only (one not begun before an interruption is simply started)."""
+    import logging
+
+    from graphdoc.finetune.loop import check_run_folder, run_kind
+
+    with caplog.at_level(logging.INFO, logger="graphdoc.finetune.loop"):
+        check_run_folder(tmp_path / "typo", run_kind("ranking", folds=3), resume=True)
+        check_run_folder(tmp_path / "typo2", run_kind("classification", shots=5), resume=True)
+        check_run_folder(tmp_path / "plain", run_kind("classification"), resume=True)  # its EpochLoop warns
+        check_run_folder(tmp_path / "new", run_kind("ranking", folds=3), resume=False)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", f"nothing to resume in {tmp_path / 'typo'}: starting from scratch"),
+        ("WARNING", f"nothing to resume in {tmp_path / 'typo2'}: starting from scratch")]

@@ -333,9 +333,10 @@ def test_compare_cli_names_the_empty_file_before_loading_a_model(cli) -> None:
 
 
 @pytest.mark.parametrize("queries, message", [
-    (["fine", None], "query 1 (counting from 0) is a NoneType, not a str: None"),
-    ([5], "query 0 (counting from 0) is a int, not a str: 5"),
+    (["fine", None], "query 1 (counting from 0) is of type NoneType, not str: None"),
+    ([5], "query 0 (counting from 0) is of type int, not str: 5"),
     (["q\ud800"], "query 0 (counting from 0) is not valid Unicode (lone surrogate \\ud800)"),
+    ({"q1": "fine", "q2": None}, "query 'q2' is of type NoneType, not str: None"),
 ])
 def test_encode_queries_checks_its_input(tiny_bert, queries, message):
     model = GraphDocEncoder.from_pretrained(tiny_bert, device="cpu")

@@ -57,14 +57,14 @@ def test_one_str_is_refused_where_several_queries_are_expected(searcher) -> None
 
 
 def test_a_query_that_is_not_a_str_is_refused_naming_it(searcher) -> None:
-    with pytest.raises(GraphDocError, match=r"^query 1 \(counting from 0\) is a NoneType, not a str: None$"):
+    with pytest.raises(GraphDocError, match=r"^query 1 \(counting from 0\) is of type NoneType, not str: None$"):
         searcher.batch_search(["zebra", None, math.nan], mode="dense")
-    with pytest.raises(GraphDocError, match=r"^query 'q2' is a float, not a str: nan$"):
+    with pytest.raises(GraphDocError, match=r"^query 'q2' is of type float, not str: nan$"):
         searcher.batch_search({"q1": "zebra", "q2": math.nan}, mode="bm25")
-    with pytest.raises(GraphDocError, match=r"^query 0 \(counting from 0\) is a bytes, not a str: b'fox'$"):
+    with pytest.raises(GraphDocError, match=r"^query 0 \(counting from 0\) is of type bytes, not str: b'fox'$"):
         searcher.encode_queries([b"fox"])
     for mode in ("bm25", "dense", "hybrid"):  # bm25 searched the word "None" and found nothing
-        with pytest.raises(GraphDocError, match="^the query is a NoneType, not a str: None$"):
+        with pytest.raises(GraphDocError, match="^the query is of type NoneType, not str: None$"):
             searcher.search(None, mode=mode)
 
 
@@ -219,7 +219,7 @@ def test_compare_documents_checks_its_counts(model, options, message) -> None:
 def test_explain_hits_refuses_a_query_search_refuses(searcher) -> None:
     hits = searcher.search("zebra", k=1, mode="bm25")
     for query, message in [("", "the query is empty"), (" \t", "the query is empty"),
-                           (None, "the query is a NoneType, not a str: None")]:
+                           (None, "the query is of type NoneType, not str: None")]:
         with pytest.raises(GraphDocError) as info:
             explain_hits(searcher, query, hits)
         assert str(info.value) == message

@@ -127,6 +127,26 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
     return RankingTrainer(model, config, data, train, output, dev).train(resume)
 
 
+def _check_labels(splits: dict[str, list], sources: dict[str, Any], config: ClassificationConfig) -> list[str]:
+    """The training set's classes, sorted, once the splits are checked before a model loads or a folder is made:
+    two or more classes, no dev or test label unseen in training, and ``config.shots`` of each in few-shot mode."""
+    from graphdoc.finetune.classification import labels_of
+    from graphdoc.finetune.fewshot import sample_per_class
+
+    known = set(labels_of(splits["train"]))
+    if len(known) < 2:
+        raise GraphDocError(f"{sources['train']}: every training document has the label {known.pop()!r}; a "
+                            "classifier needs two or more classes")
+    for name in ("dev", "test"):
+        unknown = sorted(set(labels_of(splits.get(name, []))) - known)
+        if unknown:
+            raise GraphDocError(f"{sources[name]}: labels not in the training set: {', '.join(map(repr, unknown))}")
+    if config.shots is not None:  # a class short of examples is an error before any passage is encoded
+        sample_per_class(dict(zip([d.id for d in splits["train"]], labels_of(splits["train"]))), config.shots,
+                         config.seed)
+    return sorted(known)
+
+
 def _output_folder(output: str | Path, cache_dir: str | Path | None = None) -> Path:
     """The run folder; an empty name (which would be the working directory) is an error, and so is a run folder
     or passage cache folder (``cache_dir``) that a file stands in the way of."""
@@ -167,11 +187,10 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
         SUPCON_NEEDS_LAYERS,
         ClassificationTrainer,
         evaluate_classifier,
-        labels_of,
         prepare_inputs,
         read_labelled,
     )
-    from graphdoc.finetune.fewshot import few_shot, sample_per_class
+    from graphdoc.finetune.fewshot import few_shot
     from graphdoc.finetune.inputs import open_cache
     from graphdoc.finetune.loop import (
         check_run_folder,
@@ -187,16 +206,7 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     splits = {"train": read_labelled(train, "train"), "dev": read_labelled(dev, "dev")}
     if test is not None:
         splits["test"] = read_labelled(test, "test")
-    known = set(labels_of(splits["train"]))
-    if len(known) < 2:  # before a model loads or a folder is made
-        raise GraphDocError(f"{train}: every training document has the label {known.pop()!r}; a classifier needs "
-                            "two or more classes")
-    for source, name in ((dev, "dev"), (test, "test")):
-        unknown = sorted(set(labels_of(splits.get(name, []))) - known)
-        if unknown:
-            raise GraphDocError(f"{source}: labels not in the training set: {', '.join(map(repr, unknown))}")
-    if config.shots is not None:  # a class short of examples is an error before any passage is encoded
-        sample_per_class({d.id: str(d.metadata["label"]) for d in splits["train"]}, config.shots, config.seed)
+    classes = _check_labels(splits, {"train": train, "dev": dev, "test": test}, config)
     check_run_folder(output, run_kind("classification", shots=config.shots), resume)
     encoder = load_start_model(model, model_config, device, backbone, precision)
     check_start_model(output, encoder, resume)
@@ -205,7 +215,7 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     cache = open_cache(encoder, config.frozen_encoder, config.cache_dir, output)
     data = prepare_inputs(encoder, [d for docs in splits.values() for d in docs], cache, config.max_passages)
     keys = {name: [d.id for d in docs] for name, docs in splits.items()}
-    classifier = DocumentClassifier(encoder, sorted(known), config.dropout)
+    classifier = DocumentClassifier(encoder, classes, config.dropout)
     if config.shots is not None:
         return few_shot(classifier, config, data, keys["train"], keys.get("test", keys["dev"]), output,
                         config.shots, config.repeats, resume)

@@ -67,6 +67,8 @@ def check_run_folder(output: Path, wanted: dict[str, Any], resume: bool) -> None
     A run of the same kind is left to :meth:`EpochLoop.start_or_resume` (``--resume``, settings, data)."""
     held = held_run(Path(output))
     if held is None:
+        if resume and wanted["mode"] != "plain":  # a plain run's EpochLoop says so; k-fold and few-shot runs here
+            logger.warning("nothing to resume in %s: starting from scratch", output)
         return
     if (held["task"], held["mode"]) != (wanted["task"], wanted["mode"]):
         if resume:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import reprlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from graphdoc.documents import check_query_text
 from graphdoc.errors import GraphDocError
 
 SEVERAL = "a list of query texts or a dict {query id: text}"
@@ -13,8 +13,7 @@ SEVERAL = "a list of query texts or a dict {query id: text}"
 
 def check_query(query: Any) -> str:
     """One query: a str with a word in it (a blank query would rank documents on nothing)."""
-    if not isinstance(query, str):
-        raise GraphDocError(f"the query is a {type(query).__name__}, not a str: {reprlib.repr(query)}")
+    check_query_text(query, "the query")
     if not query.strip():
         raise GraphDocError("the query is empty")
     return query
@@ -39,8 +38,7 @@ def split_queries(queries: Mapping[Any, str] | Iterable[str]) -> tuple[list[str]
     else:
         raise GraphDocError(f"expected {SEVERAL}; got {type(queries).__name__}")
     for name, text in zip(names, texts):
-        if not isinstance(text, str):
-            raise GraphDocError(f"{name} is a {type(text).__name__}, not a str: {reprlib.repr(text)}")
+        check_query_text(text, name)
     blank = next((name for name, text in zip(names, texts) if not text.strip()), None)
     if blank is not None:
         raise GraphDocError("the query is empty" if len(texts) == 1 else f"{blank} is empty")
