@@ -191,3 +191,25 @@ def test_a_pretrain_config_gives_its_model_section_and_backbone(tiny_bert: Path,
     np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
     assert main(["-q", "embed", "--corpus", str(corpus), "--output", str(tmp_path / "c.npy"), "--config",
                  str(config), "--backbone", "graph"]) == 1  # the flat settings do not fit a graph model
+
+
+def test_a_full_disk_is_one_line_and_the_last_output_is_kept(tiny_bert: Path, tmp_path: Path, capsys,
+                                                               monkeypatch) -> None:
+    import errno
+
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", DOCS)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert) == 0
+    before = (tmp_path / "emb.npy").read_bytes(), (tmp_path / "emb.ids.txt").read_bytes()
+
+    def full(file, array, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "emb.npy"))
+
+    monkeypatch.setattr(np, "save", full)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert) == 1
+    assert error_line(capsys) == (f"graphdoc embed: error: No space left on device: {tmp_path / 'emb.npy'} "
+                                  "(-v shows where it happened)")
+    assert ((tmp_path / "emb.npy").read_bytes(), (tmp_path / "emb.ids.txt").read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "emb.ids.txt", "emb.npy"]
+    with pytest.raises(OSError):  # -v: the traceback, to see where
+        main(["-v", "embed", "--corpus", str(corpus), "--output", str(tmp_path / "emb.npy"), "--model",
+              str(tiny_bert)])

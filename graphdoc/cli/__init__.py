@@ -71,6 +71,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GraphDocError as exc:
         print(f"graphdoc {args.command}: error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # the machine's, not the input's: a full disk, a permission, a read-only folder
+        if args.verbose:
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"graphdoc {args.command}: error: {exc.strerror or exc}{where} (-v shows where it happened)",
+              file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"graphdoc {args.command}: interrupted", file=sys.stderr)
         return 130
