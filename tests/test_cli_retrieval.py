@@ -7,9 +7,11 @@ import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from _retrieval_helpers import (
     cli,
+    doc_ids,
     error_line,
     make_docs,
     manifest_json,
@@ -56,6 +58,18 @@ def test_index_prints_its_counts(files, model_dir, tmp_path, capsys) -> None:
     assert capsys.readouterr().out == f"{tmp_path / 'i'}: 20 documents, 0 passages, 3 shards\n"
     m = manifest_json(tmp_path / "i")
     assert (m["store_passages"], m["bm25"]["stemmer"]) == (False, "english")
+
+
+def test_index_adds_documents_with_the_index_model_when_no_model_is_named(own_index, model, tmp_path,
+                                                                        capsys) -> None:
+    more = write_jsonl(tmp_path / "more.jsonl", [dict(d, _id=f"new{d['_id']}") for d in make_docs(3)])
+    assert cli("index", "--corpus", more, "--index-dir", own_index) == 0  # not the default MiniLM: no mismatch
+    assert capsys.readouterr().out == f"{own_index}: 23 documents, {manifest_json(own_index)['counts']['passages']} " \
+                                      "passages, 4 shards\n"
+    vectors = dict(zip(doc_ids(own_index), np.load(own_index / "final" / "doc_vectors.npy")))
+    for i in range(3):  # the same texts, embedded by the same model
+        np.testing.assert_allclose(vectors[f"newd00{i}"], vectors[f"d00{i}"], atol=1e-6)
+    Searcher(own_index, model=model)  # the index still takes its model
 
 
 # ------------------------------------------------------------------ search

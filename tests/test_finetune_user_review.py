@@ -174,3 +174,16 @@ def test_resuming_a_k_fold_or_few_shot_run_in_a_folder_holding_none_warns_once(t
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("WARNING", f"nothing to resume in {tmp_path / 'typo'}: starting from scratch"),
         ("WARNING", f"nothing to resume in {tmp_path / 'typo2'}: starting from scratch")]
+
+
+def test_a_second_run_without_resume_is_refused_before_a_model_loads(tiny_bert, tmp_path, capsys):
+    files = ranking_files(tmp_path)
+    inputs = [f"--{name}={path}" for name, path in files.items()]
+    assert finetune("--task", "ranking", *inputs, "--epochs", "1", "--batch-size", "4", "--output",
+                    str(tmp_path / "run"), "--model", str(tiny_bert)) == 0
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*"))
+    capsys.readouterr()
+    assert finetune("--task", "ranking", *inputs, "--output", str(tmp_path / "run"), "--model", NO_MODEL) == 1
+    assert error_line(capsys) == (f"graphdoc finetune: error: {tmp_path / 'run'} already holds a ranking run; pass "
+                                  "--resume to continue it or choose another --output")
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*")) == before

@@ -493,13 +493,24 @@ def test_a_model_retrained_in_place_is_named_as_such(tiny_bert, docs, tmp_path) 
         Searcher(tmp_path / "index", model=GraphDocEncoder.from_pretrained(str(folder), device="cpu"))
 
 
-def test_opening_with_another_chunker_setting_names_it(built, tiny_bert) -> None:
+def test_opening_with_another_chunker_setting_names_it(built, model_dir, tiny_bert) -> None:
     other = GraphDocEncoder.from_pretrained(str(tiny_bert), config=chunker_config(50), device="cpu")
     assert model_fingerprint(other) == manifest_json(built)["model"]["fingerprint"]  # the same weights
     with pytest.raises(IndexMismatchError) as info:
         Searcher(built, model=other)
-    assert str(info.value) == (f"index {built} was built with chunker.max_words=12, "
-                               "the model has chunker.max_words=50")
+    assert str(info.value) == (f"index {built} was built with chunker.max_words=12, the model has "
+                               f"chunker.max_words=50 (the index's model is '{model_dir}', this one '{tiny_bert}')")
+
+
+def test_a_setting_mismatch_names_both_models_when_they_differ(tiny_bert, docs, tmp_path) -> None:
+    saved = save_model(tiny_bert, tmp_path / "m50", chunker_config(50))
+    build_index(GraphDocEncoder.from_pretrained(str(saved), device="cpu"), str(write_jsonl(tmp_path / "c.jsonl",
+                                                                                          docs[:2])), tmp_path / "i")
+    with pytest.raises(IndexMismatchError) as info:
+        Searcher(tmp_path / "i", model=GraphDocEncoder.from_pretrained(str(tiny_bert), config=MODEL_CONFIG,
+                                                                       device="cpu"))
+    assert str(info.value) == (f"index {tmp_path / 'i'} was built with chunker.max_words=50, the model has "
+                               f"chunker.max_words=12 (the index's model is '{saved}', this one '{tiny_bert}')")
 
 
 def test_adding_with_another_faiss_factory_is_refused(built, tmp_path, capsys) -> None:

@@ -94,7 +94,8 @@ def test_few_shot_resume_continues_every_seed(tiny_bert, tmp_path, monkeypatch, 
     with pytest.raises(KeyboardInterrupt):
         finetune_classification(files["train"], files["dev"], tmp_path / "b", config=config, model=str(tiny_bert))
     monkeypatch.setattr(ClassificationTrainer, "train", real)
-    with pytest.raises(GraphDocError, match="seed-42 already holds a fine-tuning run; pass --resume"):
+    with pytest.raises(GraphDocError, match=r"b already holds a few-shot classification run \(--few-shot \d+\); "
+                                            "pass --resume"):
         finetune_classification(files["train"], files["dev"], tmp_path / "b", config=config, model=str(tiny_bert))
     with caplog.at_level(logging.INFO, logger="graphdoc.finetune.fewshot"):
         resumed = finetune_classification(files["train"], files["dev"], tmp_path / "b", config=config,

@@ -1,4 +1,7 @@
-"""``graphdoc index``: build (resume, extend) an index folder: FAISS + BM25 + document store."""
+"""``graphdoc index``: build (resume, extend) an index folder: FAISS + BM25 + document store.
+
+Without ``--model`` (or ``--config``/``--backbone``), an existing index is extended or resumed with its own model.
+"""
 
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     settings = IndexSettings(faiss_factory=args.faiss_factory, metric=args.metric, bm25=bm25,
                              store_passages=not args.no_passages, shard_size=args.shard_size,
                              on_duplicate=args.on_duplicate)
-    model = load_model(args)
+    model = _model(args)
     manifest = build_index(model, args.corpus, args.index_dir, settings, part=args.shard,
                            batch_size=args.batch_size, show_progress_bar=not args.quiet)
     counts = manifest.counts
@@ -47,3 +50,23 @@ def run(args: argparse.Namespace) -> int:
           f"{counts.get('shards', 0)} shards")
     logger.debug("manifest: %s", manifest)
     return 0
+
+
+def _model(args: argparse.Namespace):
+    """The model of ``--model``/``--config``/``--backbone``; with none of them, an existing index's own model (adding
+    documents to it, or resuming its build), as ``graphdoc search`` takes it."""
+    from graphdoc.retrieval.manifest import MANIFEST_NAME, Manifest
+
+    given = (args.model, args.config, args.backbone, args.flat_document)
+    identity = Manifest.load(args.index_dir).model \
+        if all(x is None for x in given) and (args.index_dir / MANIFEST_NAME).is_file() else None
+    if identity:  # an index holding no documents yet binds no model
+        from graphdoc.backbones import load_index_model
+
+        logger.info("%s: using the model it was built with, %s", args.index_dir,
+                    identity.get("path") or identity.get("name"))
+        model = load_index_model(identity, device=args.device)
+        if args.precision is not None:
+            model.passage_encoder.config.precision = args.precision
+        return model
+    return load_model(args)

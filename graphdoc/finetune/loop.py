@@ -62,15 +62,20 @@ def describe_run(kind: dict[str, Any]) -> str:
 
 
 def check_run_folder(output: Path, wanted: dict[str, Any], resume: bool) -> None:
-    """Refuse, in one line and before a model loads, a run into a folder holding a fine-tuning run of another
-    kind (the other task; plain, k-fold or few-shot), and resuming a k-fold run with another number of folds.
-    A run of the same kind is left to :meth:`EpochLoop.start_or_resume` (``--resume``, settings, data)."""
+    """Refuse, in one line and before a model loads, a run into a folder holding a fine-tuning run (without
+    ``resume``, or of another kind: the other task; plain, k-fold or few-shot), and resuming a k-fold run with
+    another number of folds. Resuming a run of the same kind is left to :meth:`EpochLoop.start_or_resume`
+    (settings, data)."""
     held = held_run(Path(output))
     if held is None:
         if resume and wanted["mode"] != "plain":  # a plain run's EpochLoop says so; k-fold and few-shot runs here
             logger.warning("nothing to resume in %s: starting from scratch", output)
         return
-    if (held["task"], held["mode"]) != (wanted["task"], wanted["mode"]):
+    same = (held["task"], held["mode"]) == (wanted["task"], wanted["mode"])
+    if same and not resume:  # now, before a model loads and the passages are encoded
+        raise GraphDocError(f"{output} already holds a {describe_run(held)}; pass --resume to continue it or choose "
+                            "another --output")
+    if not same:
         if resume:
             raise GraphDocError(f"cannot resume {output} as a {describe_run(wanted)}: it holds a "
                                 f"{describe_run(held)}")
