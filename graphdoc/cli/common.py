@@ -15,6 +15,8 @@ logger = logging.getLogger("graphdoc.cli")
 
 PRECISION_HELP = ("passage encoder arithmetic: auto (bf16/fp16 on CUDA, fp32 on a CPU), fp32, fp16, or bf16 (also "
                   "on CPUs with native bfloat16, about 1.7x as fast) (default: the model's own)")
+#: the help of every --device option
+DEVICE_HELP = "cpu, cuda, cuda:N or mps (default: CUDA when present)"
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +32,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--flat-document", choices=DOCUMENT_MODES, default=None,
                        help="flat backbone's document vector: first = title and text truncated to the "
                             "encoder's limit (FirstP, default), mean = the mean of its passage vectors")
-    group.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: CUDA when present)")
+    group.add_argument("--device", default=None, help=DEVICE_HELP)
     group.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     group.add_argument("--batch-size", type=int, default=32, metavar="N", help="documents per batch")
 

@@ -53,7 +53,7 @@ def print_evaluation(run_, judgements: Judgements, name: str = "run", run_name: 
         logger.warning("%d of the %d queries judged in %s are not in %s: they count as 0",
                        missing, len(judgements.qrels), judgements.source, run_name)
     if 0 < judged < len(run_):
-        logger.info("%d of the %d queries of %s have no judgements in %s and are left out",
+        logger.info("%d of the %d queries of %s have no judgements in %s and are left out of the figures",
                     len(run_) - judged, len(run_), run_name, judgements.source)
     results = evaluate(run_, judgements.qrels, judgements.measures, warn_unjudged=False)  # warned above
     print(format_table({name: results}))

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from graphdoc.backbones import BACKBONES
-from graphdoc.cli.common import PRECISION_HELP, logger
+from graphdoc.cli.common import DEVICE_HELP, PRECISION_HELP, logger
 from graphdoc.config import NEGATIVE_POOLS, PRECISIONS
 from graphdoc.errors import GraphDocError
 
@@ -70,7 +70,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--cache-dir", default=None, metavar="DIR",
                        help="passage vector cache (frozen mode; default: DIR/passage_cache)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
-    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present)")
+    parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     parser.set_defaults(func=run)
 

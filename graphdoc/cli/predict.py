@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graphdoc.cli.common import logger
+from graphdoc.cli.common import DEVICE_HELP, logger
 from graphdoc.errors import GraphDocError
 
 
@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="passages kept per document (default: the number the classifier was trained and "
                              "scored with, so predictions reproduce its dev score; a classifier saved before "
                              "graphdoc recorded it: its encoder's chunker max_passages)")
-    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present)")
+    parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.set_defaults(func=run)
 
 

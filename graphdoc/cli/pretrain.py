@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from graphdoc.backbones import BACKBONES
-from graphdoc.cli.common import PRECISION_HELP, logger
+from graphdoc.cli.common import DEVICE_HELP, PRECISION_HELP, logger
 from graphdoc.config import PRECISIONS
 from graphdoc.errors import GraphDocError
 from graphdoc.training.config import OBJECTIVES
@@ -47,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--cache-dir", default=None, metavar="DIR",
                         help="passage vector cache of the frozen mode (default DIR/passage_cache)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
-    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present)")
+    parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     parser.set_defaults(func=run)
 

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from graphdoc.cli.common import check_at_least_one
+from graphdoc.cli.common import DEVICE_HELP, check_at_least_one
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import check_output_file
 
@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="with one QUERY: each hit's N passages (default 3) most similar to the query, "
                              "with the document node's attention, sections and offsets")
     parser.add_argument("--model", default=None, help="query encoder (default: the index's model)")
-    parser.add_argument("--device", default=None)
+    parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.set_defaults(func=run)
 
 

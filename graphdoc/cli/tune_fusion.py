@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graphdoc.cli.common import check_at_least_one, logger
+from graphdoc.cli.common import DEVICE_HELP, check_at_least_one, logger
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import check_output_file
 
@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="make weighted fusion with the chosen alpha and normalisation the index's setting "
                              "(kept when every alpha scores the same)")
     parser.add_argument("--model", default=None, help="query encoder (default: the index's model)")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: CUDA when present)")
+    parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.set_defaults(func=run)
 
 
