@@ -76,7 +76,8 @@ def test_grad_cache_equals_plain_backprop(model):
     assert loss.item() == pytest.approx(plain.item(), rel=1e-5)
     assert set(got) == set(expected) and any(n.startswith("passage_encoder.") for n in got)
     for name in expected:
-        torch.testing.assert_close(got[name], expected[name], atol=1e-6, rtol=1e-4, msg=name)
+        # float32 sums in another order (chunks, threads): 1e-6 failed about once in ten full runs
+        torch.testing.assert_close(got[name], expected[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_grad_cache_replays_dropout(model):
