@@ -13,11 +13,12 @@ import dataclasses
 import importlib
 import logging
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from graphdoc.errors import GraphDocError, ModelLoadError
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 GRAPH, FLAT = "graph", "flat"
 DEFAULT_BACKBONE = GRAPH
@@ -52,6 +53,23 @@ def convert_model_config(config, backbone: str):
     section becomes that backbone's default (its settings mean nothing to the other backbone)."""
     cls = model_config_class(backbone)
     return config if isinstance(config, cls) else cls(chunker=config.chunker, passage_encoder=config.passage_encoder)
+
+
+def read_as_flat_if_not(read: Callable[[], T], path: str | Path, read_flat: Callable[[], T] | None) -> tuple[T, bool]:
+    """``read()``; when it fails and ``read_flat`` is given, ``read_flat()`` instead, logged (a settings file that
+    names no backbone but reads as flat settings only). Returns the result and whether it is the flat one; when
+    both fail, ``read``'s error."""
+    try:
+        return read(), False
+    except GraphDocError as err:
+        if read_flat is None:
+            raise
+        try:
+            result = read_flat()
+        except GraphDocError:
+            raise err from None
+    logger.info("%s reads as flat-backbone settings: building a flat model", path)
+    return result, True
 
 
 class BackboneSetup:
@@ -98,17 +116,10 @@ class BackboneSetup:
         if path is None:
             return cls()
         data = read_config_file(path)
-        try:
-            return cls.from_dict(data)
-        except GraphDocError as err:
-            if not isinstance(data, Mapping) or "backbone" in data or backbone == GRAPH:
-                raise
-            try:
-                setup = cls.from_dict({**data, "backbone": FLAT})
-            except GraphDocError:
-                raise err from None
-            logger.info("%s reads as flat-backbone settings: training a flat model", path)
-            return setup
+        may_be_flat = isinstance(data, Mapping) and "backbone" not in data and backbone != GRAPH
+        setup, _ = read_as_flat_if_not(lambda: cls.from_dict(data), path,
+                                       (lambda: cls.from_dict({**data, "backbone": FLAT})) if may_be_flat else None)
+        return setup
 
     def with_backbone(self, backbone: str):
         """This setup for a model of ``backbone`` (see :func:`convert_model_config`)."""

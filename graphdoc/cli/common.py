@@ -91,15 +91,9 @@ def _config_file(path: str, data, backbone: str, guessed: bool):
     from graphdoc import backbones
     from graphdoc.serialization import config_class_of
 
-    try:
-        return from_dict(config_class_of(backbones.backbone_class(backbone)), data), backbone
-    except GraphDocError as err:
-        other = FLAT if backbone != FLAT else None
-        if guessed and other is not None:
-            try:
-                config = from_dict(config_class_of(backbones.backbone_class(other)), data)
-            except GraphDocError:
-                raise err from None
-            logger.info("%s reads as %s-backbone settings: building a %s model", path, other, other)
-            return config, other
-        raise
+    def read(name: str):
+        return from_dict(config_class_of(backbones.backbone_class(name)), data)
+
+    config, flat = backbones.read_as_flat_if_not(lambda: read(backbone), path,
+                                                 (lambda: read(FLAT)) if guessed and backbone != FLAT else None)
+    return config, FLAT if flat else backbone
