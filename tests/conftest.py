@@ -31,11 +31,18 @@ def _train_tokenizer(kind: str):
     from transformers import PreTrainedTokenizerFast
 
     if kind == "bert":
-        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-        tok.train_from_iterator(TRAINING_TEXT, trainers.WordPieceTrainer(vocab_size=300, special_tokens=special))
+        # the vocabulary is built, not trained: WordPiece training breaks ties in hash-map order, which made
+        # the tiny BERT (and every score computed with it) differ from one test session to the next
+        normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+        words = {w for text in TRAINING_TEXT for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))}
+        chars = sorted({c for w in words for c in w})
+        # whole words, plus word starts and 2- to 3-letter word parts, as trained subwords would split other words
+        starts = {w[:n] for w in words for n in range(2, len(w))}
+        parts = {f"##{w[i:i + n]}" for w in words for n in (2, 3) for i in range(1, len(w) - n + 1)}
+        pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars),
+                  *sorted((words | starts) - set(chars)), *sorted(parts)]
+        tok = Tokenizer(models.WordPiece({piece: i for i, piece in enumerate(pieces)}, unk_token="[UNK]"))
+        tok.normalizer, tok.pre_tokenizer = normalizer, pre_tokenizer
         tok.post_processor = processors.TemplateProcessing(
             single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
             special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])

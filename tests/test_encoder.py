@@ -145,7 +145,7 @@ def test_encode_restores_training_mode(model: GraphDocEncoder) -> None:
 
 # ------------------------------------------------------------------ long documents, token limit, titles
 def test_long_document_is_capped_and_the_cut_is_counted(tiny_bert: Path) -> None:
-    model = load(tiny_bert, chunker={"max_words": 20, "max_passages": 5}).eval()
+    model = load(tiny_bert, chunker={"max_words": 10, "max_passages": 5}).eval()
     doc = Document("long", " ".join(f"word{i % 97}." if i % 9 == 8 else f"word{i % 97}" for i in range(3000)))
     prepared = model.prepare(doc)
     assert len(prepared.passages) == len(prepared.token_ids) == 5
