@@ -13,7 +13,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch_geometric.data import Batch
-from tqdm.auto import tqdm
 
 from graphdoc.chunker import Chunker, fit_to_token_limit
 from graphdoc.config import ModelConfig, check_count
@@ -23,6 +22,7 @@ from graphdoc.errors import GraphDocError, ModelLoadError
 from graphdoc.graph import document_graph
 from graphdoc.models import DocumentGraphEncoder, PassageEncoder, Projection
 from graphdoc.outputs import GraphOutput, PreparedDocument
+from graphdoc.progress import progress_bar
 from graphdoc import serialization
 
 logger = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ class GraphDocEncoder(nn.Module):
         single = isinstance(documents, (str, Document, Mapping))
         docs = [documents] if single else list(_iterable(documents, "documents", "a str, a dict, a Document"))
         cut_before = self.chunker.counts()
-        bar = tqdm(total=len(docs), desc="Documents", unit="doc", disable=not _show(show_progress_bar))
+        bar = progress_bar(total=len(docs), desc="Documents", unit="doc", disable=not _show(show_progress_bar))
         chunks = []
         for out in self.iter_forward(docs, batch_size, document_only=True):
             chunks.append(out.document_embeddings)
@@ -226,7 +226,7 @@ class GraphDocEncoder(nn.Module):
         self.eval()
         chunks = []
         try:
-            for start in tqdm(range(0, len(texts), batch_size), desc="Queries",
+            for start in progress_bar(range(0, len(texts), batch_size), desc="Queries",
                               disable=not _show(show_progress_bar)):
                 prepared = [self.prepare_query(t) for t in texts[start:start + batch_size]]
                 chunks.append(self._infer(prepared, False).document_embeddings)

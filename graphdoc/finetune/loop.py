@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
 from graphdoc.fingerprint import weights_fingerprint
+from graphdoc.progress import progress_bar
 from graphdoc.training import checkpoint as ckpt
 from graphdoc.training.metrics import peak_memory_mib
 from graphdoc.training.optim import build_optimizer, build_scheduler
@@ -153,7 +153,7 @@ class EpochLoop:
         self.start = time.perf_counter()
         self.state: dict[str, Any] = {"epoch": 0, "step": 0, "best": None, "history": []}
         self.steps_per_epoch = max(1, total_steps // max(1, config.epochs))
-        self.bar = None  # this epoch's progress bar (shown on a terminal only)
+        self.bar = None  # this epoch's progress bar (shown with INFO logging: --quiet hides it)
         #: what kind of run this is (see :func:`run_kind`; a k-fold driver sets its ``folds``), kept in checkpoints
         self.run = run_kind(config.section, shots=getattr(config, "shots", None))
         self.start_model: dict[str, Any] = {}  # model_identity of the weights the run starts from
@@ -223,8 +223,9 @@ class EpochLoop:
         self.state["step"] += 1
         value = float(loss.detach())
         if self.bar is None:
-            self.bar = tqdm(total=self.steps_per_epoch, unit="step", leave=False, disable=None,
-                            desc=f"{self.output.name}: epoch {self.state['epoch'] + 1}/{self.config.epochs}")
+            self.bar = progress_bar(total=self.steps_per_epoch, unit="step", leave=False,
+                                    disable=not logger.isEnabledFor(logging.INFO),
+                                    desc=f"{self.output.name}: epoch {self.state['epoch'] + 1}/{self.config.epochs}")
         self.bar.set_postfix(loss=f"{value:.4f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}", refresh=False)
         self.bar.update()
         if self.bar.n >= self.steps_per_epoch:  # closed before the epoch's dev score and log line

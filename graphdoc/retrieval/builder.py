@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from graphdoc.config import check_count
 from graphdoc.corpus import ReadStats
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import remove_stale_temporaries
+from graphdoc.progress import progress_bar
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config
 from graphdoc.retrieval.dense_searcher import DenseSettings
@@ -280,7 +280,7 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     stats, cursor, cut_before = ReadStats(), Cursor(source.documents_read), model.chunker.counts()
     known = _known_ids(index_dir, manifest)
     started, added = time.perf_counter(), 0
-    bar = tqdm(desc="Indexing", unit="doc", initial=source.documents_read, disable=not show_progress_bar,
+    bar = progress_bar(desc="Indexing", unit="doc", initial=source.documents_read, disable=not show_progress_bar,
                dynamic_ncols=True)
     try:  # closed on an error too, so that the error line starts a line of its own
         for docs in _batches(open_corpus(corpus, stats), cursor, *part, settings, known):

@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from graphdoc.backbones import FLAT, load_model
@@ -36,6 +35,7 @@ from graphdoc.corpus import ReadStats
 from graphdoc.device import autocast_dtype
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
+from graphdoc.progress import progress_bar
 from graphdoc.serialization import backbone_of, saved_backbone
 from graphdoc.training import checkpoint as ckpt
 from graphdoc.training import data
@@ -225,9 +225,9 @@ class Trainer:
         self.throughput = Throughput()  # the loop's own rates: model loading and counting are left out
         if self.step:
             self._check_time()  # a resumed run whose budget is already spent takes no step
-        with logging_redirect_tqdm(), tqdm(total=self.total_steps, initial=self.step, desc="Pretraining",
-                                           unit="step", bar_format=BAR_FORMAT,
-                                           disable=not self.show_progress_bar) as bar:
+        with logging_redirect_tqdm(), progress_bar(total=self.total_steps, initial=self.step, desc="Pretraining",
+                                                   unit="step", bar_format=BAR_FORMAT,
+                                                   disable=not self.show_progress_bar) as bar:
             while self.step < self.total_steps and self.position.epoch < self.cfg.epochs and not self.time_up:
                 for batch in self._epoch_batches():
                     self.last_loss, self.last_mlm = self._train_step(batch)

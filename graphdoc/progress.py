@@ -1,0 +1,55 @@
+"""Progress bars that read well on a terminal and in a log.
+
+On a terminal (or in a notebook) a bar is tqdm's own, redrawn in place. When standard error is redirected
+to a file, redrawing in place would fill the log with carriage returns; there the bar writes its state as a
+plain line of its own instead, at most every :data:`LOG_INTERVAL` seconds (and once more when it ends).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO, Any
+
+from tqdm.auto import tqdm as auto_tqdm
+
+LOG_INTERVAL = 30.0  # seconds between two progress lines in a log
+
+
+class LineWriter:
+    """A file for tqdm that turns each redraw of a bar into one line (no carriage returns, no blank clears)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    @property
+    def encoding(self) -> str | None:
+        return getattr(self.stream, "encoding", None)
+
+    def write(self, text: str) -> None:
+        line = text.replace("\r", "").rstrip()
+        if line:
+            self.stream.write(line + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def _in_notebook() -> bool:
+    """Whether tqdm.auto chose notebook widgets (it imports ``tqdm.notebook`` only then)."""
+    notebook = sys.modules.get("tqdm.notebook")
+    return notebook is not None and issubclass(auto_tqdm, notebook.tqdm)
+
+
+def progress_bar(iterable: Any = None, *, disable: bool = False, **kwargs: Any):
+    """A tqdm bar (same arguments) that writes plain lines when standard error is not a terminal."""
+    if not (disable or "file" in kwargs or _in_notebook() or _is_terminal(sys.stderr)):
+        kwargs.update(file=LineWriter(sys.stderr), dynamic_ncols=False,
+                      mininterval=max(LOG_INTERVAL, kwargs.get("mininterval", 0.0)))
+    return auto_tqdm(iterable, disable=disable, **kwargs)

@@ -1,0 +1,68 @@
+"""Progress bars: redrawn in place on a terminal, plain lines in a log."""
+
+import io
+import sys
+
+import pytest
+
+from graphdoc import progress
+from graphdoc.progress import LineWriter, progress_bar
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_bar_in_a_log_writes_whole_lines_without_carriage_returns(monkeypatch):
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)
+    with progress_bar(total=3, desc="Indexing", unit="doc") as bar:
+        for _ in range(3):
+            bar.update()
+    text = log.getvalue()
+    assert "\r" not in text
+    lines = text.splitlines()
+    assert lines[0].startswith("Indexing:   0%") and lines[-1].startswith("Indexing: 100%")
+    assert all(line.startswith("Indexing:") for line in lines)
+    assert "3/3" in lines[-1]
+
+
+def test_bar_in_a_log_waits_the_log_interval_between_lines(monkeypatch):
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    with progress_bar(total=1000, desc="Embedding", unit="doc") as bar:
+        for _ in range(1000):
+            bar.update()
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 2  # the start, then the end: 1,000 updates inside LOG_INTERVAL write nothing between
+    assert "1000/1000" in lines[-1]
+
+
+def test_bar_on_a_terminal_is_redrawn_in_place(monkeypatch):
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    bar = progress_bar(total=2, desc="Documents", mininterval=0)
+    assert not isinstance(bar.fp, LineWriter)
+    bar.update(2)
+    bar.close()
+    assert "\r" in terminal.getvalue()
+
+
+@pytest.mark.parametrize("kwargs", [{"disable": True}, {"file": io.StringIO()}])
+def test_disabled_bar_or_one_given_a_file_writes_nothing_to_stderr(monkeypatch, kwargs):
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    with progress_bar(total=2, desc="Queries", **kwargs) as bar:
+        bar.update(2)
+    assert log.getvalue() == ""
+
+
+def test_line_writer_drops_blank_clears():
+    log = io.StringIO()
+    writer = LineWriter(log)
+    writer.write("\r" + " " * 20 + "\r")
+    writer.write("\rstep 1   ")
+    writer.write("\n")
+    assert log.getvalue() == "step 1\n"
