@@ -9,7 +9,6 @@ cross-validation over the judged queries). Classification: ``--train T --dev D [
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from graphdoc.backbones import BACKBONES
@@ -21,6 +20,7 @@ NEEDS = {"ranking": ("corpus", "queries", "qrels"), "classification": ("train", 
 #: each task's own options: giving one to the other task is an error
 OPTIONS = {"ranking": ("corpus", "queries", "qrels", "dev_qrels", "folds", "negative_pool"),
            "classification": ("train", "dev", "test", "few_shot", "repeats", "objective", "temperature")}
+SCORE_NAMES = {"macro_f1": "macro-F1"}  # as the closing line spells the scores of finetune.json
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         result = finetune_classification(args.train, args.dev, output, test=args.test, config=config,
                                          model=args.model, model_config=model_config, resume=args.resume,
                                          device=args.device, precision=args.precision, backbone=args.backbone)
-    _report(result)
+    _report(result, f"{config.eval_mode} {config.eval_measure}" if args.task == "ranking" else "accuracy", output)
     return 0
 
 
@@ -162,8 +162,22 @@ def _flag(name: str) -> str:
     return f"--{name.replace('_', '-')}"
 
 
-def _report(result: dict) -> None:
-    brief = {k: v for k, v in result.items() if k in ("best", "best_epoch", "wall_s", "peak_rss_mib", "accuracy",
-                                                       "macro_f1", "dev_scores", "test_scores", "dense_run",
-                                                       "hybrid_run", "model_dir")}
-    logger.info("%s", json.dumps(brief))
+def _report(result: dict, measure: str, output: Path) -> None:
+    """A readable closing line: what the run kept, its scores and where they are (the JSON file holds the rest)."""
+    if "folds" in result:  # k-fold ranking
+        alphas = ", ".join(f"{fold['alpha']:.2f}" for fold in result["folds"])
+        logger.info("%d-fold cross-validation over %d queries (fusion alpha per fold: %s): runs %s and %s; "
+                    "details in %s", len(result["folds"]), result["queries"], alphas, result["dense_run"],
+                    result["hybrid_run"], output / "crossval.json")
+    elif "runs" in result:  # few-shot classification
+        acc, f1 = result["accuracy"], result["macro_f1"]
+        logger.info("%d-shot, %d runs: accuracy %.4f +- %.4f, macro-F1 %.4f +- %.4f; details in %s", result["shots"],
+                    result["repeats"], acc["mean"], acc["std"], f1["mean"], f1["std"], output / "fewshot.json")
+    else:
+        best = "no dev score" if result["best"] is None else \
+            f"best dev {measure} {result['best']:.4f} at epoch {result['best_epoch']} of {result['epochs']}"
+        scores = "".join(f"; {split} " + ", ".join(f"{SCORE_NAMES.get(name, name)} {value:.4f}"
+                                                   for name, value in result[key].items())
+                         for split, key in (("dev", "dev_scores"), ("test", "test_scores")) if key in result)
+        logger.info("%s%s; model in %s; %.0f s, peak RSS %.0f MiB; details in %s", best, scores, result["model_dir"],
+                    result["wall_s"], result["peak_rss_mib"], output / "finetune.json")
