@@ -90,6 +90,12 @@ def reading(path: Path) -> Iterator[None]:
         raise UnreadableFileError(path, reason if len(reason) <= 120 else reason[:117] + "...") from exc
 
 
+def write_verb(path: str | Path) -> str:
+    """How to report an output about to be written: ``replaced`` when ``path`` exists (outputs are replaced
+    whole, never appended to), else ``wrote``."""
+    return "replaced" if _target(path).exists() else "wrote"
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "wb", encoding: str | None = None) -> Iterator[IO]:
     """Open a temporary file beside ``path``; on success it replaces ``path`` (fsynced), else it is removed.

@@ -6,11 +6,11 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from graphdoc.cli.common import add_model_arguments, load_model, logger
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import atomic_write, check_output_file
+from graphdoc.fileio import atomic_write, check_output_file, write_verb
+from graphdoc.progress import progress_bar
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             ids.append(doc.id)
             yield doc
 
-    with tqdm(desc="Embedding", unit="doc", disable=args.quiet, delay=1) as bar:
+    with progress_bar(desc="Embedding", unit="doc", disable=args.quiet, delay=1) as bar:
         for out in model.iter_forward(tracked(), batch_size=args.batch_size, document_only=True):
             vectors = out.document_embeddings.float()
             if args.normalize:
@@ -59,11 +59,12 @@ def run(args: argparse.Namespace) -> int:
     if not ids:
         raise GraphDocError(f"no documents to embed in {args.corpus}")
     matrix = np.concatenate(rows).astype(np.float32, copy=False)
+    verb = write_verb(args.output)
     # both written before either replaces its file: the matrix goes in first, then its ids
     with atomic_write(ids_path(args.output), "w", encoding="utf-8") as id_file, \
             atomic_write(args.output, "wb") as matrix_file:
         id_file.write("".join(f"{i}\n" for i in ids))
         np.save(matrix_file, matrix)
     model.chunker.warn_cut()
-    logger.info("wrote %d x %d embeddings to %s and ids to %s", *matrix.shape, args.output, ids_path(args.output))
+    logger.info("%s %d x %d embeddings to %s and ids to %s", verb, *matrix.shape, args.output, ids_path(args.output))
     return 0
