@@ -50,6 +50,7 @@ def _in_notebook() -> bool:
 def progress_bar(iterable: Any = None, *, disable: bool = False, **kwargs: Any):
     """A tqdm bar (same arguments) that writes plain lines when standard error is not a terminal."""
     if not (disable or "file" in kwargs or _in_notebook() or _is_terminal(sys.stderr)):
-        kwargs.update(file=LineWriter(sys.stderr), dynamic_ncols=False,
-                      mininterval=max(LOG_INTERVAL, kwargs.get("mininterval", 0.0)))
+        interval = max(LOG_INTERVAL, kwargs.get("mininterval", 0.0))
+        # maxinterval too: tqdm's monitor thread would otherwise redraw a slow bar every 10 s
+        kwargs.update(file=LineWriter(sys.stderr), dynamic_ncols=False, mininterval=interval, maxinterval=interval)
     return auto_tqdm(iterable, disable=disable, **kwargs)
