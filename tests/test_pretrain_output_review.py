@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import pretrain_killed_before_step_5
-from test_pretrain_checkpoint import tiny_setup, weights, write_corpus
+from test_pretrain_checkpoint import WORDS, tiny_setup, weights, write_corpus
 
 from graphdoc.errors import GraphDocError
 from graphdoc.training import checkpoint as ckpt
@@ -227,3 +227,37 @@ def test_the_summary_counts_epochs_over_the_corpus_and_pluralises(tiny_bert, cor
     assert describe_run(three) == f"{three.steps} steps, 3 epochs over {three.distinct_documents} documents"
     one = pretrain(corpus, tmp_path / "one", tiny_setup(tiny_bert, max_steps=1, frozen_encoder=True), device="cpu")
     assert describe_run(one) == "1 step over 4 documents"
+
+
+
+def broken_after_24(path: Path) -> tuple[Path, str]:
+    """40 documents of 4 sentences (2+ passages each), a broken line after the 24th; and the corpus unbroken.
+    With ``max_steps`` 6 of 4 documents, counting stops after 21 documents and training meets the line."""
+    lines = [json.dumps({"_id": f"d{i}", "text": " ".join(f"{WORDS[(i + j) % len(WORDS)]} one two three four."
+                                                          for j in range(4))}) + "\n" for i in range(40)]
+    path.write_text("".join(lines[:24]) + "{broken\n" + "".join(lines[24:]), encoding="utf-8")
+    return path, "".join(lines)
+
+
+def test_a_broken_line_found_after_some_steps_but_before_a_checkpoint_leaves_nothing(tiny_bert, tmp_path,
+                                                                                    monkeypatch):
+    """The same command runs again once the line is fixed: no '--resume' asked of a run with nothing to resume."""
+    corpus, good = broken_after_24(tmp_path / "corpus.jsonl")
+    steps = []
+    original = Trainer._train_step
+    monkeypatch.setattr(Trainer, "_train_step", lambda self, batch: (steps.append(self.step), original(self, batch))[1])
+    setup = tiny_setup(tiny_bert, checkpoint_every=100, epochs=1, max_steps=6)
+    with pytest.raises(GraphDocError, match="invalid JSON"):
+        pretrain(corpus, tmp_path / "out", setup, device="cpu")
+    assert len(steps) >= 3  # the line was met well into the epoch
+    assert not (tmp_path / "out").exists()
+    corpus.write_text(good, encoding="utf-8")
+    assert pretrain(corpus, tmp_path / "out", setup, device="cpu").steps == 6
+
+
+def test_a_broken_line_met_after_a_checkpoint_keeps_the_run_to_resume(tiny_bert, tmp_path):
+    corpus, _ = broken_after_24(tmp_path / "corpus.jsonl")
+    setup = tiny_setup(tiny_bert, checkpoint_every=2, epochs=1, max_steps=6)
+    with pytest.raises(GraphDocError, match="invalid JSON"):
+        pretrain(corpus, tmp_path / "out", setup, device="cpu")
+    assert ckpt.list_checkpoints(tmp_path / "out") and (tmp_path / "out" / "pretrain_config.json").is_file()

@@ -2,7 +2,7 @@
 
 A run writes only into a folder that is new, empty or its own (``--resume``), with each of its entries of the
 right kind; every corpus is opened first, so that bad input stops the run before anything is written; and an
-error found before the first step removes what the run wrote into a folder it made or found empty.
+error that leaves no checkpoint removes what the run wrote into a folder it made or found empty.
 """
 
 from __future__ import annotations
@@ -139,8 +139,9 @@ class RunFolder:
         self.made_cache_dir = not Path(cache_dir).exists()
 
     def discard_new(self) -> None:
-        """After an error before the first step, remove what this run wrote into a folder that was new or empty
-        (and a ``cache_dir`` it made): an input error found late leaves nothing behind. A run's folder is kept."""
+        """After an error that left no checkpoint, remove what this run wrote into a folder that was new or empty
+        (and a ``cache_dir`` it made): an input error found late leaves nothing behind, and the same command runs
+        again once the input is fixed. A folder holding a checkpoint, or a run from before, is kept."""
         made_folder, all_ours = self.made
         if not self.ctx.is_main or not all_ours or not self.output.is_dir() \
                 or ckpt.list_checkpoints(self.output):

@@ -143,9 +143,9 @@ class Trainer:
         return task
 
     def discard_new_output(self) -> None:
-        """After an error before the first step: see :meth:`RunFolder.discard_new`."""
-        if not self.step:
-            self.folder.discard_new()
+        """After an error that left no checkpoint to resume from (a broken line found at step 7, before the first
+        checkpoint): see :meth:`RunFolder.discard_new`, which keeps a folder holding one."""
+        self.folder.discard_new()
 
     def _start_model(self, model: nn.Module | str | None, precision: str | None, latest: Path | None,
                      state: dict | None) -> nn.Module:
