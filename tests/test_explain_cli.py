@@ -184,3 +184,13 @@ def test_plot_without_the_extra_says_what_to_install(model_dir, corpus, tmp_path
                "--model", model_dir) == 1
     assert "pip install 'graphdoc[plot]'" in error_line(capsys, "plot")
     assert not (tmp_path / "m.png").exists()
+
+
+@pytest.mark.parametrize("command", [["compare", "a.txt", "b.txt"], ["plot", "attention", "--corpus", "c", "--id", "d",
+                                                                      "--output", "x.png"]])
+def test_one_document_commands_take_no_batch_size(command, capsys) -> None:
+    """compare and plot attention embed one pair or one document: a --batch-size there would change nothing."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli(*command, "--batch-size", 4)
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --batch-size 4" in capsys.readouterr().err

@@ -19,7 +19,9 @@ PRECISION_HELP = ("passage encoder arithmetic: auto (bf16/fp16 on CUDA, fp32 on 
 DEVICE_HELP = "cpu, cuda, cuda:N or mps (default: CUDA when present)"
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+def add_model_arguments(parser: argparse.ArgumentParser, batches: bool = True) -> None:
+    """The options that choose and run a model; ``batches=False`` for a command that embeds one pair or one
+    document (``compare``, ``plot attention``), where ``--batch-size`` would change nothing."""
     group = parser.add_argument_group("model")
     group.add_argument("--model", default=None, metavar="NAME_OR_DIR",
                        help="a saved graphdoc model, or any Hugging Face encoder id or folder "
@@ -34,7 +36,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                             "encoder's limit (FirstP, default), mean = the mean of its passage vectors")
     group.add_argument("--device", default=None, help=DEVICE_HELP)
     group.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
-    group.add_argument("--batch-size", type=int, default=32, metavar="N", help="documents per batch")
+    if batches:
+        group.add_argument("--batch-size", type=int, default=32, metavar="N", help="documents per batch")
 
 
 def check_at_least_one(flag: str, value: int | None) -> None:

@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--top", type=int, default=5, metavar="N", help="most similar passage pairs (default 5)")
     parser.add_argument("--html", type=Path, default=None, metavar="FILE", help="write a self-contained HTML page")
     parser.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
-    add_model_arguments(parser)
+    add_model_arguments(parser, batches=False)
     parser.set_defaults(func=run)
 
 

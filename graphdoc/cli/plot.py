@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     att.add_argument("--corpus", required=True, help="corpus file, folder or name")
     att.add_argument("--id", required=True, dest="doc_id", metavar="DOC", help="the document's id")
     att.add_argument("--output", required=True, type=Path, metavar="FILE.png")
-    add_model_arguments(att)
+    add_model_arguments(att, batches=False)
     _add_log_options(att)
     att.set_defaults(func=run_attention)
 
