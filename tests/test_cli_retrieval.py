@@ -60,6 +60,15 @@ def test_index_prints_its_counts(files, model_dir, tmp_path, capsys) -> None:
     assert (m["store_passages"], m["bm25"]["stemmer"]) == (False, "english")
 
 
+def test_index_reports_its_counts_once(files, model_dir, tmp_path, capsys) -> None:
+    from graphdoc.cli import main
+
+    assert main(["index", "--corpus", str(files["corpus"]), "--index-dir", str(tmp_path / "i"), "--model",
+                 str(model_dir)]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.startswith(f"{tmp_path / 'i'}: 20 documents, ") and "20 documents" not in printed.err
+
+
 def test_index_adds_documents_with_the_index_model_when_no_model_is_named(own_index, model, tmp_path,
                                                                         capsys) -> None:
     more = write_jsonl(tmp_path / "more.jsonl", [dict(d, _id=f"new{d['_id']}") for d in make_docs(3)])

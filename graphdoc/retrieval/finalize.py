@@ -59,7 +59,7 @@ def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = Fals
                             "replaced": len(ids) - len(keep)})
     manifest.finalized = True
     manifest.save(index_dir)
-    logger.info("index %s: %d documents, %d passages", shown_as or index_dir, len(keep), n_passages)
+    logger.debug("index %s: %d documents, %d passages", shown_as or index_dir, len(keep), n_passages)
 
 
 def _gather(index_dir: Path, manifest: Manifest):
