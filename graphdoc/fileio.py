@@ -90,10 +90,10 @@ def reading(path: Path) -> Iterator[None]:
         raise UnreadableFileError(path, reason if len(reason) <= 120 else reason[:117] + "...") from exc
 
 
-def write_verb(path: str | Path) -> str:
-    """How to report an output about to be written: ``replaced`` when ``path`` exists (outputs are replaced
-    whole, never appended to), else ``wrote``."""
-    return "replaced" if _target(path).exists() else "wrote"
+def replacing(path: str | Path) -> str:
+    """What a report of an output about to be written adds: `` (replacing the earlier file)`` when ``path``
+    exists (outputs are replaced whole, never appended to), else nothing."""
+    return " (replacing the earlier file)" if _target(path).exists() else ""
 
 
 @contextlib.contextmanager

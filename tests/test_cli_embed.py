@@ -63,9 +63,9 @@ def test_embed_writes_one_float32_row_per_document_and_ids_in_row_order(tiny_ber
 def test_embed_says_when_it_replaces_an_earlier_output(tiny_bert: Path, tmp_path: Path, capsys) -> None:
     corpus, output = write_jsonl(tmp_path / "c.jsonl", DOCS), tmp_path / "emb.npy"
     assert embed(corpus, output, tiny_bert, quiet=False) == 0
-    assert "wrote 3 x " in capsys.readouterr().err
+    assert f"wrote 3 x 32 embeddings to {output} and ids" in capsys.readouterr().err
     assert embed(write_jsonl(tmp_path / "c.jsonl", DOCS[:2]), output, tiny_bert, quiet=False) == 0
-    assert "replaced 2 x " in capsys.readouterr().err
+    assert f"wrote 2 x 32 embeddings to {output} (replacing the earlier file) and ids" in capsys.readouterr().err
     assert np.load(output).shape[0] == 2 and (tmp_path / "emb.ids.txt").read_text().split() == ["d1", "d2"]
 
 

@@ -128,7 +128,7 @@ def test_search_queries_writes_a_trec_run(index, model, files, tmp_path, capsys)
         assert written[qid] == pytest.approx(run[qid], abs=1e-9)
         assert [cols[2] for cols in lines if cols[0] == qid] == list(run[qid])
     assert cli("search", "--index-dir", index, "--queries", files["queries"], "--output", out, "-k", 5) == 0
-    assert capsys.readouterr().out == f"replaced 3 queries to {out}\n"  # a second run says it replaced the file
+    assert capsys.readouterr().out == f"wrote 3 queries to {out} (replacing the earlier file)\n"
     assert len(out.read_text(encoding="utf-8").splitlines()) == 15
 
 

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from graphdoc.corpus import corpus_files
     from graphdoc.explain import compare_documents, render_comparison
     from graphdoc.explain.compare import check_has_text
-    from graphdoc.fileio import atomic_write, check_output_file, write_verb
+    from graphdoc.fileio import atomic_write, check_output_file, replacing
 
     if args.top < 0:
         raise GraphDocError(f"--top must be at least 0; got {args.top}")
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         check_has_text(doc)
     comparison = compare_documents(load_model(args), docs[0], docs[1], top=args.top)
     if args.html is not None:
-        verb = write_verb(args.html)
+        note = replacing(args.html)
         with atomic_write(args.html, "w", encoding="utf-8") as handle:
             handle.write(render_comparison(comparison))
     if args.json:
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(summary(comparison))
     if args.html is not None and not args.json:
-        print(f"{verb} {args.html}")
+        print(f"wrote {args.html}{note}")
     return 0
 
 

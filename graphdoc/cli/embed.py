@@ -9,7 +9,7 @@ import numpy as np
 
 from graphdoc.cli.common import add_model_arguments, load_model, logger
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import atomic_write, check_output_file, write_verb
+from graphdoc.fileio import atomic_write, check_output_file, replacing
 from graphdoc.progress import progress_bar
 
 
@@ -59,12 +59,13 @@ def run(args: argparse.Namespace) -> int:
     if not ids:
         raise GraphDocError(f"no documents to embed in {args.corpus}")
     matrix = np.concatenate(rows).astype(np.float32, copy=False)
-    verb = write_verb(args.output)
+    note = replacing(args.output)
     # both written before either replaces its file: the matrix goes in first, then its ids
     with atomic_write(ids_path(args.output), "w", encoding="utf-8") as id_file, \
             atomic_write(args.output, "wb") as matrix_file:
         id_file.write("".join(f"{i}\n" for i in ids))
         np.save(matrix_file, matrix)
     model.chunker.warn_cut()
-    logger.info("%s %d x %d embeddings to %s and ids to %s", verb, *matrix.shape, args.output, ids_path(args.output))
+    logger.info("wrote %d x %d embeddings to %s%s and ids to %s", *matrix.shape, args.output, note,
+                ids_path(args.output))
     return 0

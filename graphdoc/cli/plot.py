@@ -14,7 +14,7 @@ from pathlib import Path
 
 from graphdoc.cli.common import add_model_arguments, load_model, logger
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import check_output_file, write_verb
+from graphdoc.fileio import check_output_file, replacing
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -78,11 +78,11 @@ def run_embeddings(args: argparse.Namespace) -> int:
     if labels is not None and all(label is None for label in labels):
         raise GraphDocError(f"no document of {args.corpus} has a {field!r} field")
     vectors = load_model(args).encode(docs, batch_size=args.batch_size, show_progress_bar=not args.quiet)
-    verb = write_verb(args.output)
+    note = replacing(args.output)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     plot_embeddings(vectors, labels, args.output, method=args.method, seed=args.seed)
     logger.info("mapped %d documents", len(docs))
-    print(f"{verb} {args.output}")
+    print(f"wrote {args.output}{note}")
     return 0
 
 
@@ -98,9 +98,9 @@ def run_attention(args: argparse.Namespace) -> int:
     require_plotting()
     document = read_from_corpus(args.corpus, [args.doc_id])[0]
     weights, passages = document_attention_layers(load_model(args), document)
-    verb = write_verb(args.output)
+    note = replacing(args.output)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     plot_attention(weights, args.output, passages, title=f"{document.title or document.id}: "
                    "document node attention over passages")
-    print(f"{verb} {args.output}")
+    print(f"wrote {args.output}{note}")
     return 0

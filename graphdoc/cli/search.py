@@ -169,12 +169,12 @@ def _search_queries(searcher, args: argparse.Namespace, fusion, judgements, to_s
         check_trec_ids(searcher, "" if args.output is not None else ", or print the run with --json")
     run_ = searcher.batch_search(queries, k=100 if args.k is None else args.k, mode=args.mode, fusion=fusion)
     if args.output is not None:
-        from graphdoc.fileio import write_verb
+        from graphdoc.fileio import replacing
         from graphdoc.retrieval.trec import write_run
 
-        verb = write_verb(args.output)
+        note = replacing(args.output)
         write_run(run_, args.output, tag=f"graphdoc-{args.mode}")
-        print(f"{verb} {len(run_)} queries to {args.output}")
+        print(f"wrote {len(run_)} queries to {args.output}{note}")
     elif judgements is None or to_stdout:
         _print_run(run_, args)
     if judgements is not None:
