@@ -227,7 +227,7 @@ class GraphDocEncoder(nn.Module):
         chunks = []
         try:
             for start in progress_bar(range(0, len(texts), batch_size), desc="Queries",
-                              disable=not _show(show_progress_bar)):
+                                      disable=not _show(show_progress_bar)):
                 prepared = [self.prepare_query(t) for t in texts[start:start + batch_size]]
                 chunks.append(self._infer(prepared, False).document_embeddings)
         finally:

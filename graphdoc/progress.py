@@ -51,6 +51,8 @@ def progress_bar(iterable: Any = None, *, disable: bool = False, **kwargs: Any):
     """A tqdm bar (same arguments) that writes plain lines when standard error is not a terminal."""
     if not (disable or "file" in kwargs or _in_notebook() or _is_terminal(sys.stderr)):
         interval = max(LOG_INTERVAL, kwargs.get("mininterval", 0.0))
-        # maxinterval too: tqdm's monitor thread would otherwise redraw a slow bar every 10 s
-        kwargs.update(file=LineWriter(sys.stderr), dynamic_ncols=False, mininterval=interval, maxinterval=interval)
+        # maxinterval too: tqdm's monitor thread would otherwise redraw a slow bar every 10 s; leave: a bar that
+        # clears itself on a terminal (leave=False) still writes its last state into the log
+        kwargs.update(file=LineWriter(sys.stderr), dynamic_ncols=False, mininterval=interval, maxinterval=interval,
+                      leave=True, ascii=True)
     return auto_tqdm(iterable, disable=disable, **kwargs)

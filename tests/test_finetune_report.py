@@ -38,13 +38,22 @@ def _messages(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "graphdoc.cli"]
 
 
-def test_ranking_report_names_the_dev_measure_and_the_test_scores_when_there_are(caplog):
+def test_ranking_report_names_the_dev_measure(caplog):
     result = {"best": 0.51234, "best_epoch": 3, "epochs": 4, "model_dir": "out/model", "wall_s": 12.4,
-              "peak_rss_mib": 900.2, "test_scores": {"accuracy": 0.5}}
+              "peak_rss_mib": 900.2, "pairs": 40}
     with caplog.at_level(logging.INFO, logger="graphdoc.cli"):
         _report(result, "hybrid nDCG@10", Path("out"))
-    assert _messages(caplog) == [f"best dev hybrid nDCG@10 0.5123 at epoch 3 of 4; test accuracy 0.5000; "
-                                 f"model in out/model; 12 s, peak RSS 900 MiB; details in {Path('out/finetune.json')}"]
+    assert _messages(caplog) == [f"best dev hybrid nDCG@10 0.5123 at epoch 3 of 4; model in out/model; 12 s, "
+                                 f"peak RSS 900 MiB; details in {Path('out/finetune.json')}"]
+
+
+def test_classification_report_gives_dev_and_test_scores(caplog):
+    result = {"best": 0.75, "best_epoch": 2, "epochs": 2, "model_dir": "m", "wall_s": 3, "peak_rss_mib": 10,
+              "dev_scores": {"accuracy": 0.75, "macro_f1": 0.7}, "test_scores": {"accuracy": 0.5, "macro_f1": 0.25}}
+    with caplog.at_level(logging.INFO, logger="graphdoc.cli"):
+        _report(result, "accuracy", Path("o"))
+    assert _messages(caplog)[0].startswith("best dev accuracy 0.7500 at epoch 2 of 2; dev accuracy 0.7500, "
+                                           "macro-F1 0.7000; test accuracy 0.5000, macro-F1 0.2500; model in m; ")
 
 
 def test_run_without_dev_queries_says_so(caplog):

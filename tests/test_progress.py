@@ -66,3 +66,14 @@ def test_line_writer_drops_blank_clears():
     writer.write("\rstep 1   ")
     writer.write("\n")
     assert log.getvalue() == "step 1\n"
+
+
+def test_a_bar_that_clears_itself_on_a_terminal_still_logs_its_end(monkeypatch):
+    """finetune's epoch bars are leave=False: in a log their last state must still be written, in ASCII."""
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    with progress_bar(total=4, desc="epoch 1/2", unit="step", leave=False) as bar:
+        bar.update(4)
+    lines = log.getvalue().splitlines()
+    assert lines[-1].startswith("epoch 1/2: 100%|##########| 4/4")
+    assert all(line.isascii() for line in lines)

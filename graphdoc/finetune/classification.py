@@ -203,7 +203,8 @@ class ClassificationTrainer:
             losses = [self.loop.step(self._loss(order[b * bs:(b + 1) * bs].tolist(), epoch))
                       for b in range(self.steps_per_epoch)]
             dev = evaluate_classifier(self.classifier, self.data, self.dev_keys) if self.dev_keys else {}
-            logger.info("epoch %d/%d: loss %.4f, dev %s", epoch + 1, self.cfg.epochs, np.mean(losses), dev or "-")
+            shown = f"accuracy {dev['accuracy']:.4f}, macro-F1 {dev['macro_f1']:.4f}" if dev else "-"
+            logger.info("epoch %d/%d: loss %.4f, dev %s", epoch + 1, self.cfg.epochs, np.mean(losses), shown)
             terms = dict(zip(("supcon", "probe"), np.mean(self.terms, axis=0).tolist())) if self.terms else {}
             improved = self.loop.end_epoch({"loss": float(np.mean(losses)), **terms, **dev}, dev.get("accuracy"))
             if improved or not dev:

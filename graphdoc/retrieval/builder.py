@@ -281,7 +281,7 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     known = _known_ids(index_dir, manifest)
     started, added = time.perf_counter(), 0
     bar = progress_bar(desc="Indexing", unit="doc", initial=source.documents_read, disable=not show_progress_bar,
-               dynamic_ncols=True)
+                       dynamic_ncols=True)
     try:  # closed on an error too, so that the error line starts a line of its own
         for docs in _batches(open_corpus(corpus, stats), cursor, *part, settings, known):
             _encode_shard(model, docs, index_dir, manifest, settings, batch_size, bar)
