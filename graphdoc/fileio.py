@@ -93,7 +93,7 @@ def reading(path: Path) -> Iterator[None]:
 def replacing(path: str | Path) -> str:
     """What a report of an output about to be written adds: `` (replacing the earlier file)`` when ``path``
     exists (outputs are replaced whole, never appended to), else nothing."""
-    return " (replacing the earlier file)" if _target(path).exists() else ""
+    return " (replacing the earlier file)" if os.path.exists(path) else ""
 
 
 @contextlib.contextmanager

@@ -20,5 +20,7 @@ def run(args: argparse.Namespace) -> int:
 
     manifest = merge_indexes(args.index_dir, args.parts, args.on_duplicate)
     parts = len(args.parts)
-    print(f"{args.index_dir}: {manifest.counts['documents']} documents from {parts} part{'s' if parts > 1 else ''}")
+    counts = manifest.counts
+    print(f"{args.index_dir}: {counts['documents']} documents, {counts.get('passages', 0)} passages from {parts} "
+          f"part{'s' if parts > 1 else ''}")
     return 0

@@ -26,12 +26,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from graphdoc.finetune import predict
+    from graphdoc.fileio import replacing
     from graphdoc.finetune.predict import check_output
 
     for flag, value in (("--batch-size", args.batch_size), ("--max-passages", args.max_passages)):
         if value is not None and value < 1:
             raise GraphDocError(f"{flag} must be a positive integer; got {value}")
     check_output(args.model, args.output, "--output")
+    note = replacing(args.output)
     count = predict(args.model, args.input, args.output, args.batch_size, args.max_passages, args.device)
-    logger.info("%d documents classified into %s", count, args.output)
+    logger.info("%d documents classified into %s%s", count, args.output, note)
     return 0

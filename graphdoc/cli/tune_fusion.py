@@ -7,7 +7,7 @@ from pathlib import Path
 
 from graphdoc.cli.common import DEVICE_HELP, check_at_least_one, logger
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import check_output_file
+from graphdoc.fileio import check_output_file, replacing
 
 #: as ``graphdoc search --normalization`` (graphdoc.retrieval.fusion.NORMALIZERS, not imported here to keep
 #: ``--help`` fast)
@@ -82,7 +82,9 @@ def _tune(args: argparse.Namespace, searcher) -> int:
     if args.output:
         from graphdoc.retrieval.trec import write_run
 
+        note = replacing(args.output)
         write_run(result.run, args.output, tag="graphdoc-hybrid-cv")
+        logger.info("wrote the cross-validated run of %d queries to %s%s", len(result.run), args.output, note)
     if args.save:
         _save(searcher, args.index_dir, result)
     return 0
