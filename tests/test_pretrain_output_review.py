@@ -229,7 +229,6 @@ def test_the_summary_counts_epochs_over_the_corpus_and_pluralises(tiny_bert, cor
     assert describe_run(one) == "1 step over 4 documents"
 
 
-
 def broken_after_24(path: Path) -> tuple[Path, str]:
     """40 documents of 4 sentences (2+ passages each), a broken line after the 24th; and the corpus unbroken.
     With ``max_steps`` 6 of 4 documents, counting stops after 21 documents and training meets the line."""
@@ -240,17 +239,20 @@ def broken_after_24(path: Path) -> tuple[Path, str]:
 
 
 def test_a_broken_line_found_after_some_steps_but_before_a_checkpoint_leaves_nothing(tiny_bert, tmp_path,
-                                                                                    monkeypatch):
+                                                                                    monkeypatch, caplog):
     """The same command runs again once the line is fixed: no '--resume' asked of a run with nothing to resume."""
     corpus, good = broken_after_24(tmp_path / "corpus.jsonl")
     steps = []
     original = Trainer._train_step
     monkeypatch.setattr(Trainer, "_train_step", lambda self, batch: (steps.append(self.step), original(self, batch))[1])
     setup = tiny_setup(tiny_bert, checkpoint_every=100, epochs=1, max_steps=6)
-    with pytest.raises(GraphDocError, match="invalid JSON"):
+    with caplog.at_level(logging.WARNING, logger="graphdoc"), pytest.raises(GraphDocError, match="invalid JSON"):
         pretrain(corpus, tmp_path / "out", setup, device="cpu")
     assert len(steps) >= 3  # the line was met well into the epoch
     assert not (tmp_path / "out").exists()
+    assert [r.getMessage() for r in caplog.records if "removing" in r.getMessage()] == [
+        f"removing {tmp_path / 'out'}: the run stopped at step {len(steps)}, before its first checkpoint, so it "
+        "cannot be resumed"]
     corpus.write_text(good, encoding="utf-8")
     assert pretrain(corpus, tmp_path / "out", setup, device="cpu").steps == 6
 

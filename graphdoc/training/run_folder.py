@@ -138,14 +138,18 @@ class RunFolder:
         check_output_folder(Path(cache_dir), "--cache-dir")
         self.made_cache_dir = not Path(cache_dir).exists()
 
-    def discard_new(self) -> None:
+    def discard_new(self, steps: int = 0) -> None:
         """After an error that left no checkpoint, remove what this run wrote into a folder that was new or empty
-        (and a ``cache_dir`` it made): an input error found late leaves nothing behind, and the same command runs
-        again once the input is fixed. A folder holding a checkpoint, or a run from before, is kept."""
+        (and a ``cache_dir`` it made): an error found late leaves nothing behind, and the same command runs again
+        once the input is fixed. A folder holding a checkpoint, or a run from before, is kept. ``steps``: those
+        taken, whose log goes too (said in a warning)."""
         made_folder, all_ours = self.made
         if not self.ctx.is_main or not all_ours or not self.output.is_dir() \
                 or ckpt.list_checkpoints(self.output):
             return
+        if steps:
+            logger.warning("removing %s: the run stopped at step %d, before its first checkpoint, so it cannot be "
+                           "resumed", self.output, steps)
         for entry in self.output.iterdir():
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)

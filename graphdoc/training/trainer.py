@@ -145,7 +145,7 @@ class Trainer:
     def discard_new_output(self) -> None:
         """After an error that left no checkpoint to resume from (a broken line found at step 7, before the first
         checkpoint): see :meth:`RunFolder.discard_new`, which keeps a folder holding one."""
-        self.folder.discard_new()
+        self.folder.discard_new(self.step)
 
     def _start_model(self, model: nn.Module | str | None, precision: str | None, latest: Path | None,
                      state: dict | None) -> nn.Module:
