@@ -26,7 +26,7 @@ TRAINING_TEXT = [
 ] * 20
 
 
-def _train_tokenizer(kind: str):
+def _tiny_tokenizer(kind: str):
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -67,7 +67,7 @@ def build_tiny_model(folder: Path, kind: str = "bert", initializer_range: float 
     from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
 
     torch.manual_seed(0)
-    tokenizer = _train_tokenizer(kind)
+    tokenizer = _tiny_tokenizer(kind)
     common = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                   intermediate_size=64, initializer_range=initializer_range)
     if kind == "bert":

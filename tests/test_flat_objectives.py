@@ -28,9 +28,9 @@ from graphdoc.training.flat_objectives import (
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from conftest import _train_tokenizer
+    from conftest import _tiny_tokenizer
 
-    return _train_tokenizer("bert")
+    return _tiny_tokenizer("bert")
 
 
 # --- docsplit -------------------------------------------------------------------------------------
