@@ -75,3 +75,15 @@ def test_few_shot_and_cross_validation_reports(caplog):
         f"5-shot, 10 runs: accuracy 0.5000 +- 0.0100, macro-F1 0.4000 +- 0.0200; details in {Path('o/fewshot.json')}",
         "2-fold cross-validation over 30 queries (fusion alpha per fold: 0.60, 0.45): runs o/dense.trec and "
         f"o/hybrid.trec; details in {Path('o/crossval.json')}"]
+
+
+@pytest.mark.parametrize("show", [True, False])
+def test_python_api_shows_the_epoch_bar_when_asked(tiny_bert, tmp_path, capsys, show):
+    from graphdoc.finetune import finetune_classification
+    from graphdoc.finetune.config import ClassificationConfig
+
+    files = labelled_files(tmp_path)
+    finetune_classification(files["train"], files["dev"], tmp_path / "run", model=str(tiny_bert),
+                            config=ClassificationConfig(epochs=1), show_progress_bar=show)
+    bars = [line for line in capsys.readouterr().err.splitlines() if line.startswith("run: epoch 1/1: 100%")]
+    assert len(bars) == (1 if show else 0)  # in a log (stderr is not a terminal here): one line as the epoch ends

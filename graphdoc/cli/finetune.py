@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         result = finetune_ranking(args.corpus, args.queries, args.qrels, output, dev_qrels=args.dev_qrels,
                                   config=config, model=args.model, model_config=model_config, folds=args.folds,
                                   resume=args.resume, device=args.device, precision=args.precision,
-                                  backbone=args.backbone)
+                                  backbone=args.backbone, show_progress_bar=not args.quiet)
     else:
         config = setup.with_overrides("classification", shots=args.few_shot, repeats=args.repeats,
                                       objective=args.objective, temperature=args.temperature,
@@ -116,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
         _check_classification_options(args, config)
         result = finetune_classification(args.train, args.dev, output, test=args.test, config=config,
                                          model=args.model, model_config=model_config, resume=args.resume,
-                                         device=args.device, precision=args.precision, backbone=args.backbone)
+                                         device=args.device, precision=args.precision, backbone=args.backbone,
+                                         show_progress_bar=not args.quiet)
     _report(result, f"{config.eval_mode} {config.eval_measure}" if args.task == "ranking" else "accuracy", output)
     return 0
 

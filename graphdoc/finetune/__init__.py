@@ -76,7 +76,8 @@ def _load_start_model(model: Any, model_config, device: str | None, backbone: st
 def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=None,
                      config: RankingConfig | None = None, model: Any = None, model_config=None,
                      folds: int | None = None, resume: bool = False, bm25=None, split: str | None = None,
-                     device: str | None = None, precision: str | None = None, backbone: str | None = None) -> dict:
+                     device: str | None = None, precision: str | None = None, backbone: str | None = None,
+                     show_progress_bar: bool | None = None) -> dict:
     """Fine-tune for retrieval on judged queries; with ``folds``, k-fold cross-validation over them.
 
     Args:
@@ -87,6 +88,7 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
             model trains its encoder (``frozen_encoder`` false).
         precision: the passage encoder's arithmetic, replacing the model's own (``None`` keeps it).
         bm25: a :class:`BM25Index` over the corpus in its order (default: built here).
+        show_progress_bar: a bar per epoch (default: when the ``graphdoc`` logger shows INFO).
     Returns the summary also written as ``output/finetune.json`` (``crossval.json`` with ``folds``).
     """
     from graphdoc.finetune.crossval import cross_validate
@@ -123,8 +125,8 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
     cache = open_cache(model, config.frozen_encoder, config.cache_dir, output)
     data = load_ranking_data(model, sources, cache=cache, max_passages=config.max_passages, bm25=bm25)
     if folds is not None:
-        return cross_validate(model, config, data, train, output, folds, resume)
-    return RankingTrainer(model, config, data, train, output, dev).train(resume)
+        return cross_validate(model, config, data, train, output, folds, resume, show_progress_bar=show_progress_bar)
+    return RankingTrainer(model, config, data, train, output, dev, show_progress_bar).train(resume)
 
 
 def _check_labels(splits: dict[str, list], sources: dict[str, Any], config: ClassificationConfig) -> list[str]:
@@ -169,7 +171,7 @@ def _name(source) -> str | None:
 def finetune_classification(train, dev, output: str | Path, *, test=None, config: ClassificationConfig | None = None,
                             model: Any = None, model_config=None, resume: bool = False,
                             device: str | None = None, precision: str | None = None,
-                            backbone: str | None = None) -> dict:
+                            backbone: str | None = None, show_progress_bar: bool | None = None) -> dict:
     """Fine-tune a linear head (and the graph layers; the encoder too unless frozen) on labelled documents.
 
     ``config.objective``: ``cross_entropy`` through the head, or ``supcon`` (supervised contrastive over
@@ -181,6 +183,7 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
 
     ``train``/``dev``/``test``: JSON lines with a ``label`` field. With ``config.shots`` set, few-shot mode:
     ``shots`` examples per class, ``repeats`` seeds, scored on ``test`` (default ``dev``).
+    ``show_progress_bar``: a bar per epoch (default: when the ``graphdoc`` logger shows INFO).
     Returns the summary (``output/finetune.json``, or ``output/fewshot.json``), with dev/test scores.
     """
     from graphdoc.finetune.classification import (
@@ -218,8 +221,8 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     classifier = DocumentClassifier(encoder, classes, config.dropout)
     if config.shots is not None:
         return few_shot(classifier, config, data, keys["train"], keys.get("test", keys["dev"]), output,
-                        config.shots, config.repeats, resume)
-    trainer = ClassificationTrainer(classifier, config, data, keys["train"], output, keys["dev"])
+                        config.shots, config.repeats, resume, show_progress_bar)
+    trainer = ClassificationTrainer(classifier, config, data, keys["train"], output, keys["dev"], show_progress_bar)
     summary = trainer.train(resume)
     best = DocumentClassifier.from_pretrained(output / "model", device=device)
     if cache is not None:

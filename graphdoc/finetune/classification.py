@@ -164,7 +164,8 @@ class ClassificationTrainer:
     """Fine-tunes ``classifier`` on ``train_keys`` of ``data``; picks the best epoch on ``dev_keys``."""
 
     def __init__(self, classifier: DocumentClassifier, config: ClassificationConfig, data: LabelledInputs,
-                 train_keys: Sequence[str], output: Path, dev_keys: Sequence[str] | None = None) -> None:
+                 train_keys: Sequence[str], output: Path, dev_keys: Sequence[str] | None = None,
+                 show_progress_bar: bool | None = None) -> None:
         self.classifier, self.cfg, self.data, self.output = classifier, config, data, Path(output)
         self.train_keys, self.dev_keys = list(train_keys), list(dev_keys or [])
         unknown = sorted({data.labels[k] for k in self.train_keys} - set(classifier.labels))
@@ -188,7 +189,8 @@ class ClassificationTrainer:
                                         "dev": [[k, data.labels[k]] for k in self.dev_keys],
                                         "labels": list(classifier.labels)})
         self.loop = EpochLoop(classifier, config, self.output, config.epochs * self.steps_per_epoch, groups,
-                              clip_per_group=config.objective == "supcon", data=fingerprint)
+                              clip_per_group=config.objective == "supcon", data=fingerprint,
+                              show_progress_bar=show_progress_bar)
 
     def train(self, resume: bool = False) -> dict:
         self.loop.start_or_resume(resume)

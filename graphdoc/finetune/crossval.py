@@ -59,7 +59,7 @@ def split_off(qrels: Qrels, fraction: float, seed: int) -> tuple[dict, dict]:
 
 
 def cross_validate(model, config: RankingConfig, data: RankingData, qrels: Qrels, output: Path,
-                   folds: int = 5, resume: bool = False, k: int = 100) -> dict:
+                   folds: int = 5, resume: bool = False, k: int = 100, show_progress_bar: bool | None = None) -> dict:
     """Fine-tune ``folds`` times and write one run over all judged queries; returns the summary."""
     output = Path(output)
     qids = sorted(q for q, docs in qrels.items() if any(r > 0 for r in docs.values()) and q in data.queries)
@@ -69,7 +69,8 @@ def cross_validate(model, config: RankingConfig, data: RankingData, qrels: Qrels
         train_q = {q: qrels[q] for g, group in enumerate(groups) if g != f for q in group}
         fit, dev = split_off(train_q, config.fold_dev_fraction, config.fold_seed + f)
         logger.info("fold %d/%d: %d training, %d dev, %d test queries", f + 1, folds, len(fit), len(dev), len(test))
-        trainer = RankingTrainer(copy.deepcopy(model), config, data, fit, output / f"fold-{f}", dev or None)
+        trainer = RankingTrainer(copy.deepcopy(model), config, data, fit, output / f"fold-{f}", dev or None,
+                                 show_progress_bar)
         trainer.loop.run = run_kind("ranking", folds=folds)  # kept in the fold's checkpoints, checked on resume
         summary = trainer.train(resume)
         if dev:  # the best epoch's weights, as saved

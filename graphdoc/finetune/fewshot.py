@@ -46,7 +46,7 @@ def sample_per_class(labels: Mapping[str, str], k: int, seed: int) -> list[str]:
 
 def few_shot(classifier: DocumentClassifier, config: ClassificationConfig, data: LabelledInputs,
              train_keys: Sequence[str], test_keys: Sequence[str], output: Path, shots: int,
-             repeats: int = 10, resume: bool = False) -> dict:
+             repeats: int = 10, resume: bool = False, show_progress_bar: bool | None = None) -> dict:
     """Fine-tune ``repeats`` copies on ``shots`` examples per class; mean and std of test accuracy and macro-F1.
 
     ``resume``: continue each seed's run (``OUTPUT/seed-N``) from its latest checkpoint; seeds not begun start.
@@ -59,7 +59,7 @@ def few_shot(classifier: DocumentClassifier, config: ClassificationConfig, data:
         logger.info("few-shot run %d/%d (seed %d): %d training documents", r + 1, repeats, seed, len(keys))
         run_cfg = dataclasses.replace(config, seed=seed)
         trainer = ClassificationTrainer(copy.deepcopy(classifier), run_cfg, data, keys,
-                                        Path(output) / f"seed-{seed}")
+                                        Path(output) / f"seed-{seed}", show_progress_bar=show_progress_bar)
         summary = trainer.train(resume)
         scores = evaluate_classifier(trainer.classifier, data, list(test_keys))
         runs.append({"seed": seed, "train": keys, **scores, "wall_s": summary["wall_s"]})

@@ -144,16 +144,18 @@ class EpochLoop:
     """
 
     def __init__(self, model: torch.nn.Module, config, output: Path, total_steps: int, param_groups=None,
-                 clip_per_group: bool = False, data: str | None = None) -> None:
+                 clip_per_group: bool = False, data: str | None = None, show_progress_bar: bool | None = None) -> None:
         self.model, self.config, self.output, self.clip_per_group = model, config, output, clip_per_group
         self.data = data
+        # None: shown when the logger shows INFO (as the CLI's does unless -q), like pretrain's and encode's bars
+        self.show_progress_bar = logger.isEnabledFor(logging.INFO) if show_progress_bar is None else show_progress_bar
         self.optimizer = (torch.optim.AdamW(param_groups) if param_groups is not None
                           else build_optimizer(model, config))
         self.scheduler = build_scheduler(self.optimizer, config, total_steps)
         self.start = time.perf_counter()
         self.state: dict[str, Any] = {"epoch": 0, "step": 0, "best": None, "history": []}
         self.steps_per_epoch = max(1, total_steps // max(1, config.epochs))
-        self.bar = None  # this epoch's progress bar (shown with INFO logging: --quiet hides it)
+        self.bar = None  # this epoch's progress bar
         #: what kind of run this is (see :func:`run_kind`; a k-fold driver sets its ``folds``), kept in checkpoints
         self.run = run_kind(config.section, shots=getattr(config, "shots", None))
         self.start_model: dict[str, Any] = {}  # model_identity of the weights the run starts from
@@ -224,7 +226,7 @@ class EpochLoop:
         value = float(loss.detach())
         if self.bar is None:
             self.bar = progress_bar(total=self.steps_per_epoch, unit="step", leave=False,
-                                    disable=not logger.isEnabledFor(logging.INFO),
+                                    disable=not self.show_progress_bar,
                                     desc=f"{self.output.name}: epoch {self.state['epoch'] + 1}/{self.config.epochs}")
         self.bar.set_postfix(loss=f"{value:.4f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}", refresh=False)
         self.bar.update()

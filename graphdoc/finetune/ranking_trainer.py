@@ -47,7 +47,7 @@ class RankingTrainer:
     """One ranking fine-tuning run of ``model`` on ``qrels`` (training queries) into ``output``."""
 
     def __init__(self, model, config: RankingConfig, data: RankingData, qrels: Qrels, output: Path,
-                 dev_qrels: Qrels | None = None) -> None:
+                 dev_qrels: Qrels | None = None, show_progress_bar: bool | None = None) -> None:
         self.model, self.cfg, self.data, self.output = model, config, data, Path(output)
         data.set_model(model)
         known = set(data.doc_ids)
@@ -63,7 +63,8 @@ class RankingTrainer:
                                         "queries": {q: data.query_texts[q] for q in used},
                                         "dev": {q: dict(d) for q, d in (self.dev_qrels or {}).items()},
                                         "documents": list(data.doc_ids)})
-        self.loop = EpochLoop(model, config, self.output, config.epochs * self.steps_per_epoch, data=fingerprint)
+        self.loop = EpochLoop(model, config, self.output, config.epochs * self.steps_per_epoch, data=fingerprint,
+                              show_progress_bar=show_progress_bar)
         # an index of the saved model scores as training and dev selection did
         model.search_defaults = {"dense": {"passage_weight": config.passage_weight},
                                  "fusion": self.fusion().to_dict(),
