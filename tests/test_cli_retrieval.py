@@ -69,6 +69,15 @@ def test_index_reports_its_counts_once(files, model_dir, tmp_path, capsys) -> No
     assert printed.out.startswith(f"{tmp_path / 'i'}: 20 documents, ") and "20 documents" not in printed.err
 
 
+def test_index_reports_skipped_empty_documents_once(model_dir, tmp_path, capsys) -> None:
+    from graphdoc.cli import main
+
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"_id": "blank", "text": "  "}, *make_docs(3)])
+    assert main(["index", "--corpus", str(corpus), "--index-dir", str(tmp_path / "i"), "--model", str(model_dir)]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "empty" in line]
+    assert lines == [f"INFO graphdoc.corpus.stats: {corpus}: skipped 1 empty document(s) ('blank')"]
+
+
 def test_index_adds_documents_with_the_index_model_when_no_model_is_named(own_index, model, tmp_path,
                                                                         capsys) -> None:
     more = write_jsonl(tmp_path / "more.jsonl", [dict(d, _id=f"new{d['_id']}") for d in make_docs(3)])

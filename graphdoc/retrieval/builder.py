@@ -293,9 +293,7 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
             manifest.save(index_dir)
     finally:
         bar.close()
-    model.chunker.warn_cut(cut_before)  # a document's end past the cap cannot be found
-    if stats.empty_skipped:
-        logger.info("skipped %d empty documents", stats.empty_skipped)
+    model.chunker.warn_cut(cut_before)  # a document's end past the cap cannot be found (empty ones: the reader says)
     source.complete, source.state, manifest.finalized = True, corpus_state(corpus), False
     source.documents_read = max(source.documents_read, cursor.position)
     manifest.save(index_dir)
