@@ -190,6 +190,12 @@ def lone_surrogate(text: str) -> str | None:
     return None
 
 
+def query_names(ids: Sequence[Any] | None, count: int) -> list[str]:
+    """How messages name ``count`` queries: by id (``query 'q1'``) when they have ids, else by position."""
+    return [f"query {str(q)!r}" for q in ids] if ids is not None else \
+        [f"query {i} (counting from 0)" for i in range(count)]
+
+
 def check_query_text(text: Any, name: str) -> str:
     """One query: a str of valid Unicode; ``name`` (``"query 'q1'"``, ``"the query"``) says which in messages."""
     if not isinstance(text, str):

@@ -17,7 +17,7 @@ from torch_geometric.data import Batch
 from graphdoc.chunker import Chunker, fit_to_token_limit
 from graphdoc.config import ModelConfig, check_count
 from graphdoc.device import resolve_device
-from graphdoc.documents import Document, Passage, as_document, check_query_text
+from graphdoc.documents import Document, Passage, as_document, check_query_text, query_names
 from graphdoc.errors import GraphDocError, ModelLoadError
 from graphdoc.graph import document_graph
 from graphdoc.models import DocumentGraphEncoder, PassageEncoder, Projection
@@ -215,11 +215,11 @@ class GraphDocEncoder(nn.Module):
         if kwargs:
             logger.warning("encode_queries ignores the argument(s) %s", ", ".join(sorted(kwargs)))
         check_count("batch_size", batch_size)
-        single, names = isinstance(queries, str), None
+        single, ids = isinstance(queries, str), None
         if isinstance(queries, Mapping):
-            names, queries = [f"query {str(q)!r}" for q in queries], list(queries.values())
+            ids, queries = list(queries), list(queries.values())
         texts = [queries] if single else list(_iterable(queries, "queries", "a str"))
-        names = ["the query"] if single else names or [f"query {i} (counting from 0)" for i in range(len(texts))]
+        names = ["the query"] if single else query_names(ids, len(texts))
         for name, text in zip(names, texts):
             check_query_text(text, name)
         was_training = self.training

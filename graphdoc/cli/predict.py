@@ -25,8 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphdoc.finetune import predict
     from graphdoc.fileio import replacing
+    from graphdoc.finetune import predict
     from graphdoc.finetune.predict import check_output
 
     for flag, value in (("--batch-size", args.batch_size), ("--max-passages", args.max_passages)):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from graphdoc.documents import check_query_text
+from graphdoc.documents import check_query_text, query_names
 from graphdoc.errors import GraphDocError
 
 SEVERAL = "a list of query texts or a dict {query id: text}"
@@ -30,11 +30,11 @@ def split_queries(queries: Mapping[Any, str] | Iterable[str]) -> tuple[list[str]
                             "search() for one query")
     if isinstance(queries, Mapping):
         qids, texts = [str(q) for q in queries], list(queries.values())
-        names = [f"query {q!r}" for q in qids]
+        names = query_names(qids, len(texts))
     elif isinstance(queries, Iterable):
         texts = list(queries)
         qids = [str(i) for i in range(len(texts))]
-        names = [f"query {i} (counting from 0)" for i in range(len(texts))]
+        names = query_names(None, len(texts))
     else:
         raise GraphDocError(f"expected {SEVERAL}; got {type(queries).__name__}")
     for name, text in zip(names, texts):
