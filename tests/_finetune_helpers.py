@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Callable
+
+import pytest
 
 TOPICS = {
     "fox": "the quick brown fox jumps over the lazy dog",
@@ -13,6 +16,24 @@ TOPICS = {
     "numbers": "numbers 1 2 3 4 5 6 7 8 9 10",
     "meeting": "meetings have topics and sections",
 }
+
+
+def ranking_interrupted_in_epoch(monkeypatch, epoch: int, start: Callable[[], Any]) -> None:
+    """Run ``start()`` (a ranking fine-tuning) and interrupt it (KeyboardInterrupt) as epoch ``epoch`` (from 0)
+    begins."""
+    from graphdoc.finetune.ranking_trainer import RankingTrainer
+
+    real_epoch = RankingTrainer._epoch
+
+    def stop(self, at, source):
+        if at == epoch:
+            raise KeyboardInterrupt
+        return real_epoch(self, at, source)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RankingTrainer, "_epoch", stop)
+        with pytest.raises(KeyboardInterrupt):
+            start()
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from _finetune_helpers import ranking_files
+from _finetune_helpers import ranking_files, ranking_interrupted_in_epoch
 
 from graphdoc.corpus import read_qrels
 from graphdoc.encoder import GraphDocEncoder
@@ -287,22 +287,12 @@ def test_an_empty_queries_file_is_one_error_line(tiny_bert, tmp_path):
 
 
 def test_a_resumed_run_keeps_the_lists_an_earlier_version_saved_without_a_digest(tiny_bert, tmp_path, monkeypatch):
-    from graphdoc.finetune.ranking_trainer import RankingTrainer
     from graphdoc.finetune.retriever import CorpusRanker
 
     files = ranking_files(tmp_path)
     args = (files["corpus"], files["queries"], files["qrels"], tmp_path / "run")
-    real = RankingTrainer._epoch
-
-    def stop_in_epoch_2(self, epoch, source):
-        if epoch == 1:
-            raise KeyboardInterrupt
-        return real(self, epoch, source)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(RankingTrainer, "_epoch", stop_in_epoch_2)
-        with pytest.raises(KeyboardInterrupt):
-            finetune_ranking(*args, config=_config(epochs=4), model=str(tiny_bert))
+    ranking_interrupted_in_epoch(monkeypatch, 1,
+                                 lambda: finetune_ranking(*args, config=_config(epochs=4), model=str(tiny_bert)))
     path = tmp_path / "run" / "negatives" / "bm25.json"
     path.write_text(json.dumps(_kept_lists(path)))  # as versions before digests wrote it
     calls = []

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from _finetune_helpers import labelled_files, ranking_files, write_jsonl
+from _finetune_helpers import labelled_files, ranking_files, ranking_interrupted_in_epoch, write_jsonl
 
 from graphdoc.cli import main
 from graphdoc.encoder import GraphDocEncoder
@@ -35,23 +35,14 @@ def finetune(*argv: str) -> int:
 
 def test_a_resume_after_the_switch_to_the_models_negatives_keeps_its_lists_and_ends_as_uninterrupted(
         spread_bert, tmp_path, monkeypatch):
-    from graphdoc.finetune.ranking_trainer import RankingTrainer
     from graphdoc.finetune.retriever import CorpusRanker
 
     files = ranking_files(tmp_path)
     args = (files["corpus"], files["queries"], files["qrels"])
     finetune_ranking(*args, tmp_path / "a", config=RankingConfig(**RANKING), model=str(spread_bert))
-    real_epoch = RankingTrainer._epoch
-
-    def stop_in_epoch_4(self, epoch, source):  # epochs 3 and 4 take the model's negatives
-        if epoch == 3:
-            raise KeyboardInterrupt
-        return real_epoch(self, epoch, source)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(RankingTrainer, "_epoch", stop_in_epoch_4)
-        with pytest.raises(KeyboardInterrupt):
-            finetune_ranking(*args, tmp_path / "b", config=RankingConfig(**RANKING), model=str(spread_bert))
+    # epochs 3 and 4 take the model's negatives: stopped as epoch 4 begins
+    ranking_interrupted_in_epoch(monkeypatch, 3, lambda: finetune_ranking(
+        *args, tmp_path / "b", config=RankingConfig(**RANKING), model=str(spread_bert)))
     kept = (tmp_path / "b" / "negatives" / "model.json").read_bytes()
     halfway = (tmp_path / "b" / "halfway" / "model.safetensors").read_bytes()
     ranked = []

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_pretrain_checkpoint import WORDS
 
 from graphdoc.cli import main
 from graphdoc.config import PassageEncoderConfig
@@ -21,13 +22,7 @@ from graphdoc.training import PretrainConfig, PretrainSetup, pretrain
 from graphdoc.training.metrics import LOG_NAME
 from graphdoc.training.run_folder import SUMMARY_NAME
 
-WORDS = "graph attention passage document retrieval vector dense sparse meeting topic section fox dog".split()
-
-
-@pytest.fixture(autouse=True)
-def restore_global_state(restore_cli_state):
-    """``main`` configures logging and quiets transformers for the process (see conftest)."""
-    yield
+pytestmark = pytest.mark.usefixtures("restore_cli_state")  # main configures logging for the process
 
 
 @pytest.fixture
