@@ -17,6 +17,7 @@ from graphdoc.finetune import RankingConfig, finetune_ranking
 from graphdoc.finetune import ranking as rk
 from graphdoc.finetune.scoring import graph_scores, max_passage_scores
 from graphdoc.outputs import GraphOutput
+from graphdoc.retrieval.evaluation import evaluate_per_query
 from graphdoc.retrieval.trec import read_run
 
 
@@ -183,7 +184,13 @@ def test_cross_validation_ranks_every_query_once_and_never_its_training_query(ti
         assert train | dev | test == set(qrels)
         assert 0.0 <= fold["alpha"] <= 1.0
     for name in ("dense", "hybrid"):
-        assert sorted(read_run(tmp_path / "cv" / f"{name}.trec")) == sorted(qrels)
+        run = read_run(tmp_path / "cv" / f"{name}.trec")
+        assert sorted(run) == sorted(qrels)
+        # the closing score is the written run's, over every query
+        per_query = evaluate_per_query(run, qrels, ["nDCG@10"])
+        assert result["scores"][name] == pytest.approx(sum(v["nDCG@10"] for v in per_query.values()) / len(qrels))
+    assert result["measure"] == "nDCG@10"
+    assert json.loads((tmp_path / "cv" / "crossval.json").read_text())["scores"] == result["scores"]
 
 
 def test_config_errors_name_the_bad_value():

@@ -66,14 +66,15 @@ def test_run_without_dev_queries_says_so(caplog):
 def test_few_shot_and_cross_validation_reports(caplog):
     few = {"shots": 5, "repeats": 10, "runs": [], "accuracy": {"mean": 0.5, "std": 0.01},
            "macro_f1": {"mean": 0.4, "std": 0.02}}
-    folds = {"folds": [{"alpha": 0.6}, {"alpha": 0.45}], "queries": 30, "dense_run": "o/dense.trec",
-             "hybrid_run": "o/hybrid.trec"}
+    folds = {"folds": [{"alpha": 0.6}, {"alpha": 0.45}], "queries": 30, "measure": "nDCG@10",
+             "scores": {"dense": 0.41234, "hybrid": 0.5}, "dense_run": "o/dense.trec", "hybrid_run": "o/hybrid.trec"}
     with caplog.at_level(logging.INFO, logger="graphdoc.cli"):
         _report(few, "accuracy", Path("o"))
         _report(folds, "dense nDCG@10", Path("o"))
     assert _messages(caplog) == [
         f"5-shot, 10 runs: accuracy 0.5000 +- 0.0100, macro-F1 0.4000 +- 0.0200; details in {Path('o/fewshot.json')}",
-        "2-fold cross-validation over 30 queries (fusion alpha per fold: 0.60, 0.45): runs o/dense.trec and "
+        "2-fold cross-validation over 30 queries: dense nDCG@10 0.4123, hybrid 0.5000 (fusion alpha per fold: "
+        "0.60, 0.45); runs o/dense.trec and "
         f"o/hybrid.trec; details in {Path('o/crossval.json')}"]
 
 

@@ -167,9 +167,11 @@ def _report(result: dict, measure: str, output: Path) -> None:
     """A readable closing line: what the run kept, its scores and where they are (the JSON file holds the rest)."""
     if "folds" in result:  # k-fold ranking
         alphas = ", ".join(f"{fold['alpha']:.2f}" for fold in result["folds"])
-        logger.info("%d-fold cross-validation over %d queries (fusion alpha per fold: %s): runs %s and %s; "
-                    "details in %s", len(result["folds"]), result["queries"], alphas, result["dense_run"],
-                    result["hybrid_run"], output / "crossval.json")
+        scores = result["scores"]
+        logger.info("%d-fold cross-validation over %d queries: dense %s %.4f, hybrid %.4f (fusion alpha per fold: "
+                    "%s); runs %s and %s; details in %s", len(result["folds"]), result["queries"], result["measure"],
+                    scores["dense"], scores["hybrid"], alphas, result["dense_run"], result["hybrid_run"],
+                    output / "crossval.json")
     elif "runs" in result:  # few-shot classification
         acc, f1 = result["accuracy"], result["macro_f1"]
         logger.info("%d-shot, %d runs: accuracy %.4f +- %.4f, macro-F1 %.4f +- %.4f; details in %s", result["shots"],

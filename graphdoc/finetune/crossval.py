@@ -7,7 +7,8 @@ chosen on the very queries a model was trained on would favour the dense side); 
 is ranked. The runs of the
 ``k`` held-out folds together cover every query exactly once, and no query is ranked by a model (or an
 alpha) that saw it. Output: ``OUTPUT/fold-N/`` (each fold's run folder), ``OUTPUT/dense.trec``,
-``OUTPUT/hybrid.trec`` and ``OUTPUT/crossval.json``.
+``OUTPUT/hybrid.trec`` and ``OUTPUT/crossval.json`` (with ``eval_measure`` of both runs over all the queries:
+each query scored by a model that never saw it).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from graphdoc.finetune.data import RankingData
 from graphdoc.finetune.loop import run_kind
 from graphdoc.finetune.ranking_trainer import RankingTrainer
 from graphdoc.finetune.retriever import ComponentRuns
-from graphdoc.retrieval.evaluation import evaluate_per_query
+from graphdoc.retrieval.evaluation import evaluate, evaluate_per_query
 from graphdoc.retrieval.fusion import FusionConfig
 from graphdoc.retrieval.trec import write_run
 from graphdoc.retrieval.tuning import DEFAULT_ALPHAS, assign_folds
@@ -88,8 +89,12 @@ def cross_validate(model, config: RankingConfig, data: RankingData, qrels: Qrels
                           "alpha": alpha, "alpha_score": train_score, "wall_s": summary["wall_s"]})
     write_run(dense_run, output / "dense.trec", tag="graphdoc-finetune-dense")
     write_run(hybrid_run, output / "hybrid.trec", tag="graphdoc-finetune-hybrid")
-    result = {"folds": fold_info, "queries": len(qids), "dense_run": str(output / "dense.trec"),
-              "hybrid_run": str(output / "hybrid.trec")}
+    judged = {q: qrels[q] for q in qids}
+    measure = str(config.eval_measure)
+    scores = {name: evaluate(run, judged, [measure])[measure] for name, run in (("dense", dense_run),
+                                                                              ("hybrid", hybrid_run))}
+    result = {"folds": fold_info, "queries": len(qids), "measure": measure, "scores": scores,
+              "dense_run": str(output / "dense.trec"), "hybrid_run": str(output / "hybrid.trec")}
     with atomic_write(output / "crossval.json", "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=2)
     return dict(result, dense=dense_run, hybrid=hybrid_run)
