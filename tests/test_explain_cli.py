@@ -191,11 +191,19 @@ def test_plot_without_the_extra_says_what_to_install(model_dir, corpus, tmp_path
     assert not (tmp_path / "m.png").exists()
 
 
-@pytest.mark.parametrize("command", [["compare", "a.txt", "b.txt"], ["plot", "attention", "--corpus", "c", "--id", "d",
-                                                                      "--output", "x.png"]])
-def test_one_document_commands_take_no_batch_size(command, capsys) -> None:
-    """compare and plot attention embed one pair or one document: a --batch-size there would change nothing."""
-    with pytest.raises(SystemExit) as exit_info:
-        cli(*command, "--batch-size", 4)
-    assert exit_info.value.code == 2
-    assert "unrecognized arguments: --batch-size 4" in capsys.readouterr().err
+def test_one_document_commands_ignore_a_batch_size_with_a_warning(model_dir, corpus, tmp_path, capsys) -> None:
+    """compare and plot attention embed one pair or one document: a --batch-size (listed by earlier versions)
+    changes nothing, and says so instead of failing a script that passes it."""
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    a.write_text(MARKDOWN, encoding="utf-8")
+    b.write_text(MARKDOWN.replace("## Next", "## Other"), encoding="utf-8")
+    assert cli("compare", a, b, "--model", model_dir, "--json") == 0
+    plain = capsys.readouterr()
+    assert cli("compare", a, b, "--model", model_dir, "--json", "--batch-size", 4) == 0
+    warned = capsys.readouterr()
+    assert warned.out == plain.out
+    assert warned.err.splitlines() == ["WARNING graphdoc.cli: --batch-size is ignored: this command embeds "
+                                       "one document or one pair, not batches"] and not plain.err
+    with pytest.raises(SystemExit):
+        cli("compare", "--help")
+    assert "--batch-size" not in capsys.readouterr().out  # not offered any more

@@ -38,6 +38,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, batches: bool = True) -
     group.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     if batches:
         group.add_argument("--batch-size", type=int, default=32, metavar="N", help="documents per batch")
+    else:  # scripts written when these commands listed it keep working, with a warning (see load_model)
+        group.add_argument("--batch-size", type=int, default=None, dest="ignored_batch_size", help=argparse.SUPPRESS)
 
 
 def check_at_least_one(flag: str, value: int | None) -> None:
@@ -52,6 +54,8 @@ def load_model(args: argparse.Namespace):
     from graphdoc.serialization import saved_backbone
 
     check_at_least_one("--batch-size", getattr(args, "batch_size", None))
+    if getattr(args, "ignored_batch_size", None) is not None:
+        logger.warning("--batch-size is ignored: this command embeds one document or one pair, not batches")
     saved = saved_backbone(args.model)
     section, file_backbone = _model_section(args.config) if args.config else (None, None)
     chosen = args.backbone or (file_backbone if saved is None else None)
