@@ -186,3 +186,10 @@ def test_empty_documents_left_out_are_a_warning_with_their_count_and_ids(classif
     err = capsys.readouterr().err.strip()  # -q: warnings only
     assert err == (f"WARNING graphdoc.finetune.predict: {source}: 6 document(s) with no title or text left out of the "
                    "predictions ('d1', 'd3', 'd5', 'd7', 'd9', ...)")
+    # without -q too, the reader does not report them a second time
+    assert main(["predict", "--model", str(classifier_dir), "--input", str(source), "--output",
+                 str(tmp_path / "p.jsonl")]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert [line for line in lines if "d1" in line] == [
+        f"WARNING graphdoc.finetune.predict: {source}: 6 document(s) with no title or text left out of the "
+        "predictions ('d1', 'd3', 'd5', 'd7', 'd9', ...)"]

@@ -20,12 +20,14 @@ class ReadStats:
     and text) skipped.
 
     Pass one in to have it filled as the corpus is consumed; counts add up over several reads.
-    ``skipped_ids`` holds the ids of the first :data:`MAX_SKIPPED_IDS` skipped documents.
+    ``skipped_ids`` holds the ids of the first :data:`MAX_SKIPPED_IDS` skipped documents. ``log_skipped``:
+    whether the reader logs the skipped ones (INFO); False for a caller that reports them itself.
     """
 
     documents: int = 0
     empty_skipped: int = 0
     skipped_ids: list[str] = field(default_factory=list)
+    log_skipped: bool = True
 
     def skip(self, doc_id: str) -> None:
         """Count one skipped document."""
@@ -43,7 +45,7 @@ def skip_empty(docs: Iterable[Document], stats: ReadStats, source: str) -> Itera
     """Yield the documents with a non-blank title or text, counting the others in ``stats``.
 
     A title alone is a document (the encoder embeds the title); the skipped ones are logged once, at INFO,
-    when the corpus has been read to the end.
+    when the corpus has been read to the end (unless ``stats.log_skipped`` is False).
     """
     skipped, examples = 0, []
     for doc in docs:
@@ -55,6 +57,6 @@ def skip_empty(docs: Iterable[Document], stats: ReadStats, source: str) -> Itera
         skipped += 1
         if len(examples) < 3:
             examples.append(doc.id)
-    if skipped:
+    if skipped and stats.log_skipped:
         shown = ", ".join(repr(i) for i in examples) + (", ..." if skipped > len(examples) else "")
         logger.info("%s: skipped %d empty document(s) (%s)", source, skipped, shown)

@@ -33,7 +33,7 @@ def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch
         raise GraphDocError(f"batch_size and max_passages must be at least 1; got {batch_size}, {max_passages}")
     check_output(model_dir, output)
     classifier = DocumentClassifier.from_pretrained(model_dir, device=device)
-    stats = ReadStats()
+    stats = ReadStats(log_skipped=False)  # reported below, once, as a warning
     docs = list(read_corpus(source, stats=stats))
     if not docs:
         blank = f": its {stats.empty_skipped} document(s) have no title or text" if stats.empty_skipped else ""
