@@ -160,3 +160,20 @@ def test_documents_are_prepared_once_per_run_and_the_memo_changes_nothing(tiny_b
     expected, got = weights(plain.model_dir), weights(memo.model_dir)
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], atol=0, rtol=0, msg=name)
+
+
+def test_a_last_batch_of_one_document_moves_no_weight(tiny_bert, tmp_path):
+    """Its loss is 0 and it has no gradient; an optimiser step would still move the weights (AdamW's momentum
+    and weight decay), so none is taken, while the learning-rate schedule goes on."""
+    records = [{"_id": f"d{i}", "text": " ".join(f"{w} {w} graph passage." for w in WORDS[3 * i:3 * i + 3])}
+               for i in range(3)]
+    corpus = tmp_path / "three.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    setup = tiny_setup(tiny_bert, batch_size=2, epochs=1, checkpoint_every=1, keep_checkpoints=5)
+    result = pretrain(corpus, tmp_path / "run", setup, device="cpu")
+    assert result.steps == result.total_steps == 2
+    first, last = (weights(folder / ckpt.MODEL_DIR) for folder in ckpt.list_checkpoints(tmp_path / "run"))
+    assert first.keys() == last.keys()
+    assert all(torch.equal(first[name], last[name]) for name in first)
+    log = read_log(tmp_path / "run")
+    assert float(log[0]["loss"]) > 0 and float(log[1]["loss"]) == 0.0

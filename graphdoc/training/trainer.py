@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import random
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -284,8 +285,20 @@ class Trainer:
         self.position = data.DataPosition(self.position.epoch + 1, 0)
 
     def _train_step(self, batch: data.Batch) -> tuple[float, float | None]:
-        """One optimiser step over a global batch; returns its loss (and its MLM part, if any)."""
+        """One optimiser step over a global batch; returns its loss (and its MLM part, if any).
+
+        A batch of one document (the end of an epoch) has no negative: its contrastive loss is 0 and, without
+        an MLM loss, it has no gradient; the optimiser is not stepped (AdamW's momentum and weight decay would
+        still move the weights), only the learning-rate schedule, so the run keeps its length.
+        """
         cfg = self.cfg
+        if len(batch.examples) == 1 and cfg.effective_mlm_weight(self.setup.backbone) == 0:
+            logger.debug("step %d: one document, no negative: no optimiser step", self.step + 1)
+            self.last_lr, self.last_grad_norm = self.scheduler.get_last_lr()[0], 0.0
+            with warnings.catch_warnings():  # torch's hint that the optimiser has not stepped yet: here on purpose
+                warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)`")
+                self.scheduler.step()
+            return 0.0, None
         local = data.shard(batch.examples, self.ctx.rank, self.ctx.world_size)
         loss_fn = LOSSES[cfg.objective]
 
