@@ -287,7 +287,7 @@ def test_links_to_folders_are_followed_once_and_broken_links_named(tmp_path, cap
 def test_a_folder_of_broken_links_names_them_before_its_error(tmp_path, caplog):
     symlink(tmp_path / "a.md", tmp_path / "gone.md")
     with caplog.at_level(logging.WARNING, logger="graphdoc.corpus"):
-        assert error(lambda: read_corpus(tmp_path)).endswith("folder has no .md/.txt files "
+        assert error(lambda: read_corpus(tmp_path)).endswith("folder has no .markdown/.md/.txt files "
                                                               "(and no corpus.jsonl[.gz] of a BEIR folder)")
     assert [r.getMessage() for r in caplog.records] == [f"{tmp_path}: 1 broken symbolic link(s) skipped: a.md"]
 

@@ -1,4 +1,4 @@
-"""Folders of .txt/.md files: ids, titles, sections, order, and errors."""
+"""Folders of .txt/.md/.markdown files: ids, titles, sections, order, and errors."""
 
 from __future__ import annotations
 
@@ -57,5 +57,15 @@ def test_same_id_from_two_files(tmp_path):
 
 def test_folder_without_text_files(tmp_path):
     (tmp_path / "data.csv").write_text("a,b", encoding="utf-8")
-    with pytest.raises(InputError, match=r"folder has no \.md/\.txt files"):
+    with pytest.raises(InputError, match=r"folder has no \.markdown/\.md/\.txt files"):
         read_corpus(tmp_path)
+
+
+def test_markdown_suffix_is_read_like_md(tmp_path):
+    (tmp_path / "guide.markdown").write_text("# Guide\nintro\n## Install\nrun it\n", encoding="utf-8")
+    (tmp_path / "notes.MD").write_text("plain\n", encoding="utf-8")
+    docs = list(read_corpus(tmp_path))
+    assert [(d.id, d.title) for d in docs] == [("guide", "Guide"), ("notes", "notes")]
+    assert docs[0].sections == [Section("Guide", 0, 14), Section("Install", 14, 32)]
+    [single] = read_corpus(tmp_path / "guide.markdown")
+    assert single.sections == docs[0].sections

@@ -110,6 +110,15 @@ def test_compare_ids_of_a_corpus_prints_a_summary(model_dir, corpus, capsys) -> 
     assert out[-2].startswith("     A: ") and out[-1].startswith("     B: ")
 
 
+def test_compare_reads_a_markdown_suffix_as_markdown(model_dir, tmp_path, capsys) -> None:
+    a, b = tmp_path / "a.markdown", tmp_path / "b.md"
+    a.write_text(MARKDOWN, encoding="utf-8")
+    b.write_text(MARKDOWN, encoding="utf-8")
+    assert cli("compare", a, b, "--model", model_dir, "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [s["title"] for s in data["a"]["sections"]] == [s["title"] for s in data["b"]["sections"]] == ["Start", "Next"]
+
+
 def test_compare_summary_names_the_columns_in_full(model_dir, tmp_path, capsys) -> None:
     a, b = tmp_path / "a.md", tmp_path / "b.md"
     a.write_text(MARKDOWN, encoding="utf-8")
@@ -144,7 +153,7 @@ def test_compare_names_a_folder_an_empty_document_and_its_file(model_dir, tmp_pa
     corpus = tmp_path / "withempty.jsonl"
     corpus.write_text("".join(json.dumps(d) + "\n" for d in [DOCS[0], {"_id": "e", "text": ""}]), encoding="utf-8")
     cases = [
-        ([tmp_path, tmp_path / "b.md"], f"{tmp_path} is a folder; name a document file (.txt, .md, .json, .jsonl, "
+        ([tmp_path, tmp_path / "b.md"], f"{tmp_path} is a folder; name a document file (.txt, .md, .markdown, .json, .jsonl, "
                                         f".jsonl.gz), or use --corpus {tmp_path} ID_A ID_B"),
         ([tmp_path / "empty.json", tmp_path / "b.md"], f"{tmp_path / 'empty.json'}: document has no text"),
         (["d0", "e", "--corpus", corpus], f"{corpus}: document 'e' is empty: it has no passages"),

@@ -155,7 +155,7 @@ def test_a_cache_dir_that_cannot_be_a_folder_is_one_line(tiny_bert, corpus, tmp_
 @pytest.mark.parametrize("make,message", [
     (lambda d: d / "missing.jsonl", "no such file or folder"),
     (lambda d: Path("no-such-corpus-name"), "not a named corpus"),
-    (lambda d: (d / "empty").mkdir() or d / "empty", "folder has no .md/.txt files"),
+    (lambda d: (d / "empty").mkdir() or d / "empty", "folder has no .markdown/.md/.txt files"),
     (lambda d: (d / "bad.jsonl").write_text("not json\n") and d / "bad.jsonl", "invalid JSON"),
     (lambda d: (d / "none.jsonl").write_text("") or d / "none.jsonl", "no document with two or more passages"),
     (lambda d: (d / "short.jsonl").write_text('{"_id": "a", "text": "One."}\n') and d / "short.jsonl",

@@ -1,6 +1,6 @@
 """``graphdoc compare A B``: how alike two documents are, by document, section and passage.
 
-A and B are files (.txt/.md with Markdown sections, a .json record, or a .jsonl[.gz] file holding one
+A and B are files (.txt/.md/.markdown with Markdown sections, a .json record, or a .jsonl[.gz] file holding one
 record), or, with ``--corpus``, two document ids of that corpus.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from graphdoc.cli.common import add_model_arguments, load_model
 from graphdoc.errors import GraphDocError, InputError
 
-FILE_KINDS = ".txt, .md, .json, .jsonl, .jsonl.gz"
+FILE_KINDS = ".txt, .md, .markdown, .json, .jsonl, .jsonl.gz"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,9 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def read_document_file(path: Path):
-    """One document from a .txt/.md file, a .json record or a one-record .jsonl[.gz] file."""
+    """One document from a .txt/.md/.markdown file, a .json record or a one-record .jsonl[.gz] file."""
     from graphdoc.corpus.jsonl import read_jsonl_corpus
-    from graphdoc.corpus.textdir import read_text_file
+    from graphdoc.corpus.textdir import TEXT_FILE_TYPES, read_text_file
     from graphdoc.documents import Document
 
     name = path.name.lower()
@@ -40,7 +40,7 @@ def read_document_file(path: Path):
         raise InputError(f"{path} is a folder; name a document file ({FILE_KINDS}), or use --corpus {path} ID_A ID_B")
     if not path.is_file():
         raise InputError(f"{path}: no such file")
-    if name.endswith((".txt", ".md")):
+    if path.suffix.lower() in TEXT_FILE_TYPES:
         return read_text_file(path)
     if name.endswith(".json"):
         try:

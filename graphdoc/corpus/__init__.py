@@ -1,7 +1,7 @@
 """Reading corpora, queries and relevance judgements from files, folders or named data sets.
 
 Everything streams: documents and queries are yielded one at a time, never read into memory at once.
-A ``source`` is a path (JSON lines, a BEIR folder, a folder of .txt/.md files, a MediaWiki XML dump,
+A ``source`` is a path (JSON lines, a BEIR folder, a folder of .txt/.md/.markdown files, a MediaWiki XML dump,
 TREC topics or qrels) or the name of a corpus fetched by an optional package (``robust04``, ...).
 Problems with the source (missing, unknown format) are raised at the call; problems inside it
 (a broken line, a duplicate id) when the reader reaches them, as one :class:`InputError` line.

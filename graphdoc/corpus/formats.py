@@ -45,10 +45,10 @@ def _first_line(test: Callable[[str], bool]) -> Callable[[Path], bool]:
 #: Corpus formats, tried in order.
 CORPUS_FORMATS = (
     Format("beir", "a BEIR folder (with corpus.jsonl[.gz])", beir.is_beir_folder, beir.read_beir_corpus),
-    Format("textdir", "a folder of .txt/.md files", Path.is_dir, textdir.read_text_folder),
+    Format("textdir", "a folder of .txt/.md/.markdown files", Path.is_dir, textdir.read_text_folder),
     Format("jsonl", "JSON lines (.jsonl, .jsonl.gz/.bz2/.xz, .json.gz)", _suffix(*JSONL_SUFFIXES),
            jsonl.read_jsonl_corpus),
-    Format("text", "a .txt/.md file", textdir.is_text_file, textdir.read_single_text_file),
+    Format("text", "a .txt/.md/.markdown file", textdir.is_text_file, textdir.read_single_text_file),
     Format("mediawiki", "a MediaWiki XML dump (.xml, .xml.bz2)", _suffix(*XML_SUFFIXES), mediawiki.read_mediawiki),
 )
 

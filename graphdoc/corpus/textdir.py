@@ -17,6 +17,7 @@ logger = logging.getLogger(__name__)
 #: File suffix -> (function giving the sections, function giving the title or '').
 TEXT_FILE_TYPES: dict[str, tuple[Callable[[str], list[Section]], Callable[[str], str]]] = {
     ".md": (markdown_sections, markdown_title),
+    ".markdown": (markdown_sections, markdown_title),
     ".txt": (markdown_sections, markdown_title),
 }
 
