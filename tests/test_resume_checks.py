@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -107,6 +108,23 @@ def test_few_shot_resume_continues_every_seed(tiny_bert, tmp_path, monkeypatch, 
         assert (a["train"], a["accuracy"], a["macro_f1"]) == (b["train"], b["accuracy"], b["macro_f1"])
     saved = json.loads((tmp_path / "b" / "fewshot.json").read_text(encoding="utf-8"))
     assert saved["accuracy"] == whole["accuracy"]
+
+
+def test_few_shot_resume_with_more_repeats_adds_seeds_and_keeps_the_finished_ones(tiny_bert, tmp_path, caplog):
+    files = labelled_files(tmp_path)
+    config = ClassificationConfig(**CLASSIFICATION, shots=2, repeats=2)
+    two = finetune_classification(files["train"], files["dev"], tmp_path / "run", config=config, model=str(tiny_bert))
+    finished = {p.name: p.read_bytes() for p in (tmp_path / "run" / "seed-42" / "model").glob("*.safetensors")}
+    with caplog.at_level(logging.INFO, logger="graphdoc.finetune.fewshot"):
+        three = finetune_classification(files["train"], files["dev"], tmp_path / "run", resume=True,
+                                        config=dataclasses.replace(config, repeats=3), model=str(tiny_bert))
+    assert [r["seed"] for r in three["runs"]] == [42, 43, 44]
+    scores = [{k: v for k, v in run.items() if k != "wall_s"} for run in three["runs"]]
+    assert scores[:2] == [{k: v for k, v in run.items() if k != "wall_s"} for run in two["runs"]]
+    assert finished and finished == {p.name: p.read_bytes()
+                                     for p in (tmp_path / "run" / "seed-42" / "model").glob("*.safetensors")}
+    saved = json.loads((tmp_path / "run" / "fewshot.json").read_text(encoding="utf-8"))
+    assert saved["repeats"] == 3 and len(saved["runs"]) == 3
 
 
 def test_resume_with_nothing_to_resume_says_so(tiny_bert, tmp_path, caplog):

@@ -31,8 +31,9 @@ logger = logging.getLogger(__name__)
 
 SUMMARY_NAME = "finetune.json"
 MODEL_DIR = "model"  # OUTPUT/model: the run's best model, as the trainers save it
-#: settings that may change on resume: they do not change what is learned
-OPERATIONAL = ("cache_dir",)
+#: settings that may change on resume: they do not change what is learned (``repeats``: how many few-shot
+#: seeds run, each in its own folder; a resume with more runs the new seeds after the finished ones)
+OPERATIONAL = ("cache_dir", "repeats")
 
 
 def data_fingerprint(data: Any) -> str:
