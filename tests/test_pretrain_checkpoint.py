@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -177,3 +178,15 @@ def test_a_last_batch_of_one_document_moves_no_weight(tiny_bert, tmp_path):
     assert all(torch.equal(first[name], last[name]) for name in first)
     log = read_log(tmp_path / "run")
     assert float(log[0]["loss"]) > 0 and float(log[1]["loss"]) == 0.0
+
+
+def test_progress_bar_shows_loss_learning_rate_and_documents_per_second(tiny_bert, tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    pretrain(corpus, tmp_path / "run", tiny_setup(tiny_bert, max_steps=2, frozen_encoder=True), device="cpu",
+             show_progress_bar=True)
+    last = float(read_log(tmp_path / "run")[-1]["lr"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("Pretraining: 100%")]
+    assert len(lines) == 1  # stderr is not a terminal here: one plain line as the run ends
+    assert re.search(r"2/2 \[[0-9:]+<[0-9:]+, loss \d+\.\d{3}, lr (\S+), \d+ doc/s\]$", lines[0])
+    shown = re.search(r"lr (\S+),", lines[0]).group(1)
+    assert float(shown) == pytest.approx(last, rel=0.05)

@@ -64,8 +64,14 @@ from graphdoc.training.run_folder import (
 
 logger = logging.getLogger(__name__)
 
-#: The progress bar: steps, time left, loss and documents/s (no steps/s), so that it fits 80 columns.
+#: The progress bar: steps, time left, loss, learning rate and documents/s (no steps/s), so that it fits 80
+#: columns up to 99,999 steps and an hour's elapsed or remaining time.
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
+
+
+def short_float(value: float) -> str:
+    """A learning rate in few columns: ``3.7e-4``, ``0``."""
+    return "0" if value == 0 else f"{value:.1e}".replace("e-0", "e-").replace("e+0", "e")
 
 
 class Trainer:
@@ -340,7 +346,7 @@ class Trainer:
         self.throughput.update(documents)
         lr = self.last_lr
         rate = self.throughput.documents / max(self.throughput.elapsed, 1e-9)
-        bar.set_postfix_str(f"loss {self.last_loss:.3f}, {rate:.0f} doc/s", refresh=False)  # lr: in log.csv
+        bar.set_postfix_str(f"loss {self.last_loss:.3f}, lr {short_float(lr)}, {rate:.0f} doc/s", refresh=False)
         bar.update(1)
         if self.log is not None and (self.step % self.cfg.log_every == 0 or self.step == self.total_steps):
             docs_s, steps_s = self.throughput.window()
