@@ -288,12 +288,14 @@ def write_yaml(path: Path, data: dict) -> Path:
 
 
 # ------------------------------------------------------------------ the benchmark
-def prepare_data(args, work: Path, model) -> dict:
+def prepare_data(args, work: Path, model, exclude: frozenset[str] = frozenset()) -> dict:
+    """The samples and the training text; ``exclude``: 20news train ids never trained on (held out)."""
     from graphdoc.corpus import read_corpus
     from graphdoc.documents import Document
 
     news_test = stratified(read_jsonl_gz(args.data_dir / "20news" / "test.jsonl.gz"), args.news_test, args.seed)
-    news_train = stratified(read_jsonl_gz(args.data_dir / "20news" / "train.jsonl.gz"), args.news_train, args.seed)
+    news_train = [r for r in read_jsonl_gz(args.data_dir / "20news" / "train.jsonl.gz") if r["_id"] not in exclude]
+    news_train = stratified(news_train, args.news_train, args.seed)
     queries, qrels, qm_corpus, qm_train = qmsum(args.data_dir, args.qmsum_distractors, args.seed)
     training = {"news_train": [Document.from_dict(r) for r in news_train],
                 "wiki": list(read_corpus(args.data_dir / WIKI)),
