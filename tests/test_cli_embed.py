@@ -222,3 +222,20 @@ def test_a_full_disk_is_one_line_and_the_last_output_is_kept(tiny_bert: Path, tm
     with pytest.raises(OSError):  # -v: the traceback, to see where
         main(["-v", "embed", "--corpus", str(corpus), "--output", str(tmp_path / "emb.npy"), "--model",
               str(tiny_bert)])
+
+
+@pytest.mark.parametrize("command", [[], ["embed"], ["finetune"], ["pretrain"], ["plot"], ["plot", "attention"]])
+def test_help_shows_no_docstring_markup_and_keeps_options_whole(command, capsys, monkeypatch):
+    import graphdoc.cli
+
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "``" not in out and out.startswith(f"usage: graphdoc{''.join(' ' + c for c in command)}")
+    assert not [line for line in out.splitlines() if line.endswith("-") and not line.endswith(" -")]
+    if command == []:
+        assert graphdoc.cli.__doc__.splitlines()[0].replace("``", "") in out
+    if command == ["finetune"]:
+        assert "[--dev-qrels R2]" in out.replace("\n", " ")

@@ -13,6 +13,7 @@ import io
 import logging
 import os
 import sys
+import textwrap
 from typing import Sequence
 
 from graphdoc import __version__
@@ -34,6 +35,27 @@ COMMANDS: dict[str, str] = {
 }
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's, less the reST markup of the docstrings the descriptions come from (````name```` shows
+    as ``name``), and with lines never broken inside an option such as ``--dev-qrels``."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(indent + line for line in self._split_lines(text, width - len(indent)))
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        text = self._whitespace_matcher.sub(" ", text.replace("``", "")).strip()
+        return textwrap.wrap(text, width, break_on_hyphens=False)
+
+
+def _plain_help(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` and every subcommand parser under it :class:`HelpFormatter`."""
+    parser.formatter_class = HelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _plain_help(child)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="graphdoc", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"graphdoc {__version__}")
@@ -47,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                                help="log debug messages")
         subparser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                                help="only warnings and errors; no progress bars")
+    _plain_help(parser)
     return parser
 
 
