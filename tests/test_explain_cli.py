@@ -119,6 +119,22 @@ def test_compare_reads_a_markdown_suffix_as_markdown(model_dir, tmp_path, capsys
     assert [s["title"] for s in data["a"]["sections"]] == [s["title"] for s in data["b"]["sections"]] == ["Start", "Next"]
 
 
+def test_compare_one_record_files_without_an_id_take_the_file_name(model_dir, tmp_path, capsys) -> None:
+    import gzip
+
+    record = {"title": "Notes", "text": "Graph attention networks read documents. Passages become nodes."}
+    (tmp_path / "a.jsonl").write_text(json.dumps(record) + "\n\n", encoding="utf-8")
+    with gzip.open(tmp_path / "b.jsonl.gz", "wt", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+    assert cli("compare", tmp_path / "a.jsonl", tmp_path / "b.jsonl.gz", "--model", model_dir, "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["a"]["id"], data["b"]["id"]) == ("a", "b") and data["document_similarity"] == pytest.approx(1.0)
+    (tmp_path / "two.jsonl").write_text(json.dumps(record) + "\n" + json.dumps(record) + "\n", encoding="utf-8")
+    assert cli("compare", tmp_path / "two.jsonl", tmp_path / "a.jsonl", "--model", model_dir) == 1
+    assert error_line(capsys, "compare").endswith(f"{tmp_path / 'two.jsonl'}: holds 2 documents; give one, or use "
+                                                  f"--corpus {tmp_path / 'two.jsonl'} ID_A ID_B")
+
+
 def test_compare_summary_names_the_columns_in_full(model_dir, tmp_path, capsys) -> None:
     a, b = tmp_path / "a.md", tmp_path / "b.md"
     a.write_text(MARKDOWN, encoding="utf-8")

@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def read_document_file(path: Path):
     """One document from a .txt/.md/.markdown file, a .json record or a one-record .jsonl[.gz] file."""
-    from graphdoc.corpus.jsonl import read_jsonl_corpus
+    from graphdoc.corpus.jsonl import iter_json_objects
     from graphdoc.corpus.textdir import TEXT_FILE_TYPES, read_text_file
     from graphdoc.documents import Document
 
@@ -56,11 +56,17 @@ def read_document_file(path: Path):
         document.metadata.setdefault("path", str(path))  # named by an error about it
         return document
     if name.endswith((".jsonl", ".jsonl.gz")):
-        docs = list(read_jsonl_corpus(path))
-        if len(docs) != 1:
-            raise InputError(f"{path}: holds {len(docs)} documents; give one, or use --corpus {path} ID_A ID_B")
-        docs[0].metadata.setdefault("path", str(path))
-        return docs[0]
+        records = list(iter_json_objects(path))
+        if len(records) != 1:
+            raise InputError(f"{path}: holds {len(records)} documents; give one, or use --corpus {path} ID_A ID_B")
+        lineno, record = records[0]
+        try:  # as a .json record: without an id, the file's name is its id
+            document = Document.from_dict(record, default_id=path.name[:-len(".jsonl.gz" if name.endswith(".gz")
+                                                                              else ".jsonl")])
+        except InputError as err:
+            raise InputError(f"{path}:{lineno}: {err}") from None
+        document.metadata.setdefault("path", str(path))
+        return document
     raise InputError(f"{path}: unknown document file (accepted: {FILE_KINDS}; or --corpus with ids)")
 
 
