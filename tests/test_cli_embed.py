@@ -239,3 +239,7 @@ def test_help_shows_no_docstring_markup_and_keeps_options_whole(command, capsys,
         assert graphdoc.cli.__doc__.splitlines()[0].replace("``", "") in out
     if command == ["finetune"]:
         assert "[--dev-qrels R2]" in out.replace("\n", " ")
+    if command == ["plot"]:  # paragraphs kept, the subject plain, command lines quoted
+        assert "\n\ngraphdoc plot: PNG figures of a corpus's document embeddings and of a\ndocument's attention.\n\n" \
+            "\"graphdoc plot embeddings --corpus C" in out
+        assert "\"pip install 'graphdoc[plot]'\"" in out

@@ -116,7 +116,8 @@ def test_compare_reads_a_markdown_suffix_as_markdown(model_dir, tmp_path, capsys
     b.write_text(MARKDOWN, encoding="utf-8")
     assert cli("compare", a, b, "--model", model_dir, "--json") == 0
     data = json.loads(capsys.readouterr().out)
-    assert [s["title"] for s in data["a"]["sections"]] == [s["title"] for s in data["b"]["sections"]] == ["Start", "Next"]
+    titles = [[s["title"] for s in data[side]["sections"]] for side in ("a", "b")]
+    assert titles == [["Start", "Next"], ["Start", "Next"]]
 
 
 def test_compare_one_record_files_without_an_id_take_the_file_name(model_dir, tmp_path, capsys) -> None:
@@ -169,8 +170,8 @@ def test_compare_names_a_folder_an_empty_document_and_its_file(model_dir, tmp_pa
     corpus = tmp_path / "withempty.jsonl"
     corpus.write_text("".join(json.dumps(d) + "\n" for d in [DOCS[0], {"_id": "e", "text": ""}]), encoding="utf-8")
     cases = [
-        ([tmp_path, tmp_path / "b.md"], f"{tmp_path} is a folder; name a document file (.txt, .md, .markdown, .json, .jsonl, "
-                                        f".jsonl.gz), or use --corpus {tmp_path} ID_A ID_B"),
+        ([tmp_path, tmp_path / "b.md"], f"{tmp_path} is a folder; name a document file (.txt, .md, .markdown, "
+                                        f".json, .jsonl, .jsonl.gz), or use --corpus {tmp_path} ID_A ID_B"),
         ([tmp_path / "empty.json", tmp_path / "b.md"], f"{tmp_path / 'empty.json'}: document has no text"),
         (["d0", "e", "--corpus", corpus], f"{corpus}: document 'e' is empty: it has no passages"),
     ]
@@ -232,3 +233,8 @@ def test_one_document_commands_ignore_a_batch_size_with_a_warning(model_dir, cor
     with pytest.raises(SystemExit):
         cli("compare", "--help")
     assert "--batch-size" not in capsys.readouterr().out  # not offered any more
+    from graphdoc.cli import build_parser
+
+    args = build_parser().parse_args(["plot", "attention", "--corpus", "c", "--id", "d", "--output", "x.png",
+                                      "--batch-size", "4"])
+    assert args.ignored_batch_size == 4 and not hasattr(args, "batch_size")  # load_model warns, as for compare

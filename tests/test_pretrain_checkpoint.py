@@ -187,6 +187,18 @@ def test_progress_bar_shows_loss_learning_rate_and_documents_per_second(tiny_ber
     last = float(read_log(tmp_path / "run")[-1]["lr"])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("Pretraining: 100%")]
     assert len(lines) == 1  # stderr is not a terminal here: one plain line as the run ends
-    assert re.search(r"2/2 \[[0-9:]+<[0-9:]+, loss \d+\.\d{3}, lr (\S+), \d+ doc/s\]$", lines[0])
-    shown = re.search(r"lr (\S+),", lines[0]).group(1)
+    assert re.search(r"2/2 \[[0-9:]+<[0-9:]+, loss \d+\.\d{3} lr (\S+) \d+ doc/s\]$", lines[0])
+    shown = re.search(r"lr (\S+) ", lines[0]).group(1)
     assert float(shown) == pytest.approx(last, rel=0.05)
+
+
+def test_progress_bar_fits_80_columns_at_its_stated_limits():
+    from tqdm import tqdm
+
+    from graphdoc.training.trainer import BAR_FORMAT, bar_postfix
+
+    for steps, total, seconds in ((540, 1_200, 30.0), (5_000, 9_000, 1_800.0), (50_000, 99_999, 3_500.0),
+                                  (99_999, 99_999, 3_599.0)):  # elapsed and remaining under an hour
+        line = tqdm.format_meter(steps, total, seconds, ncols=80, prefix="Pretraining", bar_format=BAR_FORMAT,
+                                 postfix=bar_postfix(2.371, 3.7e-4, 99_999))
+        assert len(line) <= 80 and line.endswith(", loss 2.371 lr 3.7e-4 99999 doc/s]"), line

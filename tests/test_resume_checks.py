@@ -123,8 +123,21 @@ def test_few_shot_resume_with_more_repeats_adds_seeds_and_keeps_the_finished_one
     assert scores[:2] == [{k: v for k, v in run.items() if k != "wall_s"} for run in two["runs"]]
     assert finished and finished == {p.name: p.read_bytes()
                                      for p in (tmp_path / "run" / "seed-42" / "model").glob("*.safetensors")}
+    assert [m for m in caplog.messages if m.startswith("few-shot")] == [
+        f"few-shot run {r}/3 (seed {41 + r}): 4 training documents" for r in (1, 2, 3)]
     saved = json.loads((tmp_path / "run" / "fewshot.json").read_text(encoding="utf-8"))
     assert saved["repeats"] == 3 and len(saved["runs"]) == 3
+    with pytest.raises(GraphDocError, match=r"cannot resume with lr=0.5: the run was started with 0.01"):
+        finetune_classification(files["train"], files["dev"], tmp_path / "run", resume=True,
+                                config=dataclasses.replace(config, repeats=4, lr=0.5), model=str(tiny_bert))
+    assert not (tmp_path / "run" / "seed-45").exists()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="graphdoc.finetune.fewshot"):
+        one = finetune_classification(files["train"], files["dev"], tmp_path / "run", resume=True,
+                                      config=dataclasses.replace(config, repeats=1), model=str(tiny_bert))
+    assert [r["seed"] for r in one["runs"]] == [42]
+    assert caplog.messages == [f"{tmp_path / 'run'}: 2 seed run(s) from a larger --repeats left out of "
+                               "fewshot.json: seed-43, seed-44"]
 
 
 def test_resume_with_nothing_to_resume_says_so(tiny_bert, tmp_path, caplog):

@@ -12,6 +12,7 @@ import importlib
 import io
 import logging
 import os
+import re
 import sys
 import textwrap
 from typing import Sequence
@@ -36,15 +37,25 @@ COMMANDS: dict[str, str] = {
 
 
 class HelpFormatter(argparse.HelpFormatter):
-    """argparse's, less the reST markup of the docstrings the descriptions come from (````name```` shows
-    as ``name``), and with lines never broken inside an option such as ``--dev-qrels``."""
+    """argparse's, for descriptions taken from docstrings: their paragraphs kept, their reST markup gone
+    (````name```` shows as ``name``, a quoted command line as ``"graphdoc ..."``), and lines never broken
+    inside an option such as ``--dev-qrels``."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
-        return "\n".join(indent + line for line in self._split_lines(text, width - len(indent)))
+        paragraphs = [p for p in re.split(r"\n\s*\n", text) if p.strip()]
+        return "\n\n".join("\n".join(indent + line for line in self._split_lines(p, width - len(indent)))
+                           for p in paragraphs)
 
     def _split_lines(self, text: str, width: int) -> list[str]:
-        text = self._whitespace_matcher.sub(" ", text.replace("``", "")).strip()
+        text = self._whitespace_matcher.sub(" ", _plain(text)).strip()
         return textwrap.wrap(text, width, break_on_hyphens=False)
+
+
+def _plain(text: str) -> str:
+    """``text`` without reST literals: ````--folds K```` as ``"--folds K"``, ````name```` as ``name``, and a
+    leading ````graphdoc plot````: (a description's subject) unquoted."""
+    text = re.sub(r"^(\s*)``([^`]+)``:", r"\1\2:", text)
+    return re.sub(r"``(.+?)``", lambda m: f'"{m[1]}"' if " " in m[1] else m[1], text, flags=re.DOTALL)
 
 
 def _plain_help(parser: argparse.ArgumentParser) -> None:

@@ -18,8 +18,7 @@ from graphdoc.fileio import check_output_file, replacing
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("plot", help="PNG figures: embedding map, attention heatmap", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = sub.add_parser("plot", help="PNG figures: embedding map, attention heatmap", description=__doc__)
     kinds = parser.add_subparsers(dest="figure", metavar="FIGURE", required=True)
     emb = kinds.add_parser("embeddings", help="2-D map of document embeddings coloured by label")
     emb.add_argument("--corpus", required=True, help="corpus file, folder or name")

@@ -63,6 +63,12 @@ def few_shot(classifier: DocumentClassifier, config: ClassificationConfig, data:
         summary = trainer.train(resume)
         scores = evaluate_classifier(trainer.classifier, data, list(test_keys))
         runs.append({"seed": seed, "train": keys, **scores, "wall_s": summary["wall_s"]})
+    later = sorted((p.name for p in Path(output).glob("seed-*")
+                    if p.is_dir() and p.name[5:].isdigit() and int(p.name[5:]) >= config.seed + repeats),
+                   key=lambda name: int(name[5:]))
+    if later:  # a resume with a smaller --repeats
+        logger.warning("%s: %d seed run(s) from a larger --repeats left out of fewshot.json: %s", output,
+                       len(later), ", ".join(later))
     result = {"shots": shots, "repeats": repeats, "runs": runs}
     for name in ("accuracy", "macro_f1"):
         values = [run[name] for run in runs]
