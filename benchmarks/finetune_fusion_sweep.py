@@ -35,7 +35,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from graphdoc.corpus import read_qrels, read_queries
-    from graphdoc.encoder import GraphDocEncoder
     from graphdoc.finetune.config import RankingConfig
     from graphdoc.finetune.ranking_trainer import RankingTrainer
     from graphdoc.retrieval.evaluation import evaluate
@@ -46,10 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{folder} not found: the QMSum data (see ../shared/data/README.md) is needed")
     train_all, val = read_qrels(folder, "train"), read_qrels(folder, "val")
     queries = {q: t for q, t in read_queries(folder / "queries.jsonl") if q in train_all or q in val}
-    _, data, manifest = bench.ranking_setup(args, args.index, folder / "corpus.jsonl.gz", queries, "qmsum")
+    index_model, data, manifest = bench.ranking_setup(args, args.index, folder / "corpus.jsonl.gz", queries,
+                                                      "qmsum")
     train, dev = bench.split_dev(train_all)
-    model = GraphDocEncoder.from_pretrained(args.model)
-    model.passage_encoder.requires_grad_(False)
+    model = bench._start_from(args.model, index_model)  # refused if its encoder is not the index's
     data.set_model(model)
     header = "| passage weight | queries | dense | " + " | ".join(f"alpha {a}" for a in args.alphas) + " |"
     lines = [header, "|" + "---|" * (3 + len(args.alphas))]

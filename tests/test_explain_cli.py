@@ -121,6 +121,7 @@ def test_compare_reads_a_markdown_suffix_as_markdown(model_dir, tmp_path, capsys
 
 
 def test_compare_one_record_files_without_an_id_take_the_file_name(model_dir, tmp_path, capsys) -> None:
+    import bz2
     import gzip
 
     record = {"title": "Notes", "text": "Graph attention networks read documents. Passages become nodes."}
@@ -130,6 +131,11 @@ def test_compare_one_record_files_without_an_id_take_the_file_name(model_dir, tm
     assert cli("compare", tmp_path / "a.jsonl", tmp_path / "b.jsonl.gz", "--model", model_dir, "--json") == 0
     data = json.loads(capsys.readouterr().out)
     assert (data["a"]["id"], data["b"]["id"]) == ("a", "b") and data["document_similarity"] == pytest.approx(1.0)
+    (tmp_path / "c.JSONL.bz2").write_bytes(bz2.compress((json.dumps(record) + "\n").encode()))
+    (tmp_path / ".jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
+    assert cli("compare", tmp_path / "c.JSONL.bz2", tmp_path / ".jsonl", "--model", model_dir, "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["a"]["id"], data["b"]["id"]) == ("c", ".jsonl")
     (tmp_path / "two.jsonl").write_text(json.dumps(record) + "\n" + json.dumps(record) + "\n", encoding="utf-8")
     assert cli("compare", tmp_path / "two.jsonl", tmp_path / "a.jsonl", "--model", model_dir) == 1
     assert error_line(capsys, "compare").endswith(f"{tmp_path / 'two.jsonl'}: holds 2 documents; give one, or use "
@@ -171,7 +177,7 @@ def test_compare_names_a_folder_an_empty_document_and_its_file(model_dir, tmp_pa
     corpus.write_text("".join(json.dumps(d) + "\n" for d in [DOCS[0], {"_id": "e", "text": ""}]), encoding="utf-8")
     cases = [
         ([tmp_path, tmp_path / "b.md"], f"{tmp_path} is a folder; name a document file (.txt, .md, .markdown, "
-                                        f".json, .jsonl, .jsonl.gz), or use --corpus {tmp_path} ID_A ID_B"),
+                                        f".json, .jsonl, .jsonl.gz/.bz2/.xz), or use --corpus {tmp_path} ID_A ID_B"),
         ([tmp_path / "empty.json", tmp_path / "b.md"], f"{tmp_path / 'empty.json'}: document has no text"),
         (["d0", "e", "--corpus", corpus], f"{corpus}: document 'e' is empty: it has no passages"),
     ]

@@ -136,8 +136,8 @@ def test_few_shot_resume_with_more_repeats_adds_seeds_and_keeps_the_finished_one
         one = finetune_classification(files["train"], files["dev"], tmp_path / "run", resume=True,
                                       config=dataclasses.replace(config, repeats=1), model=str(tiny_bert))
     assert [r["seed"] for r in one["runs"]] == [42]
-    assert caplog.messages == [f"{tmp_path / 'run'}: 2 seed run(s) from a larger --repeats left out of "
-                               "fewshot.json: seed-43, seed-44"]
+    assert caplog.messages == [f"{tmp_path / 'run'}: 2 seed run(s) not among this run's seeds (42 to 42) left "
+                               "out of fewshot.json: seed-43, seed-44"]
 
 
 def test_resume_with_nothing_to_resume_says_so(tiny_bert, tmp_path, caplog):

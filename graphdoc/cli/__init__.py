@@ -37,9 +37,8 @@ COMMANDS: dict[str, str] = {
 
 
 class HelpFormatter(argparse.HelpFormatter):
-    """argparse's, for descriptions taken from docstrings: their paragraphs kept, their reST markup gone
-    (````name```` shows as ``name``, a quoted command line as ``"graphdoc ..."``), and lines never broken
-    inside an option such as ``--dev-qrels``."""
+    """argparse's, for descriptions taken from docstrings: their paragraphs kept, their reST literals plain
+    (see :func:`_plain`), and lines never broken inside an option such as ``--dev-qrels`` or a quoted command."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         paragraphs = [p for p in re.split(r"\n\s*\n", text) if p.strip()]
@@ -48,14 +47,23 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _split_lines(self, text: str, width: int) -> list[str]:
         text = self._whitespace_matcher.sub(" ", _plain(text)).strip()
-        return textwrap.wrap(text, width, break_on_hyphens=False)
+        return [line.replace(NBSP, " ") for line in textwrap.wrap(text, width, break_on_hyphens=False)]
+
+
+NBSP = "\u00a0"  # holds a quoted command together while lines are wrapped
 
 
 def _plain(text: str) -> str:
-    """``text`` without reST literals: ````--folds K```` as ``"--folds K"``, ````name```` as ``name``, and a
-    leading ````graphdoc plot````: (a description's subject) unquoted."""
+    """``text`` with reST literals as plain text: ````--folds K```` as ``"--folds K"``, ````label```` as
+    ``"label"``, an option such as ````--repeats```` bare, and a leading ````graphdoc plot````: (a description's
+    subject) bare too."""
     text = re.sub(r"^(\s*)``([^`]+)``:", r"\1\2:", text)
-    return re.sub(r"``(.+?)``", lambda m: f'"{m[1]}"' if " " in m[1] else m[1], text, flags=re.DOTALL)
+
+    def literal(match: re.Match) -> str:
+        inner = " ".join(match[1].split())
+        return inner if inner.startswith("-") and " " not in inner else f'"{inner.replace(" ", NBSP)}"'
+
+    return re.sub(r"``(.+?)``", literal, text, flags=re.DOTALL)
 
 
 def _plain_help(parser: argparse.ArgumentParser) -> None:

@@ -1,7 +1,7 @@
 """``graphdoc compare A B``: how alike two documents are, by document, section and passage.
 
-A and B are files (.txt/.md/.markdown with Markdown sections, a .json record, or a .jsonl[.gz] file holding one
-record), or, with ``--corpus``, two document ids of that corpus.
+A and B are files (.txt/.md/.markdown with Markdown sections, a .json record, or a .jsonl file, plain or
+compressed, holding one record), or, with ``--corpus``, two document ids of that corpus.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 from graphdoc.cli.common import add_model_arguments, load_model
 from graphdoc.errors import GraphDocError, InputError
 
-FILE_KINDS = ".txt, .md, .markdown, .json, .jsonl, .jsonl.gz"
+FILE_KINDS = ".txt, .md, .markdown, .json, .jsonl, .jsonl.gz/.bz2/.xz"
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.bz2", ".jsonl.xz")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def read_document_file(path: Path):
-    """One document from a .txt/.md/.markdown file, a .json record or a one-record .jsonl[.gz] file."""
+    """One document from a .txt/.md/.markdown file, a .json record or a one-record .jsonl[.gz/.bz2/.xz] file."""
     from graphdoc.corpus.jsonl import iter_json_objects
     from graphdoc.corpus.textdir import TEXT_FILE_TYPES, read_text_file
     from graphdoc.documents import Document
@@ -55,14 +56,14 @@ def read_document_file(path: Path):
             raise InputError(f"{path}: {err}") from None
         document.metadata.setdefault("path", str(path))  # named by an error about it
         return document
-    if name.endswith((".jsonl", ".jsonl.gz")):
+    jsonl = next((suffix for suffix in JSONL_SUFFIXES if name.endswith(suffix)), None)
+    if jsonl is not None:
         records = list(iter_json_objects(path))
         if len(records) != 1:
             raise InputError(f"{path}: holds {len(records)} documents; give one, or use --corpus {path} ID_A ID_B")
         lineno, record = records[0]
         try:  # as a .json record: without an id, the file's name is its id
-            document = Document.from_dict(record, default_id=path.name[:-len(".jsonl.gz" if name.endswith(".gz")
-                                                                              else ".jsonl")])
+            document = Document.from_dict(record, default_id=path.name[:-len(jsonl)] or path.name)
         except InputError as err:
             raise InputError(f"{path}:{lineno}: {err}") from None
         document.metadata.setdefault("path", str(path))

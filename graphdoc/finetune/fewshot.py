@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -63,12 +64,12 @@ def few_shot(classifier: DocumentClassifier, config: ClassificationConfig, data:
         summary = trainer.train(resume)
         scores = evaluate_classifier(trainer.classifier, data, list(test_keys))
         runs.append({"seed": seed, "train": keys, **scores, "wall_s": summary["wall_s"]})
-    later = sorted((p.name for p in Path(output).glob("seed-*")
-                    if p.is_dir() and p.name[5:].isdigit() and int(p.name[5:]) >= config.seed + repeats),
-                   key=lambda name: int(name[5:]))
-    if later:  # a resume with a smaller --repeats
-        logger.warning("%s: %d seed run(s) from a larger --repeats left out of fewshot.json: %s", output,
-                       len(later), ", ".join(later))
+    ours = {f"seed-{config.seed + r}" for r in range(repeats)}
+    others = sorted((p.name for p in Path(output).glob("seed-*") if p.is_dir() and p.name not in ours
+                     and re.fullmatch(r"seed-[0-9]+", p.name)), key=lambda name: int(name[5:]))
+    if others:  # a resume with a smaller --repeats, or another seed
+        logger.warning("%s: %d seed run(s) not among this run's seeds (%d to %d) left out of fewshot.json: %s",
+                       output, len(others), config.seed, config.seed + repeats - 1, ", ".join(others))
     result = {"shots": shots, "repeats": repeats, "runs": runs}
     for name in ("accuracy", "macro_f1"):
         values = [run[name] for run in runs]
