@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import re
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
