@@ -13,8 +13,7 @@ from pathlib import Path
 from graphdoc.cli.common import add_model_arguments, load_model
 from graphdoc.errors import GraphDocError, InputError
 
-FILE_KINDS = ".txt, .md, .markdown, .json, .jsonl, .jsonl.gz/.bz2/.xz"
-JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.bz2", ".jsonl.xz")
+FILE_KINDS = ".txt, .md, .markdown, .json, .jsonl, .jsonl.gz/.bz2/.xz, .json.gz"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,10 +30,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def read_document_file(path: Path):
-    """One document from a .txt/.md/.markdown file, a .json record or a one-record .jsonl[.gz/.bz2/.xz] file."""
+    """One document from a .txt/.md/.markdown file, a .json record or a one-record JSON lines file."""
+    from graphdoc.corpus.formats import JSONL_SUFFIXES
     from graphdoc.corpus.jsonl import iter_json_objects
     from graphdoc.corpus.textdir import TEXT_FILE_TYPES, read_text_file
-    from graphdoc.documents import Document
 
     name = path.name.lower()
     if path.is_dir():
@@ -50,25 +49,27 @@ def read_document_file(path: Path):
             raise InputError(f"{path}: not a JSON record ({err})") from None
         if not isinstance(record, dict):
             raise InputError(f"{path}: expected one JSON object")
-        try:
-            document = Document.from_dict(record, default_id=path.stem)
-        except InputError as err:
-            raise InputError(f"{path}: {err}") from None
-        document.metadata.setdefault("path", str(path))  # named by an error about it
-        return document
+        return _record_document(path, str(path), record, path.stem)
     jsonl = next((suffix for suffix in JSONL_SUFFIXES if name.endswith(suffix)), None)
     if jsonl is not None:
         records = list(iter_json_objects(path))
         if len(records) != 1:
             raise InputError(f"{path}: holds {len(records)} documents; give one, or use --corpus {path} ID_A ID_B")
         lineno, record = records[0]
-        try:  # as a .json record: without an id, the file's name is its id
-            document = Document.from_dict(record, default_id=path.name[:-len(jsonl)] or path.name)
-        except InputError as err:
-            raise InputError(f"{path}:{lineno}: {err}") from None
-        document.metadata.setdefault("path", str(path))
-        return document
+        return _record_document(path, f"{path}:{lineno}", record, path.name[:-len(jsonl)] or path.name)
     raise InputError(f"{path}: unknown document file (accepted: {FILE_KINDS}; or --corpus with ids)")
+
+
+def _record_document(path: Path, where: str, record: dict, default_id: str):
+    """The document of a file's one JSON record; without an id, the file's name (``default_id``) is its id."""
+    from graphdoc.documents import Document
+
+    try:
+        document = Document.from_dict(record, default_id=default_id)
+    except InputError as err:
+        raise InputError(f"{where}: {err}") from None
+    document.metadata.setdefault("path", str(path))  # named by an error about it
+    return document
 
 
 def read_from_corpus(corpus: str, ids: list[str]) -> list:
