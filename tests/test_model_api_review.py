@@ -135,13 +135,14 @@ def test_concatenated_or_unknown_pooling_is_refused(tiny_bert: Path, tmp_path: P
 
 
 def test_modules_graphdoc_does_not_apply_are_named(tiny_bert: Path, tmp_path: Path, caplog) -> None:
-    folder = st_folder(tiny_bert, tmp_path / "dense", {"pooling_mode": "mean"}, ("Dense", "Normalize"))
+    # (Dense modules are applied: tests/test_st_dense.py)
+    folder = st_folder(tiny_bert, tmp_path / "layernorm", {"pooling_mode": "mean"}, ("LayerNorm", "Normalize"))
     with caplog.at_level(logging.WARNING):
         model = graphdoc.load_model(str(folder))
     assert model.passage_encoder.normalize
     assert [r.getMessage() for r in caplog.records] == [
-        f"{folder}: graphdoc does not apply its sentence-transformers module(s) Dense (2_Dense); its passage "
-        "vectors are the pooled and normalised transformer output"]
+        f"{folder}: graphdoc does not apply its sentence-transformers module(s) LayerNorm (2_LayerNorm); its "
+        "passage vectors are the pooled and normalised transformer output"]
 
 
 # ------------------------------------------------------------------ precision, cap

@@ -16,6 +16,7 @@ from graphdoc.batching import token_budget_batches
 from graphdoc.config import POOLING_MODES, PassageEncoderConfig
 from graphdoc.device import autocast
 from graphdoc.errors import GraphDocError, ModelLoadError
+from graphdoc.models import st_dense
 
 logger = logging.getLogger(__name__)
 
@@ -32,17 +33,22 @@ class PassageEncoder(nn.Module):
 
     Pooling is one of sentence-transformers' modes (see :func:`pool`): ``cls`` (the first token), ``mean``
     (masked mean of token vectors), ``max``, ``mean_sqrt_len_tokens``, ``weightedmean`` or ``lasttoken``;
-    vectors are L2-normalised when the checkpoint was trained that way. :meth:`encode_ids` encodes
+    vectors are L2-normalised when the checkpoint was trained that way. A sentence-transformers checkpoint's
+    ``Dense`` modules (a linear layer and activation on the pooled vector) are applied between the two, as
+    sentence-transformers applies them. :meth:`encode_ids` encodes
     any number of token sequences sorted by length in batches that fit a token budget, so memory
     stays bounded whatever the number of passages.
 
     Shapes:
-        :meth:`forward`: ``input_ids, attention_mask: [B, L]`` -> ``[B, hidden_size]``.
+        :meth:`forward`: ``input_ids, attention_mask: [B, L]`` -> ``[B, hidden_size]`` (the last ``Dense``
+        module's ``out_features`` where there is one).
     """
 
-    def __init__(self, model: nn.Module, tokenizer, config: PassageEncoderConfig) -> None:
+    def __init__(self, model: nn.Module, tokenizer, config: PassageEncoderConfig,
+                 dense: tuple[st_dense.Dense, ...] | list[st_dense.Dense] = ()) -> None:
         super().__init__()
         self.model = model
+        self.dense = nn.Sequential(*dense)  # no weights without Dense modules: fingerprints stay as they were
         self.tokenizer = tokenizer
         self.config = config
         self.pooling = config.pooling or "cls"
@@ -53,7 +59,8 @@ class PassageEncoder(nn.Module):
 
     @property
     def hidden_size(self) -> int:
-        return int(self.model.config.hidden_size)
+        """The size of a passage vector."""
+        return self.dense[-1].out_features if len(self.dense) else int(self.model.config.hidden_size)
 
     @classmethod
     def load(cls, name_or_path: str, config: PassageEncoderConfig) -> "PassageEncoder":
@@ -68,7 +75,7 @@ class PassageEncoder(nn.Module):
         except (OSError, ValueError, SafetensorError) as exc:
             raise ModelLoadError(_load_error(name_or_path, exc)) from None
         resolved = resolve_settings(name_or_path, config, tokenizer, model.config, position_limit(model))
-        return cls(model, tokenizer, resolved)
+        return cls(model, tokenizer, resolved, dense_modules(Path(name_or_path), int(model.config.hidden_size)))
 
     def tokenize(self, texts: list[str], truncate: bool = False) -> list[list[int]]:
         """Token ids with special tokens; without truncation unless asked (the chunker checks lengths).
@@ -129,6 +136,8 @@ class PassageEncoder(nn.Module):
         # float32 for the layers above, even under autocast; a model cast whole (``model.half()``) gets its dtype
         dtype = next(self.model.parameters()).dtype
         pooled = pool(hidden, attention_mask, self.pooling).to(dtype if dtype.is_floating_point else torch.float32)
+        if len(self.dense):
+            pooled = self.dense(pooled).to(pooled.dtype)
         return F.normalize(pooled, dim=-1) if self.normalize else pooled
 
     def encode_ids(self, ids: list[list[int]]) -> torch.Tensor:
@@ -162,9 +171,28 @@ class PassageEncoder(nn.Module):
         return input_ids.to(device), mask.to(device)
 
     def save(self, folder: str | Path) -> None:
-        """Save the Hugging Face model (safetensors) and tokenizer into ``folder``."""
+        """Save the Hugging Face model (safetensors) and tokenizer into ``folder``, with the
+        sentence-transformers files that describe the pooling, ``Dense`` modules, normalisation and length
+        limit: the folder loads in sentence-transformers too, and gives the same vectors."""
+        folder = Path(folder)
         self.model.save_pretrained(folder, safe_serialization=True)
         self.tokenizer.save_pretrained(folder)
+        modules = [{"path": "", "type": "sentence_transformers.models.Transformer"},
+                   {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+        (folder / "1_Pooling").mkdir(exist_ok=True)
+        pooling = {"word_embedding_dimension": int(self.model.config.hidden_size),
+                   **{key: mode == self.pooling for mode, key in ST_POOLING_KEYS.items()}}
+        (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2) + "\n", encoding="utf-8")
+        for layer in self.dense:
+            modules.append({"path": f"{len(modules)}_Dense", "type": "sentence_transformers.models.Dense"})
+            layer.save(folder / modules[-1]["path"])
+        if self.normalize:
+            modules.append({"path": f"{len(modules)}_Normalize", "type": "sentence_transformers.models.Normalize"})
+        modules = [{"idx": i, "name": str(i), **module} for i, module in enumerate(modules)]
+        (folder / "modules.json").write_text(json.dumps(modules, indent=2) + "\n", encoding="utf-8")
+        (folder / "sentence_bert_config.json").write_text(
+            json.dumps({"max_seq_length": self.max_seq_length, "do_lower_case": False}, indent=2) + "\n",
+            encoding="utf-8")
 
     def extra_repr(self) -> str:
         return (f"model={self.config.model_name_or_path!r}, pooling={self.pooling!r}, "
@@ -251,8 +279,26 @@ ST_POOLING_KEYS = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_t
                    "weightedmean": "pooling_mode_weightedmean_tokens", "lasttoken": "pooling_mode_lasttoken"}
 
 
+def dense_modules(folder: Path, hidden_size: int) -> list[st_dense.Dense]:
+    """The ``Dense`` modules of a sentence-transformers model folder that graphdoc applies (those on the pooled
+    vector, before any ``Normalize``), in order; the first must take the transformer's ``hidden_size``
+    vectors, each next one the vectors of the one before."""
+    layers: list[st_dense.Dense] = []
+    for path in _sentence_transformers_settings(folder).get("dense", []):
+        layer = st_dense.load(path, st_dense.read_config(path))
+        width = layers[-1].out_features if layers else hidden_size
+        if layer.in_features != width:
+            source = f"the Dense module before it ({layers[-1].out_features})" if layers else \
+                f"the transformer's hidden size ({hidden_size})"
+            raise ModelLoadError(f"{path / 'config.json'}: in_features {layer.in_features} is not "
+                                 f"{source}")
+        layers.append(layer)
+    return layers
+
+
 def _sentence_transformers_settings(folder: Path) -> dict:
-    """Pooling, normalisation and length limit from a sentence-transformers model folder, if it is one."""
+    """Pooling, normalisation, length limit and the folders of the ``Dense`` modules graphdoc applies, from a
+    sentence-transformers model folder, if it is one."""
     settings: dict = {}
     modules_file = folder / "modules.json"
     if not modules_file.is_file():
@@ -273,6 +319,8 @@ def _sentence_transformers_settings(folder: Path) -> dict:
                 settings["pooling"] = modes[0]
         elif kind.endswith("Normalize"):
             settings["normalize"] = True
+        elif kind.endswith(".Dense") and _applied_dense(folder, module, settings, modules_file):
+            settings.setdefault("dense", []).append(folder / module["path"])
         elif not kind.endswith("Transformer"):
             settings.setdefault("unapplied", []).append(f"{kind.rsplit('.', 1)[-1]} ({module.get('path', '?')})")
     sbert = folder / "sentence_bert_config.json"
@@ -282,6 +330,16 @@ def _sentence_transformers_settings(folder: Path) -> dict:
             raise ModelLoadError(f"{sbert}: max_seq_length must be a positive integer; got {max_len!r}")
         settings["max_seq_length"] = max_len
     return settings
+
+
+def _applied_dense(folder: Path, module: dict, settings: dict, modules_file: Path) -> bool:
+    """Whether graphdoc applies this ``Dense`` module: one on the pooled vector, after the pooling and before any
+    normalisation (the order graphdoc computes in); any other is named as not applied."""
+    if not isinstance(module.get("path"), str) or not module["path"]:
+        raise ModelLoadError(f"{modules_file}: the {module.get('type')} module has no 'path'")
+    pooled = "pooling" in settings or "concatenated" in settings
+    return (pooled and not settings.get("normalize")
+            and st_dense.applies_to_pooled_vector(st_dense.read_config(folder / module["path"])))
 
 
 def _st_pooling_modes(path: Path, config: dict) -> list[str]:
