@@ -15,6 +15,11 @@ from tqdm.auto import tqdm as auto_tqdm
 LOG_INTERVAL = 30.0  # seconds between two progress lines in a log
 
 
+def short_float(value: float) -> str:
+    """A learning rate in few columns, as the progress bars show it: ``3.7e-4``, ``0``."""
+    return "0" if value == 0 else f"{value:.1e}".replace("e-0", "e-").replace("e+0", "e")
+
+
 class LineWriter:
     """A file for tqdm that turns each redraw of a bar into one line (no carriage returns, no blank clears)."""
 

@@ -77,3 +77,9 @@ def test_a_bar_that_clears_itself_on_a_terminal_still_logs_its_end(monkeypatch):
     lines = log.getvalue().splitlines()
     assert lines[-1].startswith("epoch 1/2: 100%|##########| 4/4")
     assert all(line.isascii() for line in lines)
+
+
+@pytest.mark.parametrize(("value", "text"), [(3.7e-4, "3.7e-4"), (1e-3, "1.0e-3"), (0.0, "0"), (12.5, "1.2e1"),
+                                             (5e-10, "5.0e-10")])
+def test_learning_rates_are_short_in_the_bars(value: float, text: str) -> None:
+    assert progress.short_float(value) == text

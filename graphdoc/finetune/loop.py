@@ -22,7 +22,7 @@ import torch
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
 from graphdoc.fingerprint import weights_fingerprint
-from graphdoc.progress import progress_bar
+from graphdoc.progress import progress_bar, short_float
 from graphdoc.training import checkpoint as ckpt
 from graphdoc.training.metrics import peak_memory_mib
 from graphdoc.training.optim import build_optimizer, build_scheduler
@@ -229,7 +229,7 @@ class EpochLoop:
             self.bar = progress_bar(total=self.steps_per_epoch, unit="step", leave=False,
                                     disable=not self.show_progress_bar,
                                     desc=f"{self.output.name}: epoch {self.state['epoch'] + 1}/{self.config.epochs}")
-        self.bar.set_postfix(loss=f"{value:.4f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}", refresh=False)
+        self.bar.set_postfix(loss=f"{value:.4f}", lr=short_float(self.scheduler.get_last_lr()[0]), refresh=False)
         self.bar.update()
         if self.bar.n >= self.steps_per_epoch:  # closed before the epoch's dev score and log line
             self._close_bar()

@@ -36,7 +36,7 @@ from graphdoc.corpus import ReadStats
 from graphdoc.device import autocast_dtype
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
-from graphdoc.progress import progress_bar
+from graphdoc.progress import progress_bar, short_float
 from graphdoc.serialization import backbone_of, saved_backbone
 from graphdoc.training import checkpoint as ckpt
 from graphdoc.training import data
@@ -67,11 +67,6 @@ logger = logging.getLogger(__name__)
 #: The progress bar: steps, time left, loss, learning rate and documents/s (no steps/s), so that it fits 80
 #: columns up to 99,999 steps, 99,999 documents/s and an hour's elapsed or remaining time.
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
-
-
-def short_float(value: float) -> str:
-    """A learning rate in few columns: ``3.7e-4``, ``0``."""
-    return "0" if value == 0 else f"{value:.1e}".replace("e-0", "e-").replace("e+0", "e")
 
 
 def bar_postfix(loss: float, lr: float, documents_per_s: float) -> str:
