@@ -152,3 +152,31 @@ def test_dense_modules_that_do_not_chain_are_refused(dense_folder: Path, tmp_pat
 def _edit(folder: Path, **changes) -> None:
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, **changes}))
+
+
+def hub_cache(tmp_path: Path, monkeypatch, repo_id: str, source: Path) -> None:
+    """``source`` as the Hugging Face cache's snapshot of ``repo_id`` (offline, as tests run)."""
+    import huggingface_hub.constants as constants
+
+    repo = tmp_path / "hub" / f"models--{repo_id.replace('/', '--')}"
+    shutil.copytree(source, repo / "snapshots" / ("0" * 40))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+
+def test_a_cached_hub_model_is_pooled_as_its_sentence_transformers_files_say(dense_folder: Path, tmp_path: Path,
+                                                                            monkeypatch) -> None:
+    hub_cache(tmp_path, monkeypatch, "acme/tiny-st", dense_folder)
+    model = graphdoc.load_model("acme/tiny-st")  # read as a local folder's would be: mean, Dense, normalised
+    encoder = model.passage_encoder
+    assert (encoder.pooling, encoder.normalize, encoder.max_seq_length, encoder.hidden_size) == ("mean", True, 48, 16)
+    np.testing.assert_allclose(passage_vectors(model), st_vectors(dense_folder), atol=1e-6)
+
+
+def test_a_cached_hub_model_without_sentence_transformers_files_pools_by_cls(tiny_bert: Path, tmp_path: Path,
+                                                                             monkeypatch) -> None:
+    hub_cache(tmp_path, monkeypatch, "acme/tiny-bert", tiny_bert)
+    encoder = graphdoc.load_model("acme/tiny-bert").passage_encoder
+    assert (encoder.pooling, encoder.normalize, len(encoder.dense)) == ("cls", False, 0)

@@ -74,8 +74,10 @@ class PassageEncoder(nn.Module):
             model = AutoModel.from_pretrained(name_or_path)
         except (OSError, ValueError, SafetensorError) as exc:
             raise ModelLoadError(_load_error(name_or_path, exc)) from None
-        resolved = resolve_settings(name_or_path, config, tokenizer, model.config, position_limit(model))
-        return cls(model, tokenizer, resolved, dense_modules(Path(name_or_path), int(model.config.hidden_size)))
+        folder = settings_folder(name_or_path)
+        resolved = resolve_settings(name_or_path, config, tokenizer, model.config, position_limit(model), folder)
+        dense = dense_modules(folder, int(model.config.hidden_size)) if folder is not None else []
+        return cls(model, tokenizer, resolved, dense)
 
     def tokenize(self, texts: list[str], truncate: bool = False) -> list[list[int]]:
         """Token ids with special tokens; without truncation unless asked (the chunker checks lengths).
@@ -234,8 +236,9 @@ def global_first_token(input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer, model_config,
-                     positions: int | None = None) -> PassageEncoderConfig:
-    """Fill unset pooling / normalize / max_seq_length from the checkpoint's own files.
+                     positions: int | None = None, folder: Path | None = None) -> PassageEncoderConfig:
+    """Fill unset pooling / normalize / max_seq_length from the checkpoint's own sentence-transformers files
+    (in ``folder``; by default the :func:`settings_folder` of ``name_or_path``).
 
     ``positions`` (see :func:`position_limit`) bounds ``max_seq_length``: a larger setting is an error, a
     larger limit read from the checkpoint is lowered to it.
@@ -243,7 +246,8 @@ def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer,
     if config.max_seq_length is not None and positions is not None and config.max_seq_length > positions:
         raise GraphDocError(f"passage_encoder.max_seq_length must be at most {positions}, the token positions "
                             f"of {name_or_path}; got {config.max_seq_length}")
-    st = _sentence_transformers_settings(Path(name_or_path))
+    folder = folder if folder is not None else settings_folder(name_or_path)
+    st = _sentence_transformers_settings(folder) if folder is not None else {}
     if config.pooling is None and "concatenated" in st:
         raise ModelLoadError(f"{st['concatenated']}; graphdoc pools one way: set passage_encoder.pooling "
                              f"({', '.join(POOLING_MODES)})")
@@ -277,6 +281,43 @@ def position_limit(model: nn.Module) -> int | None:
 ST_POOLING_KEYS = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
                    "max": "pooling_mode_max_tokens", "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
                    "weightedmean": "pooling_mode_weightedmean_tokens", "lasttoken": "pooling_mode_lasttoken"}
+
+
+def settings_folder(name_or_path: str) -> Path | None:
+    """Where a checkpoint's sentence-transformers files are: a local folder is its own; a hub model's are in its
+    snapshot in the Hugging Face cache, fetched there (as its weights were) when the hub can be reached.
+    ``None``: a hub model without ``modules.json``, whose pooling is then the config's or ``cls``."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    modules = _hub_file(name_or_path, "modules.json")
+    if modules is None:
+        return None
+    try:
+        entries = json.loads(modules.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        entries = []  # reported as the local folder's would be, by _sentence_transformers_settings
+    for entry in entries if isinstance(entries, list) else []:
+        sub = entry.get("path") if isinstance(entry, dict) else None
+        if isinstance(sub, str) and sub:
+            _hub_file(name_or_path, "config.json", sub)
+            if str(entry.get("type", "")).endswith(".Dense"):
+                _hub_file(name_or_path, st_dense.WEIGHTS, sub)
+    _hub_file(name_or_path, "sentence_bert_config.json")
+    return modules.parent
+
+
+def _hub_file(repo_id: str, filename: str, subfolder: str = "") -> Path | None:
+    """A hub model's file from the Hugging Face cache, downloaded first where the hub can be reached and it is
+    not cached; ``None`` when the model has no such file or it cannot be had."""
+    from transformers.utils import cached_file
+
+    try:
+        found = cached_file(repo_id, filename, subfolder=subfolder, _raise_exceptions_for_missing_entries=False,
+                            _raise_exceptions_for_connection_errors=False)
+    except (OSError, ValueError):
+        return None
+    return Path(found) if found else None
 
 
 def dense_modules(folder: Path, hidden_size: int) -> list[st_dense.Dense]:

@@ -131,7 +131,8 @@ def _activation(name, path: Path) -> nn.Module:
     if name is None:
         return nn.Tanh()
     cls = getattr(nn, name.rsplit(".", 1)[-1], None) if isinstance(name, str) else None
-    if not (inspect.isclass(cls) and issubclass(cls, nn.Module) and name in {_fullname(cls), f"torch.nn.{cls.__name__}"}):
+    known = inspect.isclass(cls) and issubclass(cls, nn.Module)
+    if not (known and name in {_fullname(cls), f"torch.nn.{cls.__name__}"}):
         raise ModelLoadError(f"{path}: activation_function {name!r} is not a torch.nn module class (such as "
                              "torch.nn.modules.activation.Tanh); graphdoc applies those only")
     try:
