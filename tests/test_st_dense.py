@@ -67,6 +67,11 @@ def test_a_residual_dense_module_is_applied(tiny_bert: Path, tmp_path: Path) -> 
     model = graphdoc.load_model(str(folder))
     assert [layer.use_residual for layer in model.passage_encoder.dense] == [True, True]
     np.testing.assert_allclose(passage_vectors(model), st_vectors(folder), atol=1e-6)
+    model.save_pretrained(tmp_path / "saved")  # saved and read back, by graphdoc and by sentence-transformers
+    again = graphdoc.load_model(str(tmp_path / "saved"))
+    assert [layer.use_residual for layer in again.passage_encoder.dense] == [True, True]
+    np.testing.assert_array_equal(passage_vectors(again), passage_vectors(model))
+    np.testing.assert_allclose(st_vectors(tmp_path / "saved" / "passage_encoder"), passage_vectors(model), atol=1e-6)
 
 
 def test_a_saved_graphdoc_model_keeps_its_dense_modules_and_loads_in_sentence_transformers(
@@ -180,3 +185,68 @@ def test_a_cached_hub_model_without_sentence_transformers_files_pools_by_cls(tin
     hub_cache(tmp_path, monkeypatch, "acme/tiny-bert", tiny_bert)
     encoder = graphdoc.load_model("acme/tiny-bert").passage_encoder
     assert (encoder.pooling, encoder.normalize, len(encoder.dense)) == ("cls", False, 0)
+
+
+def test_a_cached_hub_model_s_files_are_fetched_at_its_snapshot(dense_folder: Path, tmp_path: Path,
+                                                                monkeypatch) -> None:
+    import transformers.utils as hub
+
+    hub_cache(tmp_path, monkeypatch, "acme/tiny-st", dense_folder)
+    asked = []
+
+    def spy(repo_id, filename, subfolder="", revision=None, **kwargs):
+        asked.append((filename, subfolder, revision))
+        return cached_file(repo_id, filename, subfolder=subfolder, revision=revision, **kwargs)
+
+    cached_file = hub.cached_file
+    monkeypatch.setattr(hub, "cached_file", spy)
+    graphdoc.load_model("acme/tiny-st")
+    st_files = [a for a in asked if a[0] in ("modules.json", "sentence_bert_config.json") or a[1]]
+    snapshot = "0" * 40  # after modules.json, every file at the snapshot's commit: no request where it is cached
+    assert st_files == [("modules.json", "", None), ("config.json", "1_Pooling", snapshot),
+                        ("config.json", "2_Dense", snapshot), ("model.safetensors", "2_Dense", snapshot),
+                        ("config.json", "3_Dense", snapshot), ("model.safetensors", "3_Dense", snapshot),
+                        ("config.json", "4_Normalize", snapshot),
+                        ("sentence_bert_config.json", "", snapshot)]
+
+
+# ------------------------------------------------------------------ encoder-decoder checkpoints
+@pytest.fixture(scope="module")
+def tiny_t5(tiny_bert: Path, tmp_path_factory) -> Path:
+    """A tiny random T5 saved whole (encoder and decoder), as GTR / sentence-T5 checkpoints' Transformer is,
+    with the tiny BERT tokenizer (the architecture is what is tested)."""
+    from transformers import AutoTokenizer, T5Config, T5Model
+
+    folder = tmp_path_factory.mktemp("tiny-t5")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    torch.manual_seed(0)
+    T5Model(T5Config(vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=2,
+                     pad_token_id=tokenizer.pad_token_id, decoder_start_token_id=tokenizer.pad_token_id)
+            ).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_t5_checkpoint_encodes_with_its_encoder_as_sentence_transformers_does(tiny_t5: Path,
+                                                                                tmp_path: Path) -> None:
+    folder = st_model(tiny_t5, tmp_path / "st-t5", modules.Dense(32, 16, bias=False,
+                                                                 activation_function=torch.nn.Identity()))
+    model = graphdoc.load_model(str(folder))
+    assert type(model.passage_encoder.model).__name__ == "T5EncoderModel" and model.dimension == 16
+    np.testing.assert_allclose(passage_vectors(model), st_vectors(folder), atol=1e-6)
+    model.save_pretrained(tmp_path / "saved")  # the encoder alone is saved, and loads again as itself
+    np.testing.assert_array_equal(graphdoc.load_model(str(tmp_path / "saved")).encode(TEXTS), model.encode(TEXTS))
+
+
+def test_another_encoder_decoder_model_is_refused_in_one_line(tiny_bert: Path, tmp_path: Path) -> None:
+    from transformers import BartConfig, BartModel
+
+    torch.manual_seed(0)
+    BartModel(BartConfig(vocab_size=128, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                         decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+                         max_position_embeddings=64)).save_pretrained(tmp_path / "bart")
+    shutil.copy(tiny_bert / "tokenizer.json", tmp_path / "bart")
+    shutil.copy(tiny_bert / "tokenizer_config.json", tmp_path / "bart")
+    with pytest.raises(ModelLoadError, match=r"bart is an encoder-decoder model \(bart\); graphdoc encodes passages "
+                                             r"with an encoder \(mt5, t5, umt5: their encoder alone\)"):
+        graphdoc.load_model(str(tmp_path / "bart"))

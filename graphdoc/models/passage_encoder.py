@@ -26,6 +26,10 @@ _WORD = re.compile(r"\S+")
 
 #: architectures (``config.model_type``) whose attention is local unless a token is marked global
 GLOBAL_FIRST_TOKEN = frozenset({"longformer"})
+#: encoder-decoder architectures whose encoder alone encodes passages (GTR, sentence-T5), as sentence-transformers
+#: loads them: ``AutoModel`` would build the decoder too, with no decoder inputs to run it on
+ENCODER_ONLY_CLASSES = {"t5": "T5EncoderModel", "mt5": "MT5EncoderModel", "umt5": "UMT5EncoderModel"}
+_LOOK_UP = Path()  # resolve_settings' default ``folder``: look the checkpoint's files up
 
 
 class PassageEncoder(nn.Module):
@@ -66,12 +70,12 @@ class PassageEncoder(nn.Module):
     def load(cls, name_or_path: str, config: PassageEncoderConfig) -> "PassageEncoder":
         """Load a Hugging Face encoder and tokenizer; unset pooling settings come from the checkpoint."""
         from safetensors import SafetensorError
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoTokenizer
 
         _check_local_path(name_or_path)
         try:
             tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-            model = AutoModel.from_pretrained(name_or_path)
+            model = _load_encoder(name_or_path)
         except (OSError, ValueError, SafetensorError) as exc:
             raise ModelLoadError(_load_error(name_or_path, exc)) from None
         folder = settings_folder(name_or_path)
@@ -236,9 +240,9 @@ def global_first_token(input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer, model_config,
-                     positions: int | None = None, folder: Path | None = None) -> PassageEncoderConfig:
+                     positions: int | None = None, folder: Path | None = _LOOK_UP) -> PassageEncoderConfig:
     """Fill unset pooling / normalize / max_seq_length from the checkpoint's own sentence-transformers files
-    (in ``folder``; by default the :func:`settings_folder` of ``name_or_path``).
+    (in ``folder``, ``None`` for none; by default the :func:`settings_folder` of ``name_or_path``).
 
     ``positions`` (see :func:`position_limit`) bounds ``max_seq_length``: a larger setting is an error, a
     larger limit read from the checkpoint is lowered to it.
@@ -246,7 +250,7 @@ def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer,
     if config.max_seq_length is not None and positions is not None and config.max_seq_length > positions:
         raise GraphDocError(f"passage_encoder.max_seq_length must be at most {positions}, the token positions "
                             f"of {name_or_path}; got {config.max_seq_length}")
-    folder = folder if folder is not None else settings_folder(name_or_path)
+    folder = settings_folder(name_or_path) if folder is _LOOK_UP else folder
     st = _sentence_transformers_settings(folder) if folder is not None else {}
     if config.pooling is None and "concatenated" in st:
         raise ModelLoadError(f"{st['concatenated']}; graphdoc pools one way: set passage_encoder.pooling "
@@ -264,6 +268,24 @@ def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer,
     if positions is not None:
         max_len = min(int(max_len), positions)
     return replace(config, pooling=pooling, normalize=bool(normalize), max_seq_length=int(max_len))
+
+
+def _load_encoder(name_or_path: str) -> nn.Module:
+    """``AutoModel``, or the encoder alone of an encoder-decoder checkpoint (T5 and its kin); another
+    encoder-decoder architecture is refused in one line."""
+    import transformers
+    from transformers import AutoConfig, AutoModel
+
+    model_config = AutoConfig.from_pretrained(name_or_path)
+    # (a T5 encoder saved alone, as sentence-transformers saves it, has is_encoder_decoder false)
+    encoder_class = ENCODER_ONLY_CLASSES.get(model_config.model_type)
+    if encoder_class is None and not getattr(model_config, "is_encoder_decoder", False):
+        return AutoModel.from_pretrained(name_or_path)
+    if encoder_class is None:
+        raise ModelLoadError(f"{name_or_path} is an encoder-decoder model ({model_config.model_type}); graphdoc "
+                             f"encodes passages with an encoder ({', '.join(sorted(ENCODER_ONLY_CLASSES))}: "
+                             "their encoder alone)")
+    return getattr(transformers, encoder_class).from_pretrained(name_or_path)
 
 
 def position_limit(model: nn.Module) -> int | None:
@@ -297,23 +319,25 @@ def settings_folder(name_or_path: str) -> Path | None:
         entries = json.loads(modules.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         entries = []  # reported as the local folder's would be, by _sentence_transformers_settings
+    revision = modules.parent.name  # the snapshot's commit: its other files come from the cache with no request
     for entry in entries if isinstance(entries, list) else []:
         sub = entry.get("path") if isinstance(entry, dict) else None
         if isinstance(sub, str) and sub:
-            _hub_file(name_or_path, "config.json", sub)
+            _hub_file(name_or_path, "config.json", sub, revision)
             if str(entry.get("type", "")).endswith(".Dense"):
-                _hub_file(name_or_path, st_dense.WEIGHTS, sub)
-    _hub_file(name_or_path, "sentence_bert_config.json")
+                _hub_file(name_or_path, st_dense.WEIGHTS, sub, revision)
+    _hub_file(name_or_path, "sentence_bert_config.json", revision=revision)
     return modules.parent
 
 
-def _hub_file(repo_id: str, filename: str, subfolder: str = "") -> Path | None:
+def _hub_file(repo_id: str, filename: str, subfolder: str = "", revision: str | None = None) -> Path | None:
     """A hub model's file from the Hugging Face cache, downloaded first where the hub can be reached and it is
     not cached; ``None`` when the model has no such file or it cannot be had."""
     from transformers.utils import cached_file
 
     try:
-        found = cached_file(repo_id, filename, subfolder=subfolder, _raise_exceptions_for_missing_entries=False,
+        found = cached_file(repo_id, filename, subfolder=subfolder, revision=revision,
+                            _raise_exceptions_for_missing_entries=False,
                             _raise_exceptions_for_connection_errors=False)
     except (OSError, ValueError):
         return None

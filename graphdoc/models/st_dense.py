@@ -38,7 +38,7 @@ class Dense(nn.Module):
         self.in_features, self.out_features, self.bias = in_features, out_features, bias
         self.use_residual = use_residual
         self.linear = nn.Linear(in_features, out_features, bias=bias)
-        self.activation_function = activation if activation is not None else nn.Tanh()
+        self.activation_function = activation if activation is not None else nn.Identity()  # as there
         if use_residual and in_features != out_features:
             self.residual = nn.Linear(in_features, out_features, bias=False)
 
