@@ -92,6 +92,10 @@ class PassageEncoderConfig:
     ``pooling``/``normalize``/``max_seq_length`` set to ``None`` mean "as the checkpoint was trained"
     (read from its sentence-transformers files when present, else CLS pooling, no normalisation and
     the tokenizer's limit); they are resolved when the model is loaded and saved resolved.
+
+    ``query_prompt``/``passage_prompt``: text put before every query / every passage (and FirstP input), as
+    E5's ``"query: "`` and ``"passage: "``; ``None`` means the checkpoint's sentence-transformers prompts
+    (``query``; ``document``, ``passage`` or ``corpus``; else its default prompt), ``""`` none.
     """
 
     model_name_or_path: str = DEFAULT_MODEL
@@ -99,6 +103,8 @@ class PassageEncoderConfig:
     normalize: bool | None = None
     max_seq_length: int | None = None
     projection_dim: int | None = None
+    query_prompt: str | None = None
+    passage_prompt: str | None = None
     max_tokens_per_batch: int = 8192
     precision: str = "auto"
 
@@ -114,6 +120,11 @@ class PassageEncoderConfig:
         _check_positive_or_null("passage_encoder.projection_dim", self.projection_dim)
         if self.max_tokens_per_batch < 1:
             raise GraphDocError("passage_encoder.max_tokens_per_batch must be positive")
+
+
+#: ``passage_encoder`` settings added after models, indexes and checkpoints were first written, with the value
+#: that was in effect before them: what one written earlier is compared as
+LEGACY_PASSAGE_ENCODER = {"query_prompt": "", "passage_prompt": ""}
 
 
 @dataclass

@@ -83,7 +83,11 @@ class GraphDocEncoder(nn.Module):
 
     # ----------------------------------------------------------------- preparation
     def passage_input(self, document: Document, passage: Passage) -> str:
-        """The text the passage encoder sees for a passage (title prepended per ``chunker.title``)."""
+        """The text the passage encoder sees for a passage: its passage prompt, then the title (per
+        ``chunker.title``) and the passage's text."""
+        return self.passage_encoder.passage_prompt + self._titled(document, passage)
+
+    def _titled(self, document: Document, passage: Passage) -> str:
         mode = self.config.chunker.title
         if not passage.text:  # a document of a title alone is its title, whatever the mode
             return self.title_input(document.title) if document.title else ""
@@ -119,8 +123,9 @@ class GraphDocEncoder(nn.Module):
         return PreparedDocument(document, kept, ids)
 
     def prepare_query(self, text: str, query_id: str = "") -> PreparedDocument:
-        """A query is a single-node graph: one passage, truncated to the encoder's limit."""
-        ids = self.passage_encoder.tokenize([text], truncate=True)
+        """A query is a single-node graph: one passage (the query prompt and the text), truncated to the
+        encoder's limit."""
+        ids = self.passage_encoder.tokenize([self.passage_encoder.query_prompt + text], truncate=True)
         return PreparedDocument(Document(query_id, text), [Passage(query_id, 0, 0, "", 0, len(text), text)], ids)
 
     # ----------------------------------------------------------------- forward

@@ -63,6 +63,7 @@ class FlatEncoder(nn.Module):
     device = GraphDocEncoder.device
     get_sentence_embedding_dimension = GraphDocEncoder.get_sentence_embedding_dimension
     passage_input = GraphDocEncoder.passage_input
+    _titled = GraphDocEncoder._titled
     title_input = GraphDocEncoder.title_input
     prepare = GraphDocEncoder.prepare
     prepare_query = GraphDocEncoder.prepare_query

@@ -95,7 +95,7 @@ def test_manifest_records_model_settings_progress_and_counts(built, model, model
     assert m["model"]["fingerprint"] == model_fingerprint(model) and len(m["model"]["fingerprint"]) == 64
     assert m["model"]["chunker"] == {"max_words": 12, "max_passages": 100, "title": "first"}
     assert m["model"]["passage_encoder"] == {"pooling": "mean", "normalize": False, "max_seq_length": 64,
-                                             "projection_dim": None}
+                                             "projection_dim": None, "query_prompt": "", "passage_prompt": ""}
     assert m["model"]["graph"] == asdict(MODEL_CONFIG.graph)
     assert (m["dimension"], m["metric"], m["faiss_factory"], m["store_passages"]) == (32, "cosine", "Flat", True)
     assert m["shards"] == ["00000", "00001", "00002", "00003"]  # 3 + 3 + 3 + 1 documents

@@ -187,6 +187,17 @@ def test_docsplit_and_crop_views_come_from_the_position_and_epoch(tiny_bert):
     assert not crop.usable("   ")
 
 
+
+@pytest.mark.parametrize("objective", ["docsplit", "crop", "simcse"])
+def test_views_carry_the_passage_prompt_once(tiny_bert, objective):
+    config = FlatModelConfig(passage_encoder=PassageEncoderConfig(passage_prompt="passage: "))
+    model = FlatEncoder.from_pretrained(tiny_bert, config, device="cpu")
+    task = FlatPretraining(model, PretrainConfig(objective=objective, mlm_weight=0, seed=3))
+    doc = Document("a", " ".join(f"Sentence number {w} here." for w in WORDS), "A title")
+    views = task.views([Example(0, task.prepare(doc))], epoch=0)
+    texts = [model.passage_encoder.tokenizer.decode(ids, skip_special_tokens=True) for ids in views]
+    assert all(text.startswith("passage : ") and text.count("passage :") == 1 for text in texts), texts
+
 # ------------------------------------------------------------------ MLM head and loss
 def test_mlm_head_shares_the_encoder_embeddings(tiny_bert, caplog):
     model = FlatEncoder.from_pretrained(tiny_bert, device="cpu")

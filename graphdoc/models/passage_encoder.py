@@ -59,6 +59,7 @@ class PassageEncoder(nn.Module):
         self.normalize = bool(config.normalize)
         self.max_seq_length = config.max_seq_length or 512
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.query_prompt, self.passage_prompt = config.query_prompt or "", config.passage_prompt or ""
         self._last_clip: tuple[tuple[str, int], str] | None = None  # clip()'s last question and answer
 
     @property
@@ -199,10 +200,16 @@ class PassageEncoder(nn.Module):
         (folder / "sentence_bert_config.json").write_text(
             json.dumps({"max_seq_length": self.max_seq_length, "do_lower_case": False}, indent=2) + "\n",
             encoding="utf-8")
+        prompts = {name: text for name, text in (("query", self.query_prompt), ("document", self.passage_prompt))
+                   if text}
+        (folder / ST_CONFIG).write_text(json.dumps({"prompts": prompts, "default_prompt_name": None}, indent=2) + "\n",
+                                        encoding="utf-8")
 
     def extra_repr(self) -> str:
         return (f"model={self.config.model_name_or_path!r}, pooling={self.pooling!r}, "
-                f"normalize={self.normalize}, max_seq_length={self.max_seq_length}")
+                f"normalize={self.normalize}, max_seq_length={self.max_seq_length}"
+                + (f", query_prompt={self.query_prompt!r}" if self.query_prompt else "")
+                + (f", passage_prompt={self.passage_prompt!r}" if self.passage_prompt else ""))
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -267,7 +274,16 @@ def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer,
         max_len = limit if limit and limit < 100_000 else getattr(model_config, "max_position_embeddings", 512)
     if positions is not None:
         max_len = min(int(max_len), positions)
-    return replace(config, pooling=pooling, normalize=bool(normalize), max_seq_length=int(max_len))
+    query_prompt, passage_prompt = st.get("prompts", ("", ""))
+    if config.query_prompt is not None:
+        query_prompt = config.query_prompt
+    if config.passage_prompt is not None:
+        passage_prompt = config.passage_prompt
+    if st.get("prompt_not_pooled") and (query_prompt or passage_prompt):
+        logger.warning("%s: its pooling leaves the prompt's tokens out (include_prompt false); graphdoc pools them "
+                       "with the text's", name_or_path)
+    return replace(config, pooling=pooling, normalize=bool(normalize), max_seq_length=int(max_len),
+                   query_prompt=query_prompt, passage_prompt=passage_prompt)
 
 
 def _load_encoder(name_or_path: str) -> nn.Module:
@@ -299,6 +315,11 @@ def position_limit(model: nn.Module) -> int | None:
     return table.num_embeddings - (table.padding_idx + 1 if table.padding_idx is not None else 0)
 
 
+#: sentence-transformers' model settings: its prompts among them
+ST_CONFIG = "config_sentence_transformers.json"
+#: the prompt ``encode_document`` uses: the first of these the checkpoint has
+ST_DOCUMENT_PROMPTS = ("document", "passage", "corpus")
+
 #: sentence-transformers' Pooling config keys, by mode
 ST_POOLING_KEYS = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
                    "max": "pooling_mode_max_tokens", "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
@@ -327,6 +348,7 @@ def settings_folder(name_or_path: str) -> Path | None:
             if str(entry.get("type", "")).endswith(".Dense"):
                 _hub_file(name_or_path, st_dense.WEIGHTS, sub, revision)
     _hub_file(name_or_path, "sentence_bert_config.json", revision=revision)
+    _hub_file(name_or_path, ST_CONFIG, revision=revision)
     return modules.parent
 
 
@@ -377,7 +399,9 @@ def _sentence_transformers_settings(folder: Path) -> dict:
             if not isinstance(module.get("path"), str):
                 raise ModelLoadError(f"{modules_file}: the {kind} module has no 'path'")
             pooling_file = folder / module["path"] / "config.json"
-            modes = _st_pooling_modes(pooling_file, _read_json(pooling_file, dict, modules_file))
+            pooling_config = _read_json(pooling_file, dict, modules_file)
+            modes = _st_pooling_modes(pooling_file, pooling_config)
+            settings["prompt_not_pooled"] = pooling_config.get("include_prompt") is False
             if len(modes) > 1:
                 settings["concatenated"] = f"{pooling_file} pools by {' + '.join(modes)}, concatenated"
             else:
@@ -388,6 +412,8 @@ def _sentence_transformers_settings(folder: Path) -> dict:
             settings.setdefault("dense", []).append(folder / module["path"])
         elif not kind.endswith("Transformer"):
             settings.setdefault("unapplied", []).append(f"{kind.rsplit('.', 1)[-1]} ({module.get('path', '?')})")
+    if (folder / ST_CONFIG).is_file():
+        settings["prompts"] = _st_prompts(folder / ST_CONFIG)
     sbert = folder / "sentence_bert_config.json"
     if sbert.is_file():
         max_len = _read_json(sbert, dict).get("max_seq_length")
@@ -405,6 +431,24 @@ def _applied_dense(folder: Path, module: dict, settings: dict, modules_file: Pat
     pooled = "pooling" in settings or "concatenated" in settings
     return (pooled and not settings.get("normalize")
             and st_dense.applies_to_pooled_vector(st_dense.read_config(folder / module["path"])))
+
+
+def _st_prompts(path: Path) -> tuple[str, str]:
+    """(query prompt, passage prompt) of a ``config_sentence_transformers.json``, as sentence-transformers'
+    ``encode_query`` and ``encode_document`` choose them: ``query``, and the first of ``document``, ``passage``
+    and ``corpus``; else the default prompt, if one is named; else none. Empty prompts are passed over:
+    sentence-transformers 6 adds an empty ``document`` prompt to every model it loads or saves, which would
+    hide E5's ``"passage: "`` (its own ``encode_document`` then prompts no E5 passage)."""
+    config = _read_json(path, dict)
+    prompts, default = config.get("prompts") or {}, config.get("default_prompt_name")
+    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+        raise ModelLoadError(f"{path}: 'prompts' must map prompt names to strings; got {prompts!r}")
+    if default is not None and default not in prompts:
+        raise ModelLoadError(f"{path}: default_prompt_name {default!r} is not among its prompts "
+                             f"({', '.join(prompts) or 'none'})")
+    fallback = prompts[default] if default is not None else ""
+    document = next((prompts[name] for name in ST_DOCUMENT_PROMPTS if prompts.get(name)), fallback)
+    return prompts.get("query") or fallback, document
 
 
 def _st_pooling_modes(path: Path, config: dict) -> list[str]:

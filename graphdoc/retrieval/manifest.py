@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from graphdoc.config import LEGACY_PASSAGE_ENCODER
 from graphdoc.errors import GraphDocError, IndexMismatchError
 from graphdoc.fileio import atomic_write
 from graphdoc.fingerprint import weights_fingerprint as model_fingerprint
@@ -193,8 +194,12 @@ def model_identity(model) -> dict[str, Any]:
 def first_difference(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[str, Any, Any] | None:
     """The first setting (``"chunker.max_words"``, ..., then ``"fingerprint"``) two identities disagree on."""
     for section in ("chunker", "passage_encoder", "graph"):
-        for key, value in expected.get(section, {}).items():
-            other = actual.get(section, {}).get(key)
+        built, now = expected.get(section, {}), actual.get(section, {})
+        if section == "passage_encoder":  # an index built before a setting existed was built without it
+            built = {**LEGACY_PASSAGE_ENCODER, **built}
+            now = {**LEGACY_PASSAGE_ENCODER, **now}
+        for key, value in built.items():
+            other = now.get(key)
             if other != value:
                 return f"{section}.{key}", value, other
     if expected.get("fingerprint") != actual.get("fingerprint"):

@@ -30,6 +30,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from graphdoc.config import LEGACY_PASSAGE_ENCODER
 from graphdoc.device import autocast_dtype
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_directory, remove_stale_temporaries
@@ -222,6 +223,7 @@ def check_start_model(folder: Path, state: dict[str, Any], start: torch.nn.Modul
     if autocast_dtype(device, was) != autocast_dtype(device, wanted):
         raise GraphDocError(f"cannot resume with precision {wanted} (--precision or model.passage_encoder."
                             f"precision): the run was started with {was}, which computes other numbers")
+    saved["passage_encoder"] = {**LEGACY_PASSAGE_ENCODER, **saved_encoder}  # a run from before those settings
     difference = _first_difference(saved, now, "model")
     if difference is not None:
         key, value, old = difference

@@ -97,7 +97,8 @@ class FlatPretraining:
                 texts += [example.prepared, example.prepared]
             else:
                 texts += crop_texts(example.prepared, rng, cfg.crop_min_ratio, cfg.crop_max_ratio)
-        return self.encoder.tokenize(texts, truncate=True)
+        prompt = "" if cfg.objective == "simcse" else self.encoder.passage_prompt  # FirstP inputs carry it already
+        return self.encoder.tokenize([prompt + text for text in texts], truncate=True)
 
     # ------------------------------------------------------------------ step
     def backward(self, examples: Sequence[data.Example], epoch: int, loss_fn: LossFn, scale,
