@@ -348,7 +348,8 @@ def news_task(args) -> dict:
     t0, misses = time.perf_counter(), cache.misses
     docs = train_docs + test_docs
     data = prepare_inputs(model, docs, cache, args.news_passages)
-    firstp_ids = model.passage_encoder.tokenize([f"{d.title} {d.text}".strip() for d in docs], truncate=True)
+    prompt = model.passage_encoder.passage_prompt  # a checkpoint's passage prompt (none for the default model)
+    firstp_ids = model.passage_encoder.tokenize([prompt + f"{d.title} {d.text}".strip() for d in docs], truncate=True)
     firstp = torch.cat([cache.encode(firstp_ids[i:i + 256]).cpu() for i in range(0, len(docs), 256)])
     cache.flush()
     log(f"20news: {len(train_docs)} train, {len(test_docs)} test; {cache.misses - misses} passages encoded "

@@ -159,7 +159,8 @@ def encode_many(cache, ids: list[list[int]], chunk: int = 512) -> torch.Tensor:
 
 def firstp_vectors(model, cache, docs) -> torch.Tensor:
     """The encoder on the first 256 tokens of title + text: ``[n, 384]``."""
-    texts = [f"{r.get('title') or ''} {r['text']}".strip() for r in docs]
+    prompt = model.passage_encoder.passage_prompt  # a checkpoint's passage prompt (none for the default model)
+    texts = [prompt + f"{r.get('title') or ''} {r['text']}".strip() for r in docs]
     return encode_many(cache, model.passage_encoder.tokenize(texts, truncate=True))
 
 

@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         return {"full": clustering(x, labels, args.seeds),
                 "s800": clustering(x[sample], [labels[i] for i in sample], args.seeds)}
 
-    firstp = model.passage_encoder.tokenize([f"{r.get('title') or ''} {r['text']}".strip() for r in test],
+    prompt = model.passage_encoder.passage_prompt  # a checkpoint's passage prompt (none for the default model)
+    firstp = model.passage_encoder.tokenize([prompt + f"{r.get('title') or ''} {r['text']}".strip() for r in test],
                                             truncate=True)
     with torch.inference_mode():
         firstp_vectors = torch.cat([model.passage_encoder.encode_ids(firstp[i:i + 4096]).float().cpu()

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"{len(examples)} training queries over {len(meetings)} meetings ({len(passages.doc)} passages); "
         f"{np.mean([len(e[1]) for e in examples]):.1f} answer passages a query")
     negatives = hard_negatives(passages, examples, queries, args.negative_depth)
-    query_ids = {q: model.passage_encoder.tokenize([queries[q]], truncate=True)[0] for q, _, _ in examples}
+    query_ids = {q: model.prepare_query(queries[q]).token_ids[0] for q, _, _ in examples}  # with any query prompt
     start = time.perf_counter()
     train(model, passages, examples, negatives, query_ids, args)
     model.save_pretrained(args.output)

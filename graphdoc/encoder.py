@@ -99,9 +99,11 @@ class GraphDocEncoder(nn.Module):
 
     def title_input(self, title: str) -> str:
         """A title as passage inputs carry it: at most :data:`TITLE_MAX_WORDS` words and half of the
-        encoder's token limit (a title without spaces, CJK text or a URL, is cut by tokens)."""
+        encoder's token limit left after the passage prompt (a title without spaces, CJK text or a URL, is cut
+        by tokens)."""
         words = " ".join(title.split()[:TITLE_MAX_WORDS])
-        return self.passage_encoder.clip(words, self.passage_encoder.max_seq_length // 2)
+        encoder = self.passage_encoder
+        return encoder.clip(words, (encoder.max_seq_length - encoder.passage_prompt_tokens) // 2)
 
     def prepare(self, document: Document, max_passages: int | None = None) -> PreparedDocument:
         """Chunk and tokenize one document, re-splitting passages over the encoder's token limit."""

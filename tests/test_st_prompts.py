@@ -148,3 +148,49 @@ def test_a_checkpoint_written_before_prompts_existed_resumes_only_without_them(t
     with pytest.raises(GraphDocError, match=r"cannot resume with model.passage_encoder.query_prompt='query: ': the run "
                                             r"was started with ''"):
         check_start_model(tmp_path, {}, prompted, {}, torch.device("cpu"))
+
+
+def test_an_index_built_before_prompts_existed_gets_its_model_back_without_them(e5_like: Path) -> None:
+    from graphdoc.backbones import load_index_model
+    from graphdoc.retrieval.manifest import check_identity, model_identity
+
+    built = model_identity(graphdoc.load_model(str(e5_like), config=ModelConfig(
+        passage_encoder=PassageEncoderConfig(query_prompt="", passage_prompt=""))))
+    for key in ("query_prompt", "passage_prompt"):
+        del built["passage_encoder"][key]  # as an index written before prompts existed records it
+    model = load_index_model(built, "cpu")
+    assert (model.passage_encoder.query_prompt, model.passage_encoder.passage_prompt) == ("", "")
+    check_identity(built, model_identity(model), Path("idx"))  # searched with its own model: accepted
+
+
+def test_a_fine_tuning_run_resumes_only_with_its_prompts(e5_like: Path) -> None:
+    from graphdoc.errors import GraphDocError
+    from graphdoc.finetune.loop import _check_prompts
+
+    unprompted = graphdoc.load_model(str(e5_like), config=ModelConfig(
+        passage_encoder=PassageEncoderConfig(query_prompt="", passage_prompt="")))
+    prompted = graphdoc.load_model(str(e5_like))
+    _check_prompts(prompted, graphdoc.load_model(str(e5_like)))
+    with pytest.raises(GraphDocError, match=r"cannot resume with passage_encoder.query_prompt='query: ': the run was "
+                                            r"started with ''"):
+        _check_prompts(unprompted, prompted)
+
+
+@pytest.mark.parametrize("key", ["query_prompt", "passage_prompt"])
+def test_a_prompt_that_leaves_no_room_for_the_text_is_refused(tiny_bert: Path, key: str) -> None:
+    from graphdoc.errors import GraphDocError
+
+    long_prompt = "word " * 60  # tiny_bert takes 64 tokens, [CLS] and [SEP] included
+    with pytest.raises(GraphDocError, match=rf"passage_encoder.{key} takes 60 of the encoder's 64 tokens "
+                                            r"\(max_seq_length\): at least 8 must be left for the text"):
+        graphdoc.load_model(str(tiny_bert),
+                            config=ModelConfig(passage_encoder=PassageEncoderConfig(**{key: long_prompt})))
+
+
+def test_a_title_gets_half_of_what_the_passage_prompt_leaves(tiny_bert: Path) -> None:
+    prompt = "word " * 20
+    model = graphdoc.load_model(str(tiny_bert), config=ModelConfig(
+        passage_encoder=PassageEncoderConfig(passage_prompt=prompt)))
+    assert model.passage_encoder.passage_prompt_tokens == 20
+    title = model.title_input("word " * 30)
+    assert len(title.split()) == (64 - 20) // 2  # one token a word

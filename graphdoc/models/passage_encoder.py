@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphdoc.batching import token_budget_batches
-from graphdoc.config import POOLING_MODES, PassageEncoderConfig
+from graphdoc.config import MIN_SEQ_LENGTH, POOLING_MODES, PassageEncoderConfig
 from graphdoc.device import autocast
 from graphdoc.errors import GraphDocError, ModelLoadError
 from graphdoc.models import st_dense
@@ -60,7 +60,22 @@ class PassageEncoder(nn.Module):
         self.max_seq_length = config.max_seq_length or 512
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.query_prompt, self.passage_prompt = config.query_prompt or "", config.passage_prompt or ""
+        #: tokens the passage prompt takes of every passage input (titles get half of what is left)
+        self.passage_prompt_tokens = self._prompt_tokens("passage_prompt", self.passage_prompt)
+        self._prompt_tokens("query_prompt", self.query_prompt)
         self._last_clip: tuple[tuple[str, int], str] | None = None  # clip()'s last question and answer
+
+    def _prompt_tokens(self, name: str, prompt: str) -> int:
+        """The tokens ``prompt`` takes; one that leaves the text fewer than ``MIN_SEQ_LENGTH`` of the encoder's
+        tokens is refused (every passage would be cut to a few words, every query to nothing)."""
+        if not prompt:
+            return 0
+        count = len(self.tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"])
+        special = len(self.tokenizer("", add_special_tokens=True, verbose=False)["input_ids"])
+        if self.max_seq_length - special - count < MIN_SEQ_LENGTH:
+            raise GraphDocError(f"passage_encoder.{name} takes {count} of the encoder's {self.max_seq_length} tokens "
+                                f"(max_seq_length): at least {MIN_SEQ_LENGTH} must be left for the text")
+        return count
 
     @property
     def hidden_size(self) -> int:
@@ -436,7 +451,7 @@ def _applied_dense(folder: Path, module: dict, settings: dict, modules_file: Pat
 def _st_prompts(path: Path) -> tuple[str, str]:
     """(query prompt, passage prompt) of a ``config_sentence_transformers.json``, as sentence-transformers'
     ``encode_query`` and ``encode_document`` choose them: ``query``, and the first of ``document``, ``passage``
-    and ``corpus``; else the default prompt, if one is named; else none. Empty prompts are passed over:
+    and ``corpus``; else the default prompt, if one is named; else none. Empty passage prompts are passed over:
     sentence-transformers 6 adds an empty ``document`` prompt to every model it loads or saves, which would
     hide E5's ``"passage: "`` (its own ``encode_document`` then prompts no E5 passage)."""
     config = _read_json(path, dict)
@@ -448,7 +463,7 @@ def _st_prompts(path: Path) -> tuple[str, str]:
                              f"({', '.join(prompts) or 'none'})")
     fallback = prompts[default] if default is not None else ""
     document = next((prompts[name] for name in ST_DOCUMENT_PROMPTS if prompts.get(name)), fallback)
-    return prompts.get("query") or fallback, document
+    return prompts.get("query", fallback), document
 
 
 def _st_pooling_modes(path: Path, config: dict) -> list[str]:

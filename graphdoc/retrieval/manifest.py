@@ -196,7 +196,7 @@ def first_difference(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[
     for section in ("chunker", "passage_encoder", "graph"):
         built, now = expected.get(section, {}), actual.get(section, {})
         if section == "passage_encoder":  # an index built before a setting existed was built without it
-            built = {**LEGACY_PASSAGE_ENCODER, **built}
+            built = {**built, **{k: v for k, v in LEGACY_PASSAGE_ENCODER.items() if k not in built}}
             now = {**LEGACY_PASSAGE_ENCODER, **now}
         for key, value in built.items():
             other = now.get(key)
