@@ -11,7 +11,19 @@ import tempfile
 from pathlib import Path
 from typing import IO, Callable, Collection, Iterator
 
-from graphdoc.errors import GraphDocError
+from graphdoc.errors import GraphDocError, ModelLoadError
+
+
+def read_safetensors(path: Path) -> dict:
+    """The tensors of a safetensors file; a damaged or unreadable one is one :class:`ModelLoadError` line."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as err:
+        raise ModelLoadError(f"cannot read {path}: {str(err).strip() or type(err).__name__} "
+                             "(the file is damaged or incomplete)") from None
 
 
 def _umask() -> int:

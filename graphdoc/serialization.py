@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from graphdoc.backbones import GRAPH
 from graphdoc.config import ModelConfig
 from graphdoc.default_model import DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_NAME, resolve_model_name
 from graphdoc.errors import ModelLoadError
-from graphdoc.fileio import atomic_directory, atomic_write, check_replaceable
+from graphdoc.fileio import atomic_directory, atomic_write, check_replaceable, read_safetensors
 from graphdoc.models.passage_encoder import PassageEncoder
 
 if TYPE_CHECKING:
@@ -160,11 +159,7 @@ def _load_saved(cls, path: Path, device) -> "GraphDocEncoder":
     weights = path / WEIGHTS_NAME
     if not weights.is_file():
         raise ModelLoadError(f"{path} has no {WEIGHTS_NAME}")
-    try:
-        state = load_file(str(weights))
-    except (SafetensorError, OSError) as err:
-        raise ModelLoadError(f"cannot read {weights}: {str(err).strip() or type(err).__name__} "
-                             "(the file is damaged or incomplete)") from None
+    state = read_safetensors(weights)
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.startswith("passage_encoder.")]
     if missing or unexpected:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from graphdoc.errors import ModelLoadError
+from graphdoc.fileio import read_safetensors
 
 WEIGHTS = "model.safetensors"
 PICKLED_WEIGHTS = "pytorch_model.bin"
@@ -107,14 +108,7 @@ def load(folder: Path, config: dict) -> Dense:
             raise ModelLoadError(f"{folder / PICKLED_WEIGHTS}: graphdoc loads no pickled weights; re-save the model "
                                  f"with sentence-transformers >= 3 (it writes {WEIGHTS})")
         raise ModelLoadError(f"{folder} has no {WEIGHTS} (the Dense module's weights)")
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    try:
-        state = load_file(str(weights))
-    except (SafetensorError, OSError) as err:
-        raise ModelLoadError(f"cannot read {weights}: {str(err).strip() or type(err).__name__} "
-                             "(the file is damaged or incomplete)") from None
+    state = read_safetensors(weights)
     expected = {k: tuple(v.shape) for k, v in layer.state_dict().items()}
     found = {k: tuple(v.shape) for k, v in state.items()}
     if found != expected:
