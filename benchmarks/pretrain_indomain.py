@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", type=Path, default=None, help="also write the table to this file")
     own, rest = p.parse_known_args(argv)
     args = bench.parse_args(rest)
+    if args.train_on_test:
+        raise SystemExit("--train-on-test does not apply here: this script trains on QMSum train meetings alone")
     bench.require_data(args.data_dir)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(args.threads)

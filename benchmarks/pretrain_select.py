@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     from graphdoc.encoder import GraphDocEncoder
     from graphdoc.training.cache import PassageVectorCache
 
+    if args.train_on_test:
+        raise SystemExit("--train-on-test trains on the 20news test set, which this script keeps out of sight: "
+                         "use benchmarks/pretrain.py")
     news = bench.read_jsonl_gz(args.data_dir / "20news" / "train.jsonl.gz")
     args.news_train = len(news) - own.held_out
     exclude = latest_posts(news, own.held_out, args.seed) if own.held_out_order == "latest" else frozenset()
@@ -111,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.pretrain_corpus(base, cache, d["sources"], args.train_passages)  # the training text, cached once
     vectors = bench.passage_vectors(base, cache, held, args.eval_passages)
     labels = [r["label"] for r in held]
-    rows = {"untrained (mean of passages)": (bench.clustering(bench.graph_vectors(base, vectors), labels, args.seeds),
-                                             None)}
+    untrained = bench.clustering(bench.graph_vectors(base, vectors), labels, args.seeds, args.kmeans_init)
+    rows = {"untrained (mean of passages)": (untrained, None)}
     for objective, temperature, epochs, batch_size, extra in settings:
         run_args = argparse.Namespace(**{**vars(args), "temperature": temperature, "epochs": epochs,
                                          "batch_size": batch_size})
@@ -120,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         model = GraphDocEncoder.from_pretrained(args.work_dir / "runs" / f"{objective}-frozen" / "model", device="cpu")
         settings = "".join(f", {key} {value}" for key, value in extra.items())
         rows[f"{objective}, temperature {temperature}, {epochs} epochs, batch {batch_size}{settings}"] = (
-            bench.clustering(bench.graph_vectors(model, vectors), labels, args.seeds), run)
+            bench.clustering(bench.graph_vectors(model, vectors), labels, args.seeds, args.kmeans_init), run)
     lines = [(f"{len(d['news_train'])} 20news train documents (+ Wikipedia {d['wiki']}, QMSum train "
               f"{len(d['qm_train'])}) trained on, first {args.train_passages} passages; {len(held)} held out "
               f"({'the latest posts of each newsgroup' if exclude else 'stratified at random'}) and "

@@ -243,3 +243,14 @@ def test_help_shows_the_training_defaults_and_max_passages_applies(runs, tiny_be
     assert main(["-q", "finetune", "--task", "classification", "--train", str(train), "--dev", str(dev), "--epochs",
                  "1", "--max-passages", "3", "--model", str(tiny_bert), "--output", str(tmp_path / "run")]) == 0
     assert _state(tmp_path / "run")[1]["config"]["max_passages"] == 3
+
+
+def test_resume_with_other_prompts_is_refused(runs, tiny_bert, tmp_path):
+    from graphdoc.config import ModelConfig, PassageEncoderConfig
+
+    shutil.copytree(runs["root"] / "ranking", tmp_path / "run")
+    prompted = ModelConfig(passage_encoder=PassageEncoderConfig(query_prompt="query: "))
+    with pytest.raises(GraphDocError, match=r"^cannot resume with model.passage_encoder.query_prompt='query: ': the "
+                                            r"run was started with ''$"):
+        finetune_ranking(*runs["ranking"], tmp_path / "run", config=RankingConfig(**RANKING), model=str(tiny_bert),
+                         model_config=prompted, resume=True)

@@ -187,7 +187,6 @@ def test_docsplit_and_crop_views_come_from_the_position_and_epoch(tiny_bert):
     assert not crop.usable("   ")
 
 
-
 @pytest.mark.parametrize("objective", ["docsplit", "crop", "simcse"])
 def test_views_carry_the_passage_prompt_once(tiny_bert, objective):
     config = FlatModelConfig(passage_encoder=PassageEncoderConfig(passage_prompt="passage: "))
@@ -197,6 +196,7 @@ def test_views_carry_the_passage_prompt_once(tiny_bert, objective):
     views = task.views([Example(0, task.prepare(doc))], epoch=0)
     texts = [model.passage_encoder.tokenizer.decode(ids, skip_special_tokens=True) for ids in views]
     assert all(text.startswith("passage : ") and text.count("passage :") == 1 for text in texts), texts
+
 
 # ------------------------------------------------------------------ MLM head and loss
 def test_mlm_head_shares_the_encoder_embeddings(tiny_bert, caplog):

@@ -201,13 +201,15 @@ def test_a_cached_hub_model_s_files_are_fetched_at_its_snapshot(dense_folder: Pa
     cached_file = hub.cached_file
     monkeypatch.setattr(hub, "cached_file", spy)
     graphdoc.load_model("acme/tiny-st")
-    st_files = [a for a in asked if a[0] in ("modules.json", "sentence_bert_config.json") or a[1]]
+    st_files = [a for a in asked if a[1] or a[0] in ("modules.json", "sentence_bert_config.json",
+                                                     "config_sentence_transformers.json")]
     snapshot = "0" * 40  # after modules.json, every file at the snapshot's commit: no request where it is cached
     assert st_files == [("modules.json", "", None), ("config.json", "1_Pooling", snapshot),
                         ("config.json", "2_Dense", snapshot), ("model.safetensors", "2_Dense", snapshot),
                         ("config.json", "3_Dense", snapshot), ("model.safetensors", "3_Dense", snapshot),
                         ("config.json", "4_Normalize", snapshot),
-                        ("sentence_bert_config.json", "", snapshot)]
+                        ("sentence_bert_config.json", "", snapshot),
+                        ("config_sentence_transformers.json", "", snapshot)]
 
 
 # ------------------------------------------------------------------ encoder-decoder checkpoints
@@ -247,6 +249,7 @@ def test_another_encoder_decoder_model_is_refused_in_one_line(tiny_bert: Path, t
                          max_position_embeddings=64)).save_pretrained(tmp_path / "bart")
     shutil.copy(tiny_bert / "tokenizer.json", tmp_path / "bart")
     shutil.copy(tiny_bert / "tokenizer_config.json", tmp_path / "bart")
-    with pytest.raises(ModelLoadError, match=r"bart is an encoder-decoder model \(bart\); graphdoc encodes passages "
-                                             r"with an encoder \(mt5, t5, umt5: their encoder alone\)"):
+    with pytest.raises(ModelLoadError, match=r"bart is an encoder-decoder model \(bart\): use an encoder-only "
+                                             r"model, or a T5-family one \(mt5, t5, umt5\), whose encoder graphdoc "
+                                             r"runs alone"):
         graphdoc.load_model(str(tmp_path / "bart"))

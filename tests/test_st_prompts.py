@@ -13,7 +13,7 @@ import pytest
 import graphdoc
 from graphdoc.config import ModelConfig, PassageEncoderConfig
 from graphdoc.documents import Document
-from graphdoc.errors import ModelLoadError
+from graphdoc.errors import GraphDocError, ModelLoadError
 from graphdoc.flat_config import FlatModelConfig
 
 st = pytest.importorskip("sentence_transformers")
@@ -74,6 +74,7 @@ def test_the_config_overrides_the_checkpoint_s_prompts(e5_like: Path) -> None:
     ({"query": "q: ", "classification": "x: "}, "classification", ("q: ", "x: ")),  # default where none named
     ({"classification": "x: "}, None, ("", "")),
     ({"query": "q: ", "document": "", "passage": "p: "}, None, ("q: ", "p: ")),  # sentence-transformers 6's empty one
+    ({"query": "", "x": "x: "}, "x", ("", "x: ")),  # an empty query prompt is kept, as encode_query keeps it
     ({}, None, ("", "")),
 ])
 def test_prompt_choice_follows_sentence_transformers(spread_bert: Path, tmp_path: Path, prompts, default,
@@ -128,12 +129,13 @@ def test_an_index_built_before_prompts_existed_is_compared_as_built_without_them
     assert first_difference(old, {"passage_encoder": {"pooling": "mean", "query_prompt": "query: ",
                                                       "passage_prompt": ""}}) == (
         "passage_encoder.query_prompt", "", "query: ")
+    assert first_difference(old, {"passage_encoder": {"pooling": "cls", "query_prompt": "query: "}}) == (
+        "passage_encoder.pooling", "mean", "cls")  # a real difference is named first
 
 
 def test_a_checkpoint_written_before_prompts_existed_resumes_only_without_them(tiny_bert: Path, tmp_path: Path) -> None:
     import torch
 
-    from graphdoc.errors import GraphDocError
     from graphdoc.training.checkpoint import MODEL_DIR, check_start_model
 
     start = graphdoc.load_model(str(tiny_bert))
@@ -164,27 +166,29 @@ def test_an_index_built_before_prompts_existed_gets_its_model_back_without_them(
 
 
 def test_a_fine_tuning_run_resumes_only_with_its_prompts(e5_like: Path) -> None:
-    from graphdoc.errors import GraphDocError
     from graphdoc.finetune.loop import _check_prompts
 
     unprompted = graphdoc.load_model(str(e5_like), config=ModelConfig(
         passage_encoder=PassageEncoderConfig(query_prompt="", passage_prompt="")))
     prompted = graphdoc.load_model(str(e5_like))
     _check_prompts(prompted, graphdoc.load_model(str(e5_like)))
-    with pytest.raises(GraphDocError, match=r"cannot resume with passage_encoder.query_prompt='query: ': the run was "
-                                            r"started with ''"):
+    with pytest.raises(GraphDocError, match=r"cannot resume with model.passage_encoder.query_prompt='query: ': the "
+                                            r"run was started with ''"):
         _check_prompts(unprompted, prompted)
 
 
 @pytest.mark.parametrize("key", ["query_prompt", "passage_prompt"])
 def test_a_prompt_that_leaves_no_room_for_the_text_is_refused(tiny_bert: Path, key: str) -> None:
-    from graphdoc.errors import GraphDocError
 
-    long_prompt = "word " * 60  # tiny_bert takes 64 tokens, [CLS] and [SEP] included
-    with pytest.raises(GraphDocError, match=rf"passage_encoder.{key} takes 60 of the encoder's 64 tokens "
-                                            r"\(max_seq_length\): at least 8 must be left for the text"):
-        graphdoc.load_model(str(tiny_bert),
-                            config=ModelConfig(passage_encoder=PassageEncoderConfig(**{key: long_prompt})))
+    def load(words: int):  # tiny_bert takes 64 tokens, [CLS] and [SEP] included; "word" is one token
+        return graphdoc.load_model(str(tiny_bert),
+                                   config=ModelConfig(passage_encoder=PassageEncoderConfig(**{key: "word " * words})))
+
+    assert getattr(load(54).passage_encoder, key) == "word " * 54  # 8 tokens left: enough
+    with pytest.raises(GraphDocError, match=rf"passage_encoder.{key} leaves 7 of the encoder's 64 tokens "
+                                            r"\(max_seq_length; the prompt takes 55, special tokens 2\) for the text: "
+                                            r"at least 8 are needed"):
+        load(55)
 
 
 def test_a_title_gets_half_of_what_the_passage_prompt_leaves(tiny_bert: Path) -> None:

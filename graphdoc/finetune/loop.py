@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from graphdoc.config import LEGACY_PASSAGE_ENCODER
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
 from graphdoc.fingerprint import weights_fingerprint
@@ -53,10 +52,10 @@ def _check_prompts(saved: torch.nn.Module, model: torch.nn.Module) -> None:
     """Refuse to resume a run with other query or passage prompts than its checkpoint's model has (one from
     before prompts existed has none): its weights would be trained on other inputs from then on."""
     was, now = (getattr(m, "encoder", m).passage_encoder for m in (saved, model))
-    for name in LEGACY_PASSAGE_ENCODER:
+    for name in ("query_prompt", "passage_prompt"):
         if getattr(now, name) != getattr(was, name):
-            raise GraphDocError(f"cannot resume with passage_encoder.{name}={getattr(now, name)!r}: the run was "
-                                f"started with {getattr(was, name)!r}")
+            raise GraphDocError(f"cannot resume with model.passage_encoder.{name}={getattr(now, name)!r}: the run "
+                                f"was started with {getattr(was, name)!r}")
 
 
 def run_kind(task: str, folds: int | None = None, shots: int | None = None) -> dict[str, Any]:

@@ -72,9 +72,11 @@ class PassageEncoder(nn.Module):
             return 0
         count = len(self.tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"])
         special = len(self.tokenizer("", add_special_tokens=True, verbose=False)["input_ids"])
-        if self.max_seq_length - special - count < MIN_SEQ_LENGTH:
-            raise GraphDocError(f"passage_encoder.{name} takes {count} of the encoder's {self.max_seq_length} tokens "
-                                f"(max_seq_length): at least {MIN_SEQ_LENGTH} must be left for the text")
+        left = self.max_seq_length - special - count
+        if left < MIN_SEQ_LENGTH:
+            raise GraphDocError(f"passage_encoder.{name} leaves {left} of the encoder's {self.max_seq_length} tokens "
+                                f"(max_seq_length; the prompt takes {count}, special tokens {special}) for the text: "
+                                f"at least {MIN_SEQ_LENGTH} are needed")
         return count
 
     @property
@@ -313,9 +315,9 @@ def _load_encoder(name_or_path: str) -> nn.Module:
     if encoder_class is None and not getattr(model_config, "is_encoder_decoder", False):
         return AutoModel.from_pretrained(name_or_path)
     if encoder_class is None:
-        raise ModelLoadError(f"{name_or_path} is an encoder-decoder model ({model_config.model_type}); graphdoc "
-                             f"encodes passages with an encoder ({', '.join(sorted(ENCODER_ONLY_CLASSES))}: "
-                             "their encoder alone)")
+        raise ModelLoadError(f"{name_or_path} is an encoder-decoder model ({model_config.model_type}): use an "
+                             "encoder-only model, or a T5-family one "
+                             f"({', '.join(sorted(ENCODER_ONLY_CLASSES))}), whose encoder graphdoc runs alone")
     return getattr(transformers, encoder_class).from_pretrained(name_or_path)
 
 
