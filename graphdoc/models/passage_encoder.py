@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +15,7 @@ from graphdoc.batching import token_budget_batches
 from graphdoc.config import MIN_SEQ_LENGTH, POOLING_MODES, PassageEncoderConfig
 from graphdoc.device import autocast
 from graphdoc.errors import GraphDocError, ModelLoadError
-from graphdoc.models import st_dense
+from graphdoc.models import st_dense, st_files
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +95,9 @@ class PassageEncoder(nn.Module):
             model = _load_encoder(name_or_path)
         except (OSError, ValueError, SafetensorError) as exc:
             raise ModelLoadError(_load_error(name_or_path, exc)) from None
-        folder = settings_folder(name_or_path)
+        folder = st_files.settings_folder(name_or_path)
         resolved = resolve_settings(name_or_path, config, tokenizer, model.config, position_limit(model), folder)
-        dense = dense_modules(folder, int(model.config.hidden_size)) if folder is not None else []
+        dense = st_files.dense_modules(folder, int(model.config.hidden_size)) if folder is not None else []
         return cls(model, tokenizer, resolved, dense)
 
     def tokenize(self, texts: list[str], truncate: bool = False) -> list[list[int]]:
@@ -196,31 +195,12 @@ class PassageEncoder(nn.Module):
 
     def save(self, folder: str | Path) -> None:
         """Save the Hugging Face model (safetensors) and tokenizer into ``folder``, with the
-        sentence-transformers files that describe the pooling, ``Dense`` modules, normalisation and length
-        limit: the folder loads in sentence-transformers too, and gives the same vectors."""
+        sentence-transformers files that describe the pooling, ``Dense`` modules, normalisation, length
+        limit and prompts: the folder loads in sentence-transformers too, and gives the same vectors."""
         folder = Path(folder)
         self.model.save_pretrained(folder, safe_serialization=True)
         self.tokenizer.save_pretrained(folder)
-        modules = [{"path": "", "type": "sentence_transformers.models.Transformer"},
-                   {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-        (folder / "1_Pooling").mkdir(exist_ok=True)
-        pooling = {"word_embedding_dimension": int(self.model.config.hidden_size),
-                   **{key: mode == self.pooling for mode, key in ST_POOLING_KEYS.items()}}
-        (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2) + "\n", encoding="utf-8")
-        for layer in self.dense:
-            modules.append({"path": f"{len(modules)}_Dense", "type": "sentence_transformers.models.Dense"})
-            layer.save(folder / modules[-1]["path"])
-        if self.normalize:
-            modules.append({"path": f"{len(modules)}_Normalize", "type": "sentence_transformers.models.Normalize"})
-        modules = [{"idx": i, "name": str(i), **module} for i, module in enumerate(modules)]
-        (folder / "modules.json").write_text(json.dumps(modules, indent=2) + "\n", encoding="utf-8")
-        (folder / "sentence_bert_config.json").write_text(
-            json.dumps({"max_seq_length": self.max_seq_length, "do_lower_case": False}, indent=2) + "\n",
-            encoding="utf-8")
-        prompts = {name: text for name, text in (("query", self.query_prompt), ("document", self.passage_prompt))
-                   if text}
-        (folder / ST_CONFIG).write_text(json.dumps({"prompts": prompts, "default_prompt_name": None}, indent=2) + "\n",
-                                        encoding="utf-8")
+        st_files.write_settings(folder, self)
 
     def extra_repr(self) -> str:
         return (f"model={self.config.model_name_or_path!r}, pooling={self.pooling!r}, "
@@ -265,8 +245,8 @@ def global_first_token(input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer, model_config,
                      positions: int | None = None, folder: Path | None = _LOOK_UP) -> PassageEncoderConfig:
-    """Fill unset pooling / normalize / max_seq_length from the checkpoint's own sentence-transformers files
-    (in ``folder``, ``None`` for none; by default the :func:`settings_folder` of ``name_or_path``).
+    """Fill unset pooling / normalize / max_seq_length / prompts from the checkpoint's own sentence-transformers
+    files (in ``folder``, ``None`` for none; by default :func:`~graphdoc.models.st_files.settings_folder`'s).
 
     ``positions`` (see :func:`position_limit`) bounds ``max_seq_length``: a larger setting is an error, a
     larger limit read from the checkpoint is lowered to it.
@@ -274,8 +254,8 @@ def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer,
     if config.max_seq_length is not None and positions is not None and config.max_seq_length > positions:
         raise GraphDocError(f"passage_encoder.max_seq_length must be at most {positions}, the token positions "
                             f"of {name_or_path}; got {config.max_seq_length}")
-    folder = settings_folder(name_or_path) if folder is _LOOK_UP else folder
-    st = _sentence_transformers_settings(folder) if folder is not None else {}
+    folder = st_files.settings_folder(name_or_path) if folder is _LOOK_UP else folder
+    st = st_files.read_settings(folder) if folder is not None else {}
     if config.pooling is None and "concatenated" in st:
         raise ModelLoadError(f"{st['concatenated']}; graphdoc pools one way: set passage_encoder.pooling "
                              f"({', '.join(POOLING_MODES)})")
@@ -330,174 +310,6 @@ def position_limit(model: nn.Module) -> int | None:
     if not isinstance(table, nn.Embedding):
         return None
     return table.num_embeddings - (table.padding_idx + 1 if table.padding_idx is not None else 0)
-
-
-#: sentence-transformers' model settings: its prompts among them
-ST_CONFIG = "config_sentence_transformers.json"
-#: the prompt ``encode_document`` uses: the first of these the checkpoint has
-ST_DOCUMENT_PROMPTS = ("document", "passage", "corpus")
-
-#: sentence-transformers' Pooling config keys, by mode
-ST_POOLING_KEYS = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
-                   "max": "pooling_mode_max_tokens", "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
-                   "weightedmean": "pooling_mode_weightedmean_tokens", "lasttoken": "pooling_mode_lasttoken"}
-
-
-def settings_folder(name_or_path: str) -> Path | None:
-    """Where a checkpoint's sentence-transformers files are: a local folder is its own; a hub model's are in its
-    snapshot in the Hugging Face cache, fetched there (as its weights were) when the hub can be reached.
-    ``None``: a hub model without ``modules.json``, whose pooling is then the config's or ``cls``."""
-    path = Path(name_or_path)
-    if path.is_dir():
-        return path
-    modules = _hub_file(name_or_path, "modules.json")
-    if modules is None:
-        return None
-    try:
-        entries = json.loads(modules.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        entries = []  # reported as the local folder's would be, by _sentence_transformers_settings
-    revision = modules.parent.name  # the snapshot's commit: its other files come from the cache with no request
-    for entry in entries if isinstance(entries, list) else []:
-        sub = entry.get("path") if isinstance(entry, dict) else None
-        if isinstance(sub, str) and sub:
-            _hub_file(name_or_path, "config.json", sub, revision)
-            if str(entry.get("type", "")).endswith(".Dense"):
-                _hub_file(name_or_path, st_dense.WEIGHTS, sub, revision)
-    _hub_file(name_or_path, "sentence_bert_config.json", revision=revision)
-    _hub_file(name_or_path, ST_CONFIG, revision=revision)
-    return modules.parent
-
-
-def _hub_file(repo_id: str, filename: str, subfolder: str = "", revision: str | None = None) -> Path | None:
-    """A hub model's file from the Hugging Face cache, downloaded first where the hub can be reached and it is
-    not cached; ``None`` when the model has no such file or it cannot be had."""
-    from transformers.utils import cached_file
-
-    try:
-        found = cached_file(repo_id, filename, subfolder=subfolder, revision=revision,
-                            _raise_exceptions_for_missing_entries=False,
-                            _raise_exceptions_for_connection_errors=False)
-    except (OSError, ValueError):
-        return None
-    return Path(found) if found else None
-
-
-def dense_modules(folder: Path, hidden_size: int) -> list[st_dense.Dense]:
-    """The ``Dense`` modules of a sentence-transformers model folder that graphdoc applies (those on the pooled
-    vector, before any ``Normalize``), in order; the first must take the transformer's ``hidden_size``
-    vectors, each next one the vectors of the one before."""
-    layers: list[st_dense.Dense] = []
-    for path in _sentence_transformers_settings(folder).get("dense", []):
-        layer = st_dense.load(path, st_dense.read_config(path))
-        width = layers[-1].out_features if layers else hidden_size
-        if layer.in_features != width:
-            source = f"the Dense module before it ({layers[-1].out_features})" if layers else \
-                f"the transformer's hidden size ({hidden_size})"
-            raise ModelLoadError(f"{path / 'config.json'}: in_features {layer.in_features} is not "
-                                 f"{source}")
-        layers.append(layer)
-    return layers
-
-
-def _sentence_transformers_settings(folder: Path) -> dict:
-    """Pooling, normalisation, length limit and the folders of the ``Dense`` modules graphdoc applies, from a
-    sentence-transformers model folder, if it is one."""
-    settings: dict = {}
-    modules_file = folder / "modules.json"
-    if not modules_file.is_file():
-        return settings
-    modules = _read_json(modules_file, list)
-    for module in modules:
-        if not isinstance(module, dict):
-            raise ModelLoadError(f"{modules_file}: each module must be a JSON object; got {module!r}")
-        kind = str(module.get("type", ""))
-        if kind.endswith("Pooling"):
-            if not isinstance(module.get("path"), str):
-                raise ModelLoadError(f"{modules_file}: the {kind} module has no 'path'")
-            pooling_file = folder / module["path"] / "config.json"
-            pooling_config = _read_json(pooling_file, dict, modules_file)
-            modes = _st_pooling_modes(pooling_file, pooling_config)
-            settings["prompt_not_pooled"] = pooling_config.get("include_prompt") is False
-            if len(modes) > 1:
-                settings["concatenated"] = f"{pooling_file} pools by {' + '.join(modes)}, concatenated"
-            else:
-                settings["pooling"] = modes[0]
-        elif kind.endswith("Normalize"):
-            settings["normalize"] = True
-        elif kind.endswith(".Dense") and _applied_dense(folder, module, settings, modules_file):
-            settings.setdefault("dense", []).append(folder / module["path"])
-        elif not kind.endswith("Transformer"):
-            settings.setdefault("unapplied", []).append(f"{kind.rsplit('.', 1)[-1]} ({module.get('path', '?')})")
-    if (folder / ST_CONFIG).is_file():
-        settings["prompts"] = _st_prompts(folder / ST_CONFIG)
-    sbert = folder / "sentence_bert_config.json"
-    if sbert.is_file():
-        max_len = _read_json(sbert, dict).get("max_seq_length")
-        if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
-            raise ModelLoadError(f"{sbert}: max_seq_length must be a positive integer; got {max_len!r}")
-        settings["max_seq_length"] = max_len
-    return settings
-
-
-def _applied_dense(folder: Path, module: dict, settings: dict, modules_file: Path) -> bool:
-    """Whether graphdoc applies this ``Dense`` module: one on the pooled vector, after the pooling and before any
-    normalisation (the order graphdoc computes in); any other is named as not applied."""
-    if not isinstance(module.get("path"), str) or not module["path"]:
-        raise ModelLoadError(f"{modules_file}: the {module.get('type')} module has no 'path'")
-    pooled = "pooling" in settings or "concatenated" in settings
-    return (pooled and not settings.get("normalize")
-            and st_dense.applies_to_pooled_vector(st_dense.read_config(folder / module["path"])))
-
-
-def _st_prompts(path: Path) -> tuple[str, str]:
-    """(query prompt, passage prompt) of a ``config_sentence_transformers.json``, as sentence-transformers'
-    ``encode_query`` and ``encode_document`` choose them: ``query``, and the first of ``document``, ``passage``
-    and ``corpus``; else the default prompt, if one is named; else none. Empty passage prompts are passed over:
-    sentence-transformers 6 adds an empty ``document`` prompt to every model it loads or saves, which would
-    hide E5's ``"passage: "`` (its own ``encode_document`` then prompts no E5 passage)."""
-    config = _read_json(path, dict)
-    prompts, default = config.get("prompts") or {}, config.get("default_prompt_name")
-    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
-        raise ModelLoadError(f"{path}: 'prompts' must map prompt names to strings; got {prompts!r}")
-    if default is not None and default not in prompts:
-        raise ModelLoadError(f"{path}: default_prompt_name {default!r} is not among its prompts "
-                             f"({', '.join(prompts) or 'none'})")
-    fallback = prompts[default] if default is not None else ""
-    document = next((prompts[name] for name in ST_DOCUMENT_PROMPTS if prompts.get(name)), fallback)
-    return prompts.get("query", fallback), document
-
-
-def _st_pooling_modes(path: Path, config: dict) -> list[str]:
-    """The modes of a sentence-transformers ``Pooling`` config: ``pooling_mode`` (a name or a list of them,
-    sentence-transformers >= 6) or the older ``pooling_mode_*`` flags; neither means ``mean``, as there."""
-    named = config.get("pooling_mode")
-    if named is None:
-        modes = [mode for mode, key in ST_POOLING_KEYS.items() if config.get(key)]
-    else:
-        modes = [named] if isinstance(named, str) else named
-        if not isinstance(modes, list) or not all(mode in POOLING_MODES for mode in modes):
-            raise ModelLoadError(f"{path}: unknown pooling_mode {named!r}; graphdoc pools by "
-                                 f"{', '.join(POOLING_MODES)}")
-    return modes or ["mean"]
-
-
-def _read_json(path: Path, kind: type, named_in: Path | None = None) -> Any:
-    """A sentence-transformers settings file holding a JSON ``kind`` (``dict`` or ``list``); a missing or
-    broken one is a :class:`ModelLoadError` naming it."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelLoadError(f"{path} is missing" + (f" (named in {named_in})" if named_in else "")) from None
-    except OSError as exc:
-        raise ModelLoadError(f"{path}: cannot read it ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise ModelLoadError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise ModelLoadError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, kind):
-        raise ModelLoadError(f"{path}: expected a JSON {'object' if kind is dict else 'array'}")
-    return data
 
 
 def _check_local_path(name_or_path: str) -> None:
