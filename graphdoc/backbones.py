@@ -166,7 +166,6 @@ def load_index_model(identity: Mapping[str, Any], device=None):
     A saved model is loaded from its folder. A plain Hugging Face encoder is rebuilt with the settings
     the index recorded (chunker, pooling, graph or flat mode), so either backbone comes back as built.
     """
-    from graphdoc.config import LEGACY_PASSAGE_ENCODER
     from graphdoc.flat_config import FLAT_GRAPH_TYPE
     from graphdoc.serialization import config_class_of, saved_backbone
 
@@ -177,6 +176,6 @@ def load_index_model(identity: Mapping[str, Any], device=None):
     backbone = FLAT if graph.get("graph_type") == FLAT_GRAPH_TYPE else GRAPH
     cls = backbone_class(backbone)
     sections = {"chunker": identity.get("chunker", {}), "graph": graph,
-                "passage_encoder": {**LEGACY_PASSAGE_ENCODER, **identity.get("passage_encoder", {}),
+                "passage_encoder": {**identity.get("passage_encoder", {}),
                                     "model_name_or_path": identity.get("name", path)}}
     return cls.from_pretrained(path, config=config_class_of(cls).from_dict(sections), device=device)

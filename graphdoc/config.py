@@ -125,6 +125,9 @@ class PassageEncoderConfig:
 #: ``passage_encoder`` settings added after models, indexes and checkpoints were first written, with the value
 #: that was in effect before them: what one written earlier is compared as
 LEGACY_PASSAGE_ENCODER = {"query_prompt": "", "passage_prompt": ""}
+#: ``passage_encoder`` settings that do not decide a passage's vector: the name is informational (a weights
+#: fingerprint identifies them), batching and precision change speed
+TRANSIENT_ENCODER_SETTINGS = ("model_name_or_path", "max_tokens_per_batch", "precision")
 
 
 @dataclass

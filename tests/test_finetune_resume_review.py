@@ -245,7 +245,7 @@ def test_help_shows_the_training_defaults_and_max_passages_applies(runs, tiny_be
     assert _state(tmp_path / "run")[1]["config"]["max_passages"] == 3
 
 
-def test_resume_with_other_prompts_is_refused(runs, tiny_bert, tmp_path):
+def test_resume_with_other_passage_encoder_settings_is_refused(runs, tiny_bert, tmp_path):
     from graphdoc.config import ModelConfig, PassageEncoderConfig
 
     shutil.copytree(runs["root"] / "ranking", tmp_path / "run")
@@ -254,3 +254,8 @@ def test_resume_with_other_prompts_is_refused(runs, tiny_bert, tmp_path):
                                             r"run was started with ''$"):
         finetune_ranking(*runs["ranking"], tmp_path / "run", config=RankingConfig(**RANKING), model=str(tiny_bert),
                          model_config=prompted, resume=True)
+    pooled = ModelConfig(passage_encoder=PassageEncoderConfig(pooling="mean"))  # any vector setting, not prompts only
+    with pytest.raises(GraphDocError, match=r"^cannot resume with model.passage_encoder.pooling='mean': the run was "
+                                            r"started with 'cls'$"):
+        finetune_ranking(*runs["ranking"], tmp_path / "run", config=RankingConfig(**RANKING), model=str(tiny_bert),
+                         model_config=pooled, resume=True)

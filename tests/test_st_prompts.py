@@ -120,10 +120,24 @@ def test_broken_prompts_are_one_error_line(tiny_bert: Path, tmp_path: Path, conf
 
 
 # ------------------------------------------------------------------ indexes and checkpoints written before prompts
-def test_an_index_built_before_prompts_existed_is_compared_as_built_without_them() -> None:
+def as_read_from_an_older_index(identity: dict, folder: Path) -> dict:
+    """``identity`` saved in a manifest without the prompt settings, as an index built before them holds it,
+    and read back (``Manifest.load``)."""
+    from graphdoc.retrieval.manifest import MANIFEST_NAME, Manifest
+
+    folder.mkdir()
+    Manifest(model=identity, dimension=32).save(folder)
+    data = json.loads((folder / MANIFEST_NAME).read_text())
+    for key in ("query_prompt", "passage_prompt"):
+        data["model"]["passage_encoder"].pop(key, None)
+    (folder / MANIFEST_NAME).write_text(json.dumps(data))
+    return Manifest.load(folder).model
+
+
+def test_an_index_built_before_prompts_existed_is_compared_as_built_without_them(tmp_path: Path) -> None:
     from graphdoc.retrieval.manifest import first_difference
 
-    old = {"passage_encoder": {"pooling": "mean"}}  # an older manifest: no prompt settings
+    old = as_read_from_an_older_index({"passage_encoder": {"pooling": "mean"}}, tmp_path / "idx")
     assert first_difference(old, {"passage_encoder": {"pooling": "mean", "query_prompt": "", "passage_prompt": ""}}) \
         is None
     assert first_difference(old, {"passage_encoder": {"pooling": "mean", "query_prompt": "query: ",
@@ -152,29 +166,28 @@ def test_a_checkpoint_written_before_prompts_existed_resumes_only_without_them(t
         check_start_model(tmp_path, {}, prompted, {}, torch.device("cpu"))
 
 
-def test_an_index_built_before_prompts_existed_gets_its_model_back_without_them(e5_like: Path) -> None:
+def test_an_index_built_before_prompts_existed_gets_its_model_back_without_them(e5_like: Path,
+                                                                               tmp_path: Path) -> None:
     from graphdoc.backbones import load_index_model
     from graphdoc.retrieval.manifest import check_identity, model_identity
 
-    built = model_identity(graphdoc.load_model(str(e5_like), config=ModelConfig(
-        passage_encoder=PassageEncoderConfig(query_prompt="", passage_prompt=""))))
-    for key in ("query_prompt", "passage_prompt"):
-        del built["passage_encoder"][key]  # as an index written before prompts existed records it
+    built = as_read_from_an_older_index(model_identity(graphdoc.load_model(str(e5_like), config=ModelConfig(
+        passage_encoder=PassageEncoderConfig(query_prompt="", passage_prompt="")))), tmp_path / "idx")
     model = load_index_model(built, "cpu")
     assert (model.passage_encoder.query_prompt, model.passage_encoder.passage_prompt) == ("", "")
     check_identity(built, model_identity(model), Path("idx"))  # searched with its own model: accepted
 
 
 def test_a_fine_tuning_run_resumes_only_with_its_prompts(e5_like: Path) -> None:
-    from graphdoc.finetune.loop import _check_prompts
+    from graphdoc.finetune.loop import _check_encoder_settings
 
     unprompted = graphdoc.load_model(str(e5_like), config=ModelConfig(
         passage_encoder=PassageEncoderConfig(query_prompt="", passage_prompt="")))
     prompted = graphdoc.load_model(str(e5_like))
-    _check_prompts(prompted, graphdoc.load_model(str(e5_like)))
+    _check_encoder_settings(prompted, graphdoc.load_model(str(e5_like)))
     with pytest.raises(GraphDocError, match=r"cannot resume with model.passage_encoder.query_prompt='query: ': the "
                                             r"run was started with ''"):
-        _check_prompts(unprompted, prompted)
+        _check_encoder_settings(unprompted, prompted)
 
 
 @pytest.mark.parametrize("key", ["query_prompt", "passage_prompt"])

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphdoc.config import TRANSIENT_ENCODER_SETTINGS
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
 from graphdoc.fingerprint import weights_fingerprint
@@ -48,14 +49,15 @@ def model_identity(model: torch.nn.Module) -> dict[str, Any]:
     return {"name": getattr(encoder, "name_or_path", None), "fingerprint": weights_fingerprint(encoder)}
 
 
-def _check_prompts(saved: torch.nn.Module, model: torch.nn.Module) -> None:
-    """Refuse to resume a run with other query or passage prompts than its checkpoint's model has (one from
-    before prompts existed has none): its weights would be trained on other inputs from then on."""
-    was, now = (getattr(m, "encoder", m).passage_encoder for m in (saved, model))
-    for name in ("query_prompt", "passage_prompt"):
-        if getattr(now, name) != getattr(was, name):
-            raise GraphDocError(f"cannot resume with model.passage_encoder.{name}={getattr(now, name)!r}: the run "
-                                f"was started with {getattr(was, name)!r}")
+def _check_encoder_settings(saved: torch.nn.Module, model: torch.nn.Module) -> None:
+    """Refuse to resume a run whose passage encoder settings (pooling, prompts, ...) differ from its checkpoint's
+    model's (one from before prompts existed has none): the weights would be trained on other vectors from
+    then on, as only the weights are loaded into ``model``."""
+    was, now = (dataclasses.asdict(getattr(m, "encoder", m).passage_encoder.config) for m in (saved, model))
+    for key, value in now.items():
+        if key not in TRANSIENT_ENCODER_SETTINGS and was.get(key) != value:
+            raise GraphDocError(f"cannot resume with model.passage_encoder.{key}={value!r}: the run was started "
+                                f"with {was.get(key)!r}")
 
 
 def run_kind(task: str, folds: int | None = None, shots: int | None = None) -> dict[str, Any]:
@@ -188,7 +190,7 @@ class EpochLoop:
         self._check_resumable(ckpt.read_state(found[-1]))  # checked before loading
         with ckpt.unreadable_as_error(found[-1]):  # e.g. weights of another shape in an older run's checkpoint
             loaded = type(self.model).from_pretrained(found[-1] / ckpt.MODEL_DIR, device=self.model.device)
-        _check_prompts(loaded, self.model)
+        _check_encoder_settings(loaded, self.model)
         with ckpt.unreadable_as_error(found[-1]):
             self.model.load_state_dict(loaded.state_dict())
         rng, state = ckpt.load_checkpoint(found[-1], self.optimizer, self.scheduler)

@@ -28,7 +28,6 @@ GLOBAL_FIRST_TOKEN = frozenset({"longformer"})
 #: encoder-decoder architectures whose encoder alone encodes passages (GTR, sentence-T5), as sentence-transformers
 #: loads them: ``AutoModel`` would build the decoder too, with no decoder inputs to run it on
 ENCODER_ONLY_CLASSES = {"t5": "T5EncoderModel", "mt5": "MT5EncoderModel", "umt5": "UMT5EncoderModel"}
-_LOOK_UP = Path()  # resolve_settings' default ``folder``: look the checkpoint's files up
 
 
 class PassageEncoder(nn.Module):
@@ -244,9 +243,9 @@ def global_first_token(input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer, model_config,
-                     positions: int | None = None, folder: Path | None = _LOOK_UP) -> PassageEncoderConfig:
+                     positions: int | None = None, folder: Path | None = None) -> PassageEncoderConfig:
     """Fill unset pooling / normalize / max_seq_length / prompts from the checkpoint's own sentence-transformers
-    files (in ``folder``, ``None`` for none; by default :func:`~graphdoc.models.st_files.settings_folder`'s).
+    files (in ``folder``, its :func:`~graphdoc.models.st_files.settings_folder`; ``None``: it has none).
 
     ``positions`` (see :func:`position_limit`) bounds ``max_seq_length``: a larger setting is an error, a
     larger limit read from the checkpoint is lowered to it.
@@ -254,7 +253,6 @@ def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer,
     if config.max_seq_length is not None and positions is not None and config.max_seq_length > positions:
         raise GraphDocError(f"passage_encoder.max_seq_length must be at most {positions}, the token positions "
                             f"of {name_or_path}; got {config.max_seq_length}")
-    folder = st_files.settings_folder(name_or_path) if folder is _LOOK_UP else folder
     st = st_files.read_settings(folder) if folder is not None else {}
     if config.pooling is None and "concatenated" in st:
         raise ModelLoadError(f"{st['concatenated']}; graphdoc pools one way: set passage_encoder.pooling "

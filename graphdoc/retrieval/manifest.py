@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graphdoc.config import LEGACY_PASSAGE_ENCODER
+from graphdoc.config import LEGACY_PASSAGE_ENCODER, TRANSIENT_ENCODER_SETTINGS
 from graphdoc.errors import GraphDocError, IndexMismatchError
 from graphdoc.fileio import atomic_write
 from graphdoc.fingerprint import weights_fingerprint as model_fingerprint
@@ -93,6 +93,10 @@ class Manifest:
         for source in sources if isinstance(sources, list) else [None]:
             _check_fields(path, SourceProgress, source, "sources[].")
         data["sources"] = [SourceProgress(**s) for s in sources]
+        encoder = data["model"].get("passage_encoder") if isinstance(data["model"], dict) else None
+        if isinstance(encoder, dict):  # an index built before a setting existed was built without it
+            data["model"]["passage_encoder"] = {**encoder, **{k: v for k, v in LEGACY_PASSAGE_ENCODER.items()
+                                                             if k not in encoder}}
         return cls(**data)
 
     def source(self, corpus: str, part: str) -> SourceProgress | None:
@@ -182,9 +186,7 @@ def model_identity(model) -> dict[str, Any]:
     """The settings of a model that decide its vectors, and a fingerprint of its weights."""
     cfg = model.config.to_dict()
     encoder = dict(cfg["passage_encoder"])
-    # the name is informational (the fingerprint identifies weights); batching and precision
-    # change speed, not vectors
-    for transient in ("model_name_or_path", "max_tokens_per_batch", "precision"):
+    for transient in TRANSIENT_ENCODER_SETTINGS:
         encoder.pop(transient, None)
     return {"name": cfg["passage_encoder"]["model_name_or_path"], "path": model.name_or_path,
             "fingerprint": model_fingerprint(model),
@@ -194,12 +196,8 @@ def model_identity(model) -> dict[str, Any]:
 def first_difference(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[str, Any, Any] | None:
     """The first setting (``"chunker.max_words"``, ..., then ``"fingerprint"``) two identities disagree on."""
     for section in ("chunker", "passage_encoder", "graph"):
-        built, now = expected.get(section, {}), actual.get(section, {})
-        if section == "passage_encoder":  # an index built before a setting existed was built without it
-            built = {**built, **{k: v for k, v in LEGACY_PASSAGE_ENCODER.items() if k not in built}}
-            now = {**LEGACY_PASSAGE_ENCODER, **now}
-        for key, value in built.items():
-            other = now.get(key)
+        for key, value in expected.get(section, {}).items():
+            other = actual.get(section, {}).get(key)
             if other != value:
                 return f"{section}.{key}", value, other
     if expected.get("fingerprint") != actual.get("fingerprint"):
