@@ -7,7 +7,9 @@ plain line of its own instead, at most every :data:`LOG_INTERVAL` seconds (and o
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import IO, Any
 
 from tqdm.auto import tqdm as auto_tqdm
@@ -18,6 +20,21 @@ LOG_INTERVAL = 30.0  # seconds between two progress lines in a log
 def short_float(value: float) -> str:
     """A learning rate in few columns, as the progress bars show it: ``3.7e-4``, ``0``."""
     return "0" if value == 0 else f"{value:.1e}".replace("e-0", "e-").replace("e+0", "e")
+
+
+@contextlib.contextmanager
+def no_transformers_bar() -> Iterator[None]:
+    """Leave out transformers' own "Loading weights" bar while a checkpoint loads (a model load is graphdoc's
+    step, not a progress report the user asked for); the caller's setting comes back afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 class LineWriter:

@@ -83,3 +83,22 @@ def test_a_bar_that_clears_itself_on_a_terminal_still_logs_its_end(monkeypatch):
                                              (5e-10, "5.0e-10")])
 def test_learning_rates_are_short_in_the_bars(value: float, text: str) -> None:
     assert progress.short_float(value) == text
+
+
+def test_loading_a_model_shows_no_transformers_weights_bar_and_keeps_the_setting(tiny_bert, capfd):
+    from transformers.utils import logging as hf_logging
+
+    from graphdoc import GraphDocEncoder
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.enable_progress_bar()
+    try:
+        GraphDocEncoder.from_pretrained(str(tiny_bert))
+        assert hf_logging.is_progress_bar_enabled()  # the user's setting comes back
+        hf_logging.disable_progress_bar()
+        with progress.no_transformers_bar():
+            pass
+        assert not hf_logging.is_progress_bar_enabled()  # and a disabled bar stays disabled
+    finally:
+        (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
+    assert "Loading weights" not in capfd.readouterr().err

@@ -16,6 +16,7 @@ from graphdoc.config import MIN_SEQ_LENGTH, POOLING_MODES, PassageEncoderConfig
 from graphdoc.device import autocast
 from graphdoc.errors import GraphDocError, ModelLoadError
 from graphdoc.models import st_dense, st_files
+from graphdoc.progress import no_transformers_bar
 
 logger = logging.getLogger(__name__)
 
@@ -90,8 +91,9 @@ class PassageEncoder(nn.Module):
 
         _check_local_path(name_or_path)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-            model = _load_encoder(name_or_path)
+            with no_transformers_bar():
+                tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+                model = _load_encoder(name_or_path)
         except (OSError, ValueError, SafetensorError) as exc:
             raise ModelLoadError(_load_error(name_or_path, exc)) from None
         folder = st_files.settings_folder(name_or_path)

@@ -10,6 +10,7 @@ from torch import nn
 
 from graphdoc.errors import GraphDocError, ModelLoadError
 from graphdoc.models.passage_encoder import PassageEncoder
+from graphdoc.progress import no_transformers_bar
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,8 @@ class MaskedLMHead(nn.Module):
                 if source is None:
                     mlm, missing = AutoModelForMaskedLM.from_config(encoder.model.config), set()
                 else:
-                    mlm, info = AutoModelForMaskedLM.from_pretrained(str(source), output_loading_info=True)
+                    with no_transformers_bar():
+                        mlm, info = AutoModelForMaskedLM.from_pretrained(str(source), output_loading_info=True)
                     missing = set(info["missing_keys"])
             except (OSError, ValueError) as exc:
                 raise ModelLoadError(f"cannot load a masked-language-model head for {source or 'the encoder'} "
