@@ -121,7 +121,9 @@ def dense_copy(dense_folder: Path, tmp_path: Path) -> tuple[Path, Path]:
 @pytest.mark.parametrize(("change", "message"), [
     (lambda d: (d / "model.safetensors").rename(d / "pytorch_model.bin"),
      "2_Dense/pytorch_model.bin: graphdoc loads no pickled weights; re-save the model with sentence-transformers"),
-    (lambda d: (d / "model.safetensors").unlink(), r"2_Dense has no model.safetensors \(the Dense module's weights\)"),
+    (lambda d: (d / "model.safetensors").unlink(),
+     r"2_Dense has no model.safetensors \(the Dense module's weights; graphdoc loads no pickled pytorch_model.bin: "
+     r"re-save"),
     (lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 12), r"cannot read .*2_Dense/model.safetensors"),
     (lambda d: (d / "config.json").unlink(), r"2_Dense/config.json is missing \(a Dense module's settings\)"),
     (lambda d: (d / "config.json").write_text("{"), r"2_Dense/config.json: cannot read it"),

@@ -107,7 +107,9 @@ def load(folder: Path, config: dict) -> Dense:
         if (folder / PICKLED_WEIGHTS).is_file():
             raise ModelLoadError(f"{folder / PICKLED_WEIGHTS}: graphdoc loads no pickled weights; re-save the model "
                                  f"with sentence-transformers >= 3 (it writes {WEIGHTS})")
-        raise ModelLoadError(f"{folder} has no {WEIGHTS} (the Dense module's weights)")
+        # (a hub model's pickled file is not fetched just to name it: the message covers both cases)
+        raise ModelLoadError(f"{folder} has no {WEIGHTS} (the Dense module's weights; graphdoc loads no pickled "
+                             f"{PICKLED_WEIGHTS}: re-save the model with sentence-transformers >= 3)")
     state = read_safetensors(weights)
     expected = {k: tuple(v.shape) for k, v in layer.state_dict().items()}
     found = {k: tuple(v.shape) for k, v in state.items()}
