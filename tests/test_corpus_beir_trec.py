@@ -85,8 +85,18 @@ def test_trec_topics(tmp_path):
                                         ("302", "Poliomyelitis and Post-Polio")]
 
 
+def test_trec_topics_with_closing_tags_and_on_one_line(tmp_path):
+    path = tmp_path / "topics"
+    path.write_text("<top>\n<num> Number: 302 <title> Poliomyelitis and Post-Polio </title>\n</top>\n"
+                    "<top><num>303</num><title>Hubble Telescope Achievements</title></top>\n", encoding="utf-8")
+    assert list(read_queries(path)) == [("302", "Poliomyelitis and Post-Polio"),
+                                        ("303", "Hubble Telescope Achievements")]
+
+
 @pytest.mark.parametrize("text, message", [
     ("<top>\n<num> Number: 5\n<title> x\n", r"topics:1: topic opened here is never closed with </top>"),
+    ("<top>\n<num> 8\n<title> a\n</top>\n<top> <num> 8 <title> b </top>\n",
+     r"topics:5: duplicate topic id '8' \(first seen on line 1\)"),
     ("<top>\n<title> x\n</top>\n", r"topics:1: topic has no <num>"),
     ("<top>\n<num> Number: 7\n</top>\n", r"topics:1: topic 7 has no <title>"),
     ("<top>\n<num> 1\n<title> a\n<top>\n", r"topics:4: <top> before the topic opened on line 1 was closed"),
@@ -136,6 +146,9 @@ def test_tsv_queries(tmp_path):
                                         ("19335", "anthropological definition")]
     path.write_text("1\tfine\nno tab here\n")
     with pytest.raises(InputError, match=r"queries\.tsv:2: expected 'query-id<TAB>text', found no tab"):
+        list(read_queries(path))
+    path.write_text("q1\tcats\nq2\tbirds\nq1\tdogs\n")  # the second q1 would silently replace the first
+    with pytest.raises(InputError, match=r"queries\.tsv:3: duplicate query id 'q1' \(first seen on line 1\)"):
         list(read_queries(path))
 
 

@@ -9,15 +9,17 @@ from typing import Iterator
 from graphdoc.errors import InputError
 from graphdoc.corpus.beir import QrelsBuilder, Qrels, parse_relevance
 from graphdoc.corpus.files import iter_lines
-from graphdoc.corpus.jsonl import check_id
+from graphdoc.corpus.jsonl import IdTracker
 
-_NUM = re.compile(r"<num>\s*(?:Number:)?\s*(\S+)", re.IGNORECASE)
-_TITLE = re.compile(r"<title>\s*(?:Topic:)?\s*(.*?)\s*(?=<desc>|<narr>|</top>|\Z)", re.IGNORECASE | re.DOTALL)
+_NUM = re.compile(r"<num>\s*(?:Number:)?\s*([^\s<]+)", re.IGNORECASE)
+_TITLE = re.compile(r"<title>\s*(?:Topic:)?\s*(.*?)\s*(?=</title>|<desc>|<narr>|</top>|\Z)", re.IGNORECASE | re.DOTALL)
 TSV_HEADER_IDS = ("query-id", "query_id", "qid", "id", "_id")
 
 
 def read_trec_topics(path: Path) -> Iterator[tuple[str, str]]:
-    """Yield ``(topic number, title)`` for each ``<top>...</top>`` block, read one topic at a time."""
+    """Yield ``(topic number, title)`` for each ``<top>...</top>`` block, read one topic at a time (a block may
+    open and close on one line); a topic number given twice is an error naming both blocks' lines."""
+    ids = IdTracker(path, "topic")
     block: list[str] = []
     start = 0
     for lineno, line in iter_lines(path):
@@ -27,11 +29,13 @@ def read_trec_topics(path: Path) -> Iterator[tuple[str, str]]:
             block, start = [line], lineno
         elif block:
             block.append(line)
-            if line.strip().lower().startswith("</top>"):
-                yield _parse_topic(path, start, "\n".join(block))
-                block = []
         elif line.strip():
             raise InputError(f"{path}:{lineno}: expected <top>, got {line.strip()[:40]!r}")
+        if block and line.strip().lower().endswith("</top>"):
+            topic = _parse_topic(path, start, "\n".join(block))
+            ids.check(topic[0], start)
+            yield topic
+            block = []
     if block:
         raise InputError(f"{path}:{start}: topic opened here is never closed with </top>")
 
@@ -40,9 +44,10 @@ def _parse_topic(path: Path, lineno: int, block: str) -> tuple[str, str]:
     num, title = _NUM.search(block), _TITLE.search(block)
     if num is None:
         raise InputError(f"{path}:{lineno}: topic has no <num>")
+    number = num.group(1)
     if title is None or not title.group(1):
-        raise InputError(f"{path}:{lineno}: topic {num.group(1)} has no <title>")
-    return num.group(1), " ".join(title.group(1).split())
+        raise InputError(f"{path}:{lineno}: topic {number} has no <title>")
+    return number, " ".join(title.group(1).split())
 
 
 def read_trec_qrels(path: Path) -> Qrels:
@@ -64,7 +69,9 @@ def read_trec_qrels(path: Path) -> Qrels:
 
 
 def read_tsv_queries(path: Path) -> Iterator[tuple[str, str]]:
-    """Yield ``(query id, text)`` from ``query-id<TAB>text`` lines (a header line is skipped)."""
+    """Yield ``(query id, text)`` from ``query-id<TAB>text`` lines (a header line is skipped); an id given twice
+    is an error naming both lines."""
+    ids = IdTracker(path, "query")
     for lineno, line in iter_lines(path):
         if not line.strip():
             continue
@@ -73,7 +80,7 @@ def read_tsv_queries(path: Path) -> Iterator[tuple[str, str]]:
             raise InputError(f"{path}:{lineno}: expected 'query-id<TAB>text', found no tab")
         if lineno == 1 and qid.strip().lower() in TSV_HEADER_IDS:
             continue
-        check_id(path, lineno, "query", qid.strip())
+        ids.check(qid.strip(), lineno)
         if not text.strip():
             raise InputError(f"{path}:{lineno}: query {qid.strip()!r} has no text")
         yield qid.strip(), text.strip()
