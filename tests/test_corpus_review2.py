@@ -354,6 +354,18 @@ def test_what_is_not_front_matter(text):
     assert titled(text)[0][1] != "---\ntitle: x\n---\n"
 
 
+@pytest.mark.parametrize(("field", "title"), [("date: 2024-02-30", "Front Title"), ("date: 2024-13-01", "Front Title"),
+                                              ("n: !!int 0xZZ", "Front Title"), ("t: " + "[" * 5000, "post")],
+                         ids=["day", "month", "int", "nesting"])
+def test_front_matter_values_yaml_cannot_build_are_read_as_text_and_give_no_traceback(tmp_path, field, title):
+    # PyYAML raises ValueError on the first three (the title is still read) and RecursionError on the last
+    # (no front matter title: the file name is the title)
+    text = f"---\ntitle: Front Title\n{field}\n---\nBody text.\n"
+    (tmp_path / "post.md").write_text(text, encoding="utf-8")
+    [doc] = read_corpus(tmp_path)
+    assert (doc.id, doc.title, doc.text) == ("post", title, text)
+
+
 MD_LINES = st.lists(st.sampled_from(["# A", "Title", "===", "---", "- item", "> q", "text", "", "```", "    code",
                                      "title: x", "***"]), max_size=14)
 

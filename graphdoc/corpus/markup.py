@@ -42,8 +42,11 @@ def front_matter_title(text: str) -> str:
     import yaml
 
     try:
-        fields = yaml.safe_load(match.group(1))
-    except yaml.YAMLError:
+        try:
+            fields = yaml.safe_load(match.group(1))
+        except ValueError:  # a value PyYAML cannot build (a date such as 2024-02-30): read every value as text
+            fields = yaml.load(match.group(1), Loader=yaml.BaseLoader)  # strings only
+    except (yaml.YAMLError, RecursionError):  # not YAML, or nested past Python's recursion limit
         return ""
     title = fields.get("title") if isinstance(fields, dict) else None
     return title.strip() if isinstance(title, str) else ""
