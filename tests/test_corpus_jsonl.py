@@ -42,6 +42,14 @@ def test_gzip_and_json_gz_suffixes(tmp_path):
         assert [(d.id, d.text) for d in read_corpus(str(tmp_path / name))] == [("a", "zipped")]
 
 
+def test_json_suffix_is_json_lines_and_a_pretty_printed_file_is_one_error(tmp_path):
+    path = write_lines(tmp_path / "corpus.json", [{"_id": "a", "text": "first"}, {"_id": "b", "text": "second"}])
+    assert [(d.id, d.text) for d in read_corpus(path)] == [("a", "first"), ("b", "second")]  # datasets' to_json
+    path.write_text(json.dumps({"_id": "a", "text": "one record"}, indent=2), encoding="utf-8")
+    with pytest.raises(InputError, match=r"corpus\.json:1: .*looks like pretty-printed JSON"):
+        list(read_corpus(path))
+
+
 def test_streams_lazily_up_to_a_broken_line(tmp_path):
     path = write_lines(tmp_path / "c.jsonl", [{"_id": "a", "text": "ok"}, "{broken"])
     docs = read_corpus(path)

@@ -177,7 +177,7 @@ def test_compare_names_a_folder_an_empty_document_and_its_file(model_dir, tmp_pa
     corpus.write_text("".join(json.dumps(d) + "\n" for d in [DOCS[0], {"_id": "e", "text": ""}]), encoding="utf-8")
     cases = [
         ([tmp_path, tmp_path / "b.md"], f"{tmp_path} is a folder; name a document file (.txt, .md, .markdown, "
-                                        f".json, .jsonl, .jsonl.gz/.bz2/.xz, .json.gz), or use --corpus {tmp_path} ID_A ID_B"),
+                                        f".json, .jsonl, .jsonl.gz/.bz2/.xz, .json.gz/.bz2/.xz), or use --corpus {tmp_path} ID_A ID_B"),
         ([tmp_path / "empty.json", tmp_path / "b.md"], f"{tmp_path / 'empty.json'}: document has no text"),
         (["d0", "e", "--corpus", corpus], f"{corpus}: document 'e' is empty: it has no passages"),
     ]

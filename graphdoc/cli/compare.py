@@ -13,7 +13,7 @@ from pathlib import Path
 from graphdoc.cli.common import add_model_arguments, load_model
 from graphdoc.errors import GraphDocError, InputError
 
-FILE_KINDS = ".txt, .md, .markdown, .json, .jsonl, .jsonl.gz/.bz2/.xz, .json.gz"
+FILE_KINDS = ".txt, .md, .markdown, .json, .jsonl, .jsonl.gz/.bz2/.xz, .json.gz/.bz2/.xz"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

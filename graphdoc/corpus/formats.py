@@ -11,7 +11,9 @@ from graphdoc.corpus import beir, jsonl, mediawiki, textdir, trec
 from graphdoc.corpus.files import check_not_utf16, first_line, has_suffix
 from graphdoc.corpus.named import NAMED_CORPORA
 
-JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.bz2", ".jsonl.xz", ".json.gz")
+#: JSON lines files; ``.json`` too, as Hugging Face datasets' ``to_json`` names them (a pretty-printed JSON file
+#: is then one clear error)
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.bz2", ".jsonl.xz", ".json", ".json.gz", ".json.bz2", ".json.xz")
 XML_SUFFIXES = (".xml", ".xml.bz2", ".xml.gz")
 
 
@@ -46,7 +48,7 @@ def _first_line(test: Callable[[str], bool]) -> Callable[[Path], bool]:
 CORPUS_FORMATS = (
     Format("beir", "a BEIR folder (with corpus.jsonl[.gz])", beir.is_beir_folder, beir.read_beir_corpus),
     Format("textdir", "a folder of .txt/.md/.markdown files", Path.is_dir, textdir.read_text_folder),
-    Format("jsonl", "JSON lines (.jsonl, .jsonl.gz/.bz2/.xz, .json.gz)", _suffix(*JSONL_SUFFIXES),
+    Format("jsonl", "JSON lines (.jsonl or .json, plain or .gz/.bz2/.xz)", _suffix(*JSONL_SUFFIXES),
            jsonl.read_jsonl_corpus),
     Format("text", "a .txt/.md/.markdown file", textdir.is_text_file, textdir.read_single_text_file),
     Format("mediawiki", "a MediaWiki XML dump (.xml, .xml.bz2)", _suffix(*XML_SUFFIXES), mediawiki.read_mediawiki),
@@ -56,7 +58,8 @@ CORPUS_FORMATS = (
 QUERY_FORMATS = (
     Format("beir", "a BEIR folder (with queries.jsonl[.gz])", beir.is_beir_folder, beir.read_beir_queries,
            takes_split=True),
-    Format("jsonl", "JSON lines (.jsonl, .jsonl.gz/.bz2/.xz)", _suffix(*JSONL_SUFFIXES), jsonl.read_jsonl_queries),
+    Format("jsonl", "JSON lines (.jsonl or .json, plain or .gz/.bz2/.xz)", _suffix(*JSONL_SUFFIXES),
+           jsonl.read_jsonl_queries),
     Format("trec-topics", "a TREC topics file (<top> <num> <title> ...)", _first_line(trec.is_trec_topics),
            trec.read_trec_topics),
     Format("tsv", "a query-id<TAB>text file", _first_line(lambda line: "\t" in line), trec.read_tsv_queries),
