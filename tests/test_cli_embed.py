@@ -146,6 +146,20 @@ def test_output_must_end_in_npy(tiny_bert: Path, tmp_path: Path, capsys) -> None
     assert np.load(tmp_path / ".npy").shape[0] == len(DOCS)
 
 
+def test_an_output_inside_a_text_folder_corpus_is_refused(tiny_bert: Path, tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\nFirst text.\n", encoding="utf-8")
+    assert embed(folder, folder / "emb.npy", tiny_bert) == 1  # emb.ids.txt would be a document next time
+    assert error_line(capsys) == (f"graphdoc embed: error: --output's ids file {folder / 'emb.ids.txt'} is inside the "
+                                  f"corpus folder {folder}: it would be read as documents")
+    assert sorted(p.name for p in folder.iterdir()) == ["a.md"]
+    beir = tmp_path / "beir"  # a BEIR folder reads its corpus file only: an output beside it is fine
+    beir.mkdir()
+    write_jsonl(beir / "corpus.jsonl", DOCS)
+    assert embed(beir, beir / "emb.npy", tiny_bert) == 0
+
+
 def test_only_empty_documents_is_an_error(tiny_bert: Path, tmp_path: Path, capsys) -> None:
     corpus = write_jsonl(tmp_path / "corpus.jsonl", [{"_id": "e", "text": ""}])
     assert embed(corpus, tmp_path / "emb.npy", tiny_bert) == 1

@@ -149,6 +149,17 @@ def test_an_empty_output_is_refused(runs, tmp_path, monkeypatch, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_output_inside_a_text_folder_corpus_is_refused(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\nSome text.\n", encoding="utf-8")
+    # refused before anything is read: the saved model's vocab.txt would be a document the next time
+    with pytest.raises(GraphDocError, match=r"^--output .*docs/run is inside the corpus folder .*docs: the run's files "
+                                            r"would be read as documents$"):
+        finetune_ranking(folder, tmp_path / "queries.jsonl", tmp_path / "qrels.tsv", folder / "run")
+    assert sorted(p.name for p in folder.iterdir()) == ["a.md"]
+
+
 @pytest.mark.parametrize("name", ["optimizer.safetensors", "trainer_state.json", "rng.safetensors", "optimizer.json",
                                   "scheduler.json", "rng.json"])
 def test_a_damaged_checkpoint_file_is_one_error_line(runs, tiny_bert, tmp_path, capsys, name):

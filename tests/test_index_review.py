@@ -135,6 +135,18 @@ def test_a_folder_of_other_files_is_refused(model_dir, corpus, tmp_path, capsys)
     assert sorted(p.name for p in folder.iterdir()) == ["todo.txt"]
 
 
+def test_an_index_inside_a_text_folder_corpus_is_refused(model_dir, tmp_path, capsys) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name in ("a", "b"):
+        (folder / f"{name}.md").write_text(f"# {name}\nSome text about {name}.\n", encoding="utf-8")
+    capsys.readouterr()
+    assert index_cli(folder, folder / "idx", model_dir) == 1  # its .txt files would be documents next time
+    assert error_line(capsys, "index") == (f"graphdoc index: error: the index folder {folder / 'idx'} is inside the "
+                                           f"corpus folder {folder}: the index's files would be read as documents")
+    assert sorted(p.name for p in folder.iterdir()) == ["a.md", "b.md"]
+
+
 # ------------------------------------------------------------------ rerunning (12, 13)
 def test_leftovers_of_a_killed_finalisation_are_removed(model, corpus, tmp_path) -> None:
     index = tmp_path / "i"

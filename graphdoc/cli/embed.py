@@ -30,7 +30,7 @@ def ids_path(output: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphdoc.corpus import ReadStats, read_corpus
+    from graphdoc.corpus import ReadStats, check_outside_corpus, read_corpus
 
     if not args.output.name.lower().endswith(".npy"):
         raise GraphDocError(f"--output must end in .npy; got {args.output}")
@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
         raise GraphDocError(f"--batch-size must be at least 1; got {args.batch_size}")
     check_output_file(args.output)
     check_output_file(ids_path(args.output), "the ids file")
+    check_outside_corpus(args.corpus, ids_path(args.output), "--output's ids file", "it")
     stats = ReadStats()
     documents = read_corpus(args.corpus, stats=stats)  # a missing or unknown corpus fails here, at once
     model = load_model(args)

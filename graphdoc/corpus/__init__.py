@@ -23,8 +23,8 @@ from graphdoc.corpus.stats import ReadStats, skip_empty
 Source = Union[str, "os.PathLike[str]"]
 Qrels = dict[str, dict[str, int]]
 
-__all__ = ["NAMED_CORPORA", "Qrels", "ReadStats", "corpus_files", "markdown_sections", "read_corpus",
-           "read_qrels", "read_queries", "wikitext_sections"]
+__all__ = ["NAMED_CORPORA", "Qrels", "ReadStats", "check_outside_corpus", "corpus_files", "markdown_sections",
+           "read_corpus", "read_qrels", "read_queries", "wikitext_sections"]
 
 
 def _check_source(source: Source, what: str) -> None:
@@ -39,6 +39,21 @@ def _named(source: Source, split: str | None = None) -> tuple[NamedCorpus, str |
     if isinstance(source, str) and not os.path.exists(source):
         return resolve(source, split)
     return None
+
+
+def check_outside_corpus(source, path: Source | None, flag: str, written: str) -> None:
+    """Refuse ``path`` (what a command writes: ``written``, given by ``flag``) inside the corpus folder ``source``
+    when that folder is read file by file (a folder of text files: a BEIR folder reads its corpus file only), since
+    the files written there would be read as documents the next time. ``source`` that is no folder (a file, a
+    corpus name, documents in memory) passes."""
+    from graphdoc.corpus import beir
+
+    if path is None or not isinstance(source, (str, os.PathLike)) or not os.path.isdir(source) \
+            or beir.is_beir_folder(Path(source)):
+        return
+    if Path(path).resolve().is_relative_to(Path(source).resolve()):
+        raise InputError(f"{flag} {path} is inside the corpus folder {source}: {written} would be read as "
+                         "documents")
 
 
 def corpus_files(source: Source) -> list[Path]:

@@ -106,7 +106,7 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
     if folds is not None and folds < 2:
         raise GraphDocError(f"folds must be at least 2; got {folds}")
     config = config or RankingConfig()
-    output = _output_folder(output, config.cache_dir)
+    output = _output_folder(output, config.cache_dir, (corpus,))
     # every input read and checked now: a bad one is one line before a model loads or a folder is made
     train, dev = read_qrels_arg(qrels), read_qrels_arg(dev_qrels) if dev_qrels is not None else None
     sources = read_ranking_sources(corpus, queries, split)
@@ -149,9 +149,12 @@ def _check_labels(splits: dict[str, list], sources: dict[str, Any], config: Clas
     return sorted(known)
 
 
-def _output_folder(output: str | Path, cache_dir: str | Path | None = None) -> Path:
+def _output_folder(output: str | Path, cache_dir: str | Path | None = None, sources: tuple = ()) -> Path:
     """The run folder; an empty name (which would be the working directory) is an error, and so is a run folder
-    or passage cache folder (``cache_dir``) that a file stands in the way of."""
+    or passage cache folder (``cache_dir``) that a file stands in the way of, or that lies inside a corpus folder
+    among ``sources`` (its files would be read as documents)."""
+    from graphdoc.corpus import check_outside_corpus
+
     if not str(output).strip():
         raise GraphDocError("the output folder name is empty: name the run's folder (--output DIR)")
     output = Path(output)
@@ -160,6 +163,8 @@ def _output_folder(output: str | Path, cache_dir: str | Path | None = None) -> P
     for folder, flag in ((output, "--output"), (cache_dir, "--cache-dir")):
         if folder is not None:
             check_output_folder(folder, flag)
+            for source in sources:
+                check_outside_corpus(source, folder, flag, "the run's files")
     return output
 
 
@@ -205,7 +210,7 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
 
     config = config or ClassificationConfig()
     seed_everything(config.seed)  # the new graph layers and head start the same in every run
-    output = _output_folder(output, config.cache_dir)
+    output = _output_folder(output, config.cache_dir, (train, dev, test))
     splits = {"train": read_labelled(train, "train"), "dev": read_labelled(dev, "dev")}
     if test is not None:
         splits["test"] = read_labelled(test, "test")

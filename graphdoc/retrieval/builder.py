@@ -30,7 +30,7 @@ from typing import Iterator
 import numpy as np
 
 from graphdoc.config import check_count
-from graphdoc.corpus import ReadStats
+from graphdoc.corpus import ReadStats, check_outside_corpus
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import remove_stale_temporaries
 from graphdoc.progress import progress_bar
@@ -203,6 +203,7 @@ def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, setting
     index_dir = Path(index_dir)
     part_no, parts = parse_part(part)
     _check_index_folder(index_dir)
+    check_outside_corpus(corpus, index_dir, "the index folder", "the index's files")
     if isinstance(model, (str, os.PathLike)):
         from graphdoc.backbones import load_model
 

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from graphdoc.backbones import FLAT
-from graphdoc.corpus import ReadStats, corpus_files
+from graphdoc.corpus import ReadStats, check_outside_corpus, corpus_files
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import check_output_folder
 from graphdoc.serialization import is_graphdoc_model
@@ -91,12 +91,8 @@ class RunFolder:
             if key in seen:
                 raise GraphDocError(f"corpus {source} is given twice: its documents would be read twice an epoch")
             seen.add(key)
-            if not os.path.isdir(source):
-                continue
             for flag, folder in (("--output", self.output), ("--cache-dir", self.cfg.cache_dir)):
-                if folder is not None and Path(folder).resolve().is_relative_to(Path(source).resolve()):
-                    raise GraphDocError(f"{flag} {folder} is inside the corpus folder {source}: the run's files "
-                                        "would be read as documents")
+                check_outside_corpus(source, folder, flag, "the run's files")
 
     def _check_output(self, resume: bool) -> list[Path]:
         """Before a model loads or a file is written, refuse an ``output`` that is neither new, empty nor a
