@@ -9,7 +9,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import IO, Callable, Collection, Iterator
+from typing import IO, Callable, Collection, Iterable, Iterator
 
 from graphdoc.errors import GraphDocError, ModelLoadError
 
@@ -68,6 +68,16 @@ def check_output_file(path: str | Path, flag: str = "--output") -> None:
         raise GraphDocError(f"{flag} {path}: {err}") from None
     if not os.access(parent, os.W_OK | os.X_OK):
         raise GraphDocError(f"{flag} {path}: cannot write in {parent}")
+
+
+def check_not_an_input(output: str | Path, inputs: Iterable[str | Path | None], flag: str = "--output",
+                       what: str = "the output") -> None:
+    """Refuse an output file that is one of the ``inputs`` (``None`` and what is no file are passed over):
+    writing ``what`` would replace what the command reads."""
+    output = Path(output)
+    for name in inputs:
+        if name is not None and Path(name).is_file() and output.exists() and output.samefile(name):
+            raise GraphDocError(f"{flag} {output} is the input file {name}; name another file for {what}")
 
 
 def check_output_folder(path: str | Path, flag: str = "--output") -> None:

@@ -123,6 +123,15 @@ def test_output_paths_are_checked_before_searching(index, files, tmp_path, capsy
         f"--output {under_file}: {files['corpus']} is a file, not a folder")
     assert refused(capsys, "tune-fusion", "--index-dir", index, "--queries", files["queries"], "--qrels",
                    files["qrels"], "--folds", 3, "--output", folder) == f"--output {folder} is a folder; name a file"
+    before = {name: files[name].read_bytes() for name in ("queries", "qrels")}
+    for name in ("queries", "qrels"):  # the run would replace what the search reads
+        assert refused(capsys, "search", "--index-dir", index, "--queries", files["queries"], "--qrels", files["qrels"],
+                       "--output", files[name]) == (f"--output {files[name]} is the input file {files[name]}; name "
+                                                    "another file for the run")
+    assert refused(capsys, "tune-fusion", "--index-dir", index, "--queries", files["queries"], "--qrels",
+                   files["qrels"], "--folds", 3, "--output", files["qrels"]) == (
+        f"--output {files['qrels']} is the input file {files['qrels']}; name another file for the run")
+    assert {name: files[name].read_bytes() for name in ("queries", "qrels")} == before
 
 
 def test_qrels_and_measures_are_checked_before_searching(index, files, tmp_path, capsys, no_search) -> None:

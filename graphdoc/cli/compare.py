@@ -91,25 +91,19 @@ def read_from_corpus(corpus: str, ids: list[str]) -> list:
     return [found[i] for i in ids]
 
 
-def check_not_an_input(output: Path, inputs: list[str]) -> None:
-    """Refuse an output file that is one of the inputs (A, B, or a file of the corpus): writing the page would
-    replace a document."""
-    for name in inputs:
-        if Path(name).is_file() and output.exists() and output.samefile(name):
-            raise InputError(f"--html {output} is the input file {name}; name another file for the page")
-
-
 def run(args: argparse.Namespace) -> int:
     from graphdoc.corpus import corpus_files
     from graphdoc.explain import compare_documents, render_comparison
     from graphdoc.explain.compare import check_has_text
-    from graphdoc.fileio import atomic_write, check_output_file, replacing
+    from graphdoc.fileio import atomic_write, check_not_an_input, check_output_file, replacing
 
     if args.top < 0:
         raise GraphDocError(f"--top must be at least 0; got {args.top}")
     if args.html is not None:
         check_output_file(args.html, "--html")
-        check_not_an_input(args.html, [str(f) for f in corpus_files(args.corpus)] if args.corpus else [args.a, args.b])
+        # (A, B, or a file of the corpus: writing the page would replace a document)
+        check_not_an_input(args.html, corpus_files(args.corpus) if args.corpus else [args.a, args.b], "--html",
+                           "the page")
     docs = (read_from_corpus(args.corpus, [args.a, args.b]) if args.corpus
             else [read_document_file(Path(args.a)), read_document_file(Path(args.b))])
     for doc in docs:  # before the model loads

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("--batch-size", args.batch_size), ("--max-passages", args.max_passages)):
         if value is not None and value < 1:
             raise GraphDocError(f"{flag} must be a positive integer; got {value}")
-    check_output(args.model, args.output, "--output")
+    check_output(args.model, args.output, "--output", source=args.input)
     note = replacing(args.output)
     count = predict(args.model, args.input, args.output, args.batch_size, args.max_passages, args.device)
     logger.info("%d documents classified into %s%s", count, args.output, note)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from graphdoc.cli.common import DEVICE_HELP, check_at_least_one
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import check_output_file
+from graphdoc.fileio import check_not_an_input, check_output_file
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -144,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         args.output = None
     if args.output is not None:
         check_output_file(args.output)
+        check_not_an_input(args.output, [args.queries, args.qrels], what="the run")
     judgements = None
     if args.qrels is not None:
         from graphdoc.cli.eval import read_judgements

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from graphdoc.cli.common import DEVICE_HELP, check_at_least_one, logger
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import check_output_file, replacing
+from graphdoc.fileio import check_not_an_input, check_output_file, replacing
 
 #: as ``graphdoc search --normalization`` (graphdoc.retrieval.fusion.NORMALIZERS, not imported here to keep
 #: ``--help`` fast)
@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     check_at_least_one("--depth", args.depth)
     if args.output is not None:
         check_output_file(args.output)
+        check_not_an_input(args.output, [args.queries, args.qrels], what="the run")
     parse_measures([args.measure])
     args.mode = "hybrid"
     with open_searcher(args) as searcher:

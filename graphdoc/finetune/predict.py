@@ -31,7 +31,7 @@ def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch
     """
     if batch_size < 1 or (max_passages is not None and max_passages < 1):
         raise GraphDocError(f"batch_size and max_passages must be at least 1; got {batch_size}, {max_passages}")
-    check_output(model_dir, output)
+    check_output(model_dir, output, source=source)
     classifier = DocumentClassifier.from_pretrained(model_dir, device=device)
     stats = ReadStats(log_skipped=False)  # reported below, once, as a warning
     docs = list(read_corpus(source, stats=stats))
@@ -53,11 +53,17 @@ def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch
     return len(docs)
 
 
-def check_output(model_dir: str | Path, output: str | Path, flag: str = "output") -> None:
-    """Refuse an output that is a folder or lies inside the model folder (it would replace the model's files)."""
+def check_output(model_dir: str | Path, output: str | Path, flag: str = "output", source=None) -> None:
+    """Refuse an output that is a folder, a file of the input corpus ``source`` (the predictions would replace the
+    documents) or lies inside the model folder (it would replace the model's files)."""
+    from graphdoc.corpus import corpus_files
+    from graphdoc.fileio import check_not_an_input
+
     output = Path(output)
     if output.is_dir():
         raise GraphDocError(f"{flag} {output} is a folder")
+    if isinstance(source, (str, Path)):
+        check_not_an_input(output, corpus_files(source), flag, "the predictions")
     model = Path(model_dir).expanduser().resolve()
     if output.expanduser().resolve().is_relative_to(model):
         raise GraphDocError(f"{flag} {output} is inside the model folder {model_dir}; write the predictions "
