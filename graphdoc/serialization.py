@@ -68,13 +68,18 @@ def is_graphdoc_model(path: Path) -> bool:
         return False
 
 
+def check_save_target(path: str | Path) -> None:
+    """Refuse, in one line, a ``path`` that a model save would not replace: a folder of other files (see
+    :func:`graphdoc.fileio.check_replaceable`)."""
+    check_replaceable(path, is_graphdoc_model, "a saved graphdoc model", (CONFIG_NAME, WEIGHTS_NAME, PASSAGE_ENCODER_DIR))
+
+
 def save(model: "GraphDocEncoder", path: str | Path) -> None:
     """Write the model folder atomically: an interrupted save leaves any earlier one intact.
 
     ``path`` must be new, empty, or an earlier saved graphdoc model (it is replaced whole).
     """
-    check_replaceable(path, is_graphdoc_model, "a saved graphdoc model",
-                      (CONFIG_NAME, WEIGHTS_NAME, PASSAGE_ENCODER_DIR))
+    check_save_target(path)
     with atomic_directory(path) as tmp:
         model.passage_encoder.save(tmp / PASSAGE_ENCODER_DIR)
         tensors = {k: v.detach().cpu().contiguous() for k, v in model.head_state_dict().items()}

@@ -149,6 +149,27 @@ def test_an_empty_output_is_refused(runs, tmp_path, monkeypatch, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("task", ["ranking", "classification"])
+def test_a_model_folder_of_the_users_files_is_refused_before_training(runs, tiny_bert, tmp_path, monkeypatch, task):
+    import graphdoc.finetune as finetune_module
+
+    (tmp_path / "run" / "model").mkdir(parents=True)
+    (tmp_path / "run" / "model" / "mine.txt").write_text("precious\n", encoding="utf-8")
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the start model was loaded")
+
+    monkeypatch.setattr(finetune_module, "load_start_model", no_model)
+    what = "a saved graphdoc model" if task == "ranking" else "a saved classifier"
+    with pytest.raises(GraphDocError, match=rf"^{tmp_path / 'run' / 'model'} is a folder of other files, not {what}: "):
+        if task == "ranking":
+            finetune_ranking(*runs["ranking"], tmp_path / "run", config=RankingConfig(**RANKING), model=str(tiny_bert))
+        else:
+            finetune_classification(*runs["classification"], tmp_path / "run",
+                                    config=ClassificationConfig(**CLASSIFICATION), model=str(tiny_bert))
+    assert _files(tmp_path / "run") == {"model/mine.txt": b"precious\n"}
+
+
 def test_an_output_inside_a_text_folder_corpus_is_refused(tmp_path):
     folder = tmp_path / "docs"
     folder.mkdir()

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from _finetune_helpers import labelled_files
 from safetensors.torch import save_file
 
@@ -117,6 +118,33 @@ def test_the_api_checks_its_arguments_too(docs, tmp_path):
         predict_api(tmp_path / "nomodel", docs, tmp_path)
 
 
+def test_predict_proba_takes_one_document_and_checks_its_arguments(classifier_dir):
+    from graphdoc.errors import GraphDocError
+    from graphdoc.finetune import DocumentClassifier
+
+    classifier = DocumentClassifier.from_pretrained(classifier_dir)
+    text = "The quick brown fox jumps."
+    one = classifier.predict_proba(text)  # one document, not one per character
+    assert one.shape == (2,)
+    assert torch.allclose(one, classifier.predict_proba([text, "Seven numbers."], batch_size=1)[0])
+    assert classifier.predict_proba(iter([text, text])).shape == (2, 2)  # any iterable
+    for kwargs, message in (({"batch_size": 0}, r"^batch_size must be at least 1; got 0$"),
+                            ({"batch_size": -1}, r"^batch_size must be at least 1; got -1$"),
+                            ({"max_passages": 0}, r"^max_passages must be a positive integer or None; got 0$")):
+        with pytest.raises(GraphDocError, match=message):
+            classifier.predict_proba([text, text], **kwargs)
+    with pytest.raises(TypeError, match=r"^documents must be a str, a dict, a Document or an iterable of them; got "
+                                        r"int$"):
+        classifier.predict_proba(3)
+
+
+def test_a_classifier_folder_without_its_encoder_is_named(classifier_dir, docs, tmp_path, capsys):
+    model = shutil.copytree(classifier_dir, tmp_path / "model")
+    shutil.rmtree(model / "encoder")
+    assert predict(model, docs, tmp_path / "p.jsonl") == 1  # was a hub look-up of 'model/encoder'
+    assert error_line(capsys) == f"graphdoc predict: error: {model} has no encoder/ folder (the classifier's encoder)"
+
+
 def test_predict_still_writes_one_line_per_document(classifier_dir, docs, tmp_path):
     assert predict(classifier_dir, docs, tmp_path / "p.jsonl", "--batch-size", "5", "--max-passages", "1") == 0
     records = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
@@ -174,6 +202,20 @@ def test_output_inside_the_model_folder_is_refused(inside, classifier_dir, docs,
         predict_api(model, docs, model / inside)
     # a sibling whose name starts like the folder's is not inside it
     assert predict(model, docs, tmp_path / "model.jsonl") == 0
+
+
+def test_output_that_is_the_input_file_is_refused(classifier_dir, docs, tmp_path, capsys):
+    before = docs.read_bytes()
+    assert predict(classifier_dir, docs, docs) == 1  # the predictions would replace the documents and their labels
+    assert error_line(capsys) == (f"graphdoc predict: error: --output {docs} is the input file {docs}; name another "
+                                  "file for the predictions")
+    assert docs.read_bytes() == before
+    from graphdoc.errors import GraphDocError
+    from graphdoc.finetune import predict as predict_api
+
+    with pytest.raises(GraphDocError, match=r"^output .* is the input file"):
+        predict_api(classifier_dir, docs, tmp_path / "." / docs.name)
+    assert docs.read_bytes() == before
 
 
 def test_empty_documents_left_out_are_a_warning_with_their_count_and_ids(classifier_dir, tmp_path, capsys):

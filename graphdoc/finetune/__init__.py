@@ -99,9 +99,10 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
         read_ranking_sources,
     )
     from graphdoc.finetune.inputs import open_cache
-    from graphdoc.finetune.loop import check_run_folder, check_start_model, run_kind
+    from graphdoc.finetune.loop import MODEL_DIR, check_run_folder, check_start_model, run_kind
     from graphdoc.finetune.ranking_trainer import RankingTrainer
     from graphdoc.retrieval.tuning import assign_folds
+    from graphdoc.serialization import check_save_target
 
     if folds is not None and folds < 2:
         raise GraphDocError(f"folds must be at least 2; got {folds}")
@@ -117,6 +118,8 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
         assign_folds([q for q, judged in train.items() if any(r > 0 for r in judged.values())], folds,
                      config.fold_seed)
     check_run_folder(output, run_kind("ranking", folds=folds), resume)
+    if folds is None:  # the run ends by saving there: a folder of the user's is refused now, not after training
+        check_save_target(output / MODEL_DIR)
     model = load_start_model(model, model_config, device, backbone, precision)
     check_start_model(output, model, resume)
     if config.frozen_encoder and not hasattr(model, "forward_passage_vectors"):
@@ -201,6 +204,7 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     from graphdoc.finetune.fewshot import few_shot
     from graphdoc.finetune.inputs import open_cache
     from graphdoc.finetune.loop import (
+        MODEL_DIR,
         check_run_folder,
         check_start_model,
         run_kind,
@@ -216,6 +220,8 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
         splits["test"] = read_labelled(test, "test")
     classes = _check_labels(splits, {"train": train, "dev": dev, "test": test}, config)
     check_run_folder(output, run_kind("classification", shots=config.shots), resume)
+    if config.shots is None:  # the run ends by saving there: a folder of the user's is refused now
+        DocumentClassifier.check_save_target(output / MODEL_DIR)
     encoder = load_start_model(model, model_config, device, backbone, precision)
     check_start_model(output, encoder, resume)
     if config.objective == "supcon" and config.frozen_encoder and not hasattr(encoder, "forward_passage_vectors"):

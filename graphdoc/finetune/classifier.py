@@ -15,7 +15,7 @@ none (``None``: the encoder's own chunker cap).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -23,7 +23,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from graphdoc.documents import as_document
+from graphdoc.config import check_count
+from graphdoc.documents import Document, as_document
 from graphdoc.errors import GraphDocError, ModelLoadError
 from graphdoc.fileio import atomic_directory, check_replaceable
 from graphdoc.models.classification_head import ClassificationHead
@@ -55,11 +56,22 @@ class DocumentClassifier(nn.Module):
         return self.head(document_vectors)
 
     @torch.inference_mode()
-    def predict_proba(self, documents: Sequence, batch_size: int = 32, max_passages: int | None = None) -> torch.Tensor:
-        """Class probabilities ``[n, num_classes]`` of documents (strings, dicts or Documents).
+    def predict_proba(self, documents, batch_size: int = 32, max_passages: int | None = None) -> torch.Tensor:
+        """Class probabilities ``[n, num_classes]`` of documents (strings, dicts or Documents); a single document
+        gives ``[num_classes]``, as :meth:`GraphDocEncoder.encode` gives one vector.
 
         ``max_passages``: passages kept per document (``None``: :attr:`max_passages`, the training cap).
         """
+        check_count("batch_size", batch_size)
+        if max_passages is not None and not _positive_int(max_passages):
+            raise GraphDocError(f"max_passages must be a positive integer or None; got {max_passages!r}")
+        single = isinstance(documents, (str, Document, Mapping))
+        if single:
+            return self.predict_proba([documents], batch_size, max_passages)[0]
+        if documents is None or isinstance(documents, (bytes, bytearray)) or not isinstance(documents, Iterable):
+            raise TypeError(f"documents must be a str, a dict, a Document or an iterable of them; got "
+                            f"{type(documents).__name__}")
+        documents = list(documents)
         max_passages = max_passages if max_passages is not None else self.max_passages
         was_training = self.training
         self.eval()
@@ -73,10 +85,16 @@ class DocumentClassifier(nn.Module):
             self.train(was_training)
         return torch.cat(out) if out else torch.zeros((0, len(self.labels)))
 
-    def save_pretrained(self, path: str | Path) -> None:
-        """Write the classifier folder atomically; ``path`` must be new, empty or an earlier classifier."""
+    @staticmethod
+    def check_save_target(path: str | Path) -> None:
+        """Refuse, in one line, a ``path`` that :meth:`save_pretrained` would not replace (a folder of other
+        files), before a run that ends by saving there."""
         check_replaceable(path, lambda p: (p / HEAD_WEIGHTS).is_file(), "a saved classifier",
                           (ENCODER_DIR, HEAD_WEIGHTS, HEAD_CONFIG, LABELS))
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Write the classifier folder atomically; ``path`` must be new, empty or an earlier classifier."""
+        self.check_save_target(path)
         with atomic_directory(path) as tmp:
             self.encoder.save_pretrained(tmp / ENCODER_DIR)
             save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
@@ -96,6 +114,8 @@ class DocumentClassifier(nn.Module):
             raise GraphDocError(f"no model folder at {path}")
         if not (path / HEAD_WEIGHTS).is_file() or not (path / LABELS).is_file():
             raise GraphDocError(f"{path} is not a saved classifier (no {HEAD_WEIGHTS} or {LABELS})")
+        if not (path / ENCODER_DIR).is_dir():  # not a hub id to look up
+            raise ModelLoadError(f"{path} has no {ENCODER_DIR}/ folder (the classifier's encoder)")
         head, labels = read_config_file(path / HEAD_CONFIG), read_config_file(path / LABELS)
         if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
             raise ModelLoadError(f"{path / LABELS}: not a JSON list of label strings")
