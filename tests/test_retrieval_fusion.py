@@ -60,6 +60,16 @@ def test_reciprocal_rank_fusion_exact():
         reciprocal_rank_fusion([run1], k=-1)
 
 
+def test_rrf_leaves_documents_bm25_did_not_match_out_of_the_bm25_ranking():
+    # the searcher scores the union of both lists with both retrievers: "a" and "z" share no term with the query
+    dense = {"z": 0.9, "m": 0.8, "a": 0.1}
+    bm25 = {"z": 0.0, "m": 2.5, "a": 0.0}
+    fused = fuse(dense, bm25, FusionConfig(method="rrf", rrf_k=60))
+    assert fused == {"m": 1 / 62 + 1 / 61, "z": 1 / 61, "a": 1 / 63}  # not "a" ranked 2nd in BM25 by its name
+    renamed = fuse({"a": 0.9, "m": 0.8, "z": 0.1}, {"a": 0.0, "m": 2.5, "z": 0.0}, FusionConfig(method="rrf"))
+    assert list(renamed.values()) == list(fused.values())  # the same ranking whatever the documents are called
+
+
 def test_fuse_dispatch_and_config():
     dense, sparse = {"a": 2.0, "b": 1.0}, {"b": 4.0, "c": 2.0}
     assert fuse(dense, sparse, FusionConfig(alpha=0.3)) == weighted_fusion(dense, sparse, 0.3)

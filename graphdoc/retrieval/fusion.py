@@ -132,8 +132,14 @@ class FusionConfig:
 
 FUSERS: dict[str, Callable[[Mapping[str, float], Mapping[str, float], FusionConfig], dict[str, float]]] = {
     "weighted": lambda d, s, c: weighted_fusion(d, s, c.alpha, c.normalization),
-    "rrf": lambda d, s, c: reciprocal_rank_fusion([d, s], c.rrf_k),
+    "rrf": lambda d, s, c: reciprocal_rank_fusion([d, matched(s)], c.rrf_k),
 }
+
+
+def matched(sparse: Mapping[str, float]) -> dict[str, float]:
+    """The documents a sparse retriever (BM25) matched: a score of 0 shares no term with the query, so it is
+    no rank of that retriever (ranked among the other zeros, by doc id, it would be a rank by name)."""
+    return {doc: score for doc, score in sparse.items() if score > 0}
 
 
 #: The hybrid setting an index starts with (tuned on SciFact test and QMSum val with the default
