@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from _retrieval_helpers import (
     RARE,
+    cli,
+    error_line,
     make_docs,
     manifest_json,
     unit,
@@ -235,11 +237,37 @@ def test_hnsw_index_finds_what_the_flat_index_finds(index, model, corpus, tmp_pa
 def test_ivf_index_is_trained_on_the_corpus_and_scores_exactly(model, corpus, expected, tmp_path) -> None:
     build_index(model, str(corpus), tmp_path / "ivf", IndexSettings(faiss_factory="IVF4,Flat"))
     ivf = with_settings(tmp_path / "ivf", tmp_path / "copy", dense={"passage_weight": 0.0})
-    run = Searcher(ivf, model=model).batch_search(QUERIES, k=20, mode="dense")
+    searcher = Searcher(ivf, model=model)
+    assert (searcher.dense.doc_index.nlist, searcher.dense.nprobe) == (4, 4)  # at least 16 lists: all four
+    run = searcher.batch_search(QUERIES, k=20, mode="dense")
     for qid, text in QUERIES.items():
         want = expected.dense(text, 0.0)
-        assert 1 <= len(run[qid]) <= 20  # one probed list of four: the candidates FAISS found
+        assert len(run[qid]) == min(20, len(want))  # every list probed: what a Flat index finds
+        assert list(run[qid].values()) == sorted(run[qid].values(), reverse=True)
+        assert min(run[qid].values()) >= sorted(want.values(), reverse=True)[len(run[qid]) - 1] - 1e-5
         assert run[qid] == pytest.approx({i: want[i] for i in run[qid]}, abs=1e-5)
+    searcher.dense.nprobe = 1  # FAISS's own default: one list of four
+    assert searcher.dense.nprobe == 1
+    run = searcher.batch_search(QUERIES, k=20, mode="dense")
+    for qid, text in QUERIES.items():
+        want = expected.dense(text, 0.0)
+        assert 1 <= len(run[qid]) < len(want)  # the candidates FAISS found in that list
+        assert run[qid] == pytest.approx({i: want[i] for i in run[qid]}, abs=1e-5)
+    with pytest.raises(GraphDocError, match=r"^nprobe must be at least 1; got 0$"):
+        searcher.dense.nprobe = 0
+
+
+def test_nprobe_default_and_the_search_option(model, corpus, tmp_path, capsys) -> None:
+    from graphdoc.retrieval.dense import default_nprobe
+
+    assert [default_nprobe(n) for n in (1, 8, 16, 64, 1024, 65536)] == [1, 8, 16, 16, 128, 8192]
+    build_index(model, str(corpus), tmp_path / "flat")
+    capsys.readouterr()
+    assert cli("search", "--index-dir", tmp_path / "flat", "zebra", "--nprobe", 4) == 1
+    assert error_line(capsys, "search") == (f"graphdoc search: error: --nprobe applies to IVF indexes; "
+                                            f"{tmp_path / 'flat'} is 'Flat'")
+    assert cli("search", "--index-dir", tmp_path / "flat", "zebra", "--nprobe", 0) == 1
+    assert error_line(capsys, "search") == "graphdoc search: error: --nprobe must be at least 1; got 0"
 
 
 def test_ip_metric_keeps_raw_vectors(model, docs, corpus, tmp_path) -> None:

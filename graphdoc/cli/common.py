@@ -42,6 +42,12 @@ def add_model_arguments(parser: argparse.ArgumentParser, batches: bool = True) -
         group.add_argument("--batch-size", type=int, default=None, dest="ignored_batch_size", help=argparse.SUPPRESS)
 
 
+def add_nprobe_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nprobe", type=int, default=None, metavar="N",
+                        help="an IVF index's lists each search visits (default: an eighth of them, at least 16); "
+                             "more: higher recall, slower")
+
+
 def check_at_least_one(flag: str, value: int | None) -> None:
     """Refuse a count option below 1 (``None``: not given, the default applies)."""
     if value is not None:

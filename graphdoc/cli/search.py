@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from graphdoc.cli.common import DEVICE_HELP, check_at_least_one
+from graphdoc.cli.common import DEVICE_HELP, add_nprobe_argument, check_at_least_one
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import check_not_an_input, check_output_file
 
@@ -32,6 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--explain", nargs="?", type=int, const=3, default=None, metavar="N",
                         help="with one QUERY: each hit's N passages (default 3) most similar to the query, "
                              "with the document node's attention, sections and offsets")
+    add_nprobe_argument(parser)
     parser.add_argument("--model", default=None, help="query encoder (default: the index's model)")
     parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.set_defaults(func=run)
@@ -57,7 +58,14 @@ def open_searcher(args: argparse.Namespace):
     from graphdoc.retrieval.searcher import Searcher
 
     used = args.mode != "bm25" or getattr(args, "explain", None) is not None
-    return Searcher(args.index_dir, model=args.model if used else None, device=args.device)
+    searcher = Searcher(args.index_dir, model=args.model if used else None, device=args.device)
+    if getattr(args, "nprobe", None) is not None:
+        if not searcher.dense.nprobe:
+            searcher.close()
+            raise GraphDocError(f"--nprobe applies to IVF indexes; {args.index_dir} is "
+                                f"{searcher.manifest.faiss_factory!r}")
+        searcher.dense.nprobe = args.nprobe
+    return searcher
 
 
 def check_trec_ids(searcher, hint: str = "") -> None:
@@ -78,6 +86,7 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.explain is not None and args.query is None:
         raise GraphDocError("--explain works with one QUERY, not with --queries")
     check_at_least_one("-k", args.k)
+    check_at_least_one("--nprobe", args.nprobe)
     check_at_least_one("--explain", args.explain)
     batch_only = (("--output", args.output), ("--qrels", args.qrels), ("--measures", args.measures),
                   ("--split", args.split))

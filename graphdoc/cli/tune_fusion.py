@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graphdoc.cli.common import DEVICE_HELP, check_at_least_one, logger
+from graphdoc.cli.common import DEVICE_HELP, add_nprobe_argument, check_at_least_one, logger
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import check_not_an_input, check_output_file, replacing
 
@@ -33,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--save", action="store_true",
                         help="make weighted fusion with the chosen alpha and normalisation the index's setting "
                              "(kept when every alpha scores the same)")
+    add_nprobe_argument(parser)
     parser.add_argument("--model", default=None, help="query encoder (default: the index's model)")
     parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.set_defaults(func=run)
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from graphdoc.retrieval.evaluation import parse_measures
 
     check_at_least_one("--depth", args.depth)
+    check_at_least_one("--nprobe", args.nprobe)
     if args.output is not None:
         check_output_file(args.output)
         check_not_an_input(args.output, [args.queries, args.qrels], what="the run")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from graphdoc.config import check_count
 from graphdoc.errors import GraphDocError
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,12 @@ def training_minimum(factory: str, dimension: int) -> int:
     return need
 
 
+def default_nprobe(nlist: int) -> int:
+    """The IVF lists a search visits unless told otherwise: an eighth of them, and at least 16 (all of them
+    when there are no more), so a small index is searched exactly and a large one at high recall."""
+    return min(nlist, max(16, nlist // 8))
+
+
 class DenseIndex:
     """A FAISS inner-product index over row-ordered vectors (row ``i`` is the ``i``-th document)."""
 
@@ -70,10 +77,41 @@ class DenseIndex:
         self.metric = metric
         self.factory = factory
         self._search_index = _to_gpu_if_available(index)
+        if self.nlist:
+            self.nprobe = default_nprobe(self.nlist)
 
     @property
     def size(self) -> int:
         return int(self.index.ntotal)
+
+    @property
+    def nlist(self) -> int:
+        """The number of inverted lists of an IVF index; 0 for any other kind."""
+        import faiss
+
+        ivf = faiss.try_extract_index_ivf(self.index)
+        return int(ivf.nlist) if ivf is not None else 0
+
+    @property
+    def nprobe(self) -> int:
+        """How many of an IVF index's lists a search visits (0 for an index without lists). FAISS's own default
+        is 1, which loses most of the nearest neighbours; graphdoc starts at :func:`default_nprobe`."""
+        import faiss
+
+        ivf = faiss.try_extract_index_ivf(self.index)
+        return int(ivf.nprobe) if ivf is not None else 0
+
+    @nprobe.setter
+    def nprobe(self, value: int) -> None:
+        import faiss
+
+        check_count("nprobe", value)
+        if not self.nlist:
+            raise GraphDocError(f"nprobe is a setting of IVF indexes; this one is {self.factory!r}")
+        value = min(int(value), self.nlist)
+        faiss.try_extract_index_ivf(self.index).nprobe = value
+        if self._search_index is not self.index:  # the GPU copy
+            faiss.GpuParameterSpace().set_index_parameter(self._search_index, "nprobe", value)
 
     @classmethod
     def build(cls, vectors: np.ndarray, factory: str = "Flat", metric: str = "cosine",

@@ -54,6 +54,17 @@ class DenseSearcher:
         elif self.settings.passage_weight > 0:
             self.settings = DenseSettings(0.0)  # the index kept no passage vectors
 
+    @property
+    def nprobe(self) -> int:
+        """The IVF lists a document search visits (0: not an IVF index); see :attr:`DenseIndex.nprobe`."""
+        return self.doc_index.nprobe
+
+    @nprobe.setter
+    def nprobe(self, value: int) -> None:
+        self.doc_index.nprobe = value
+        if self.has_passages and self.passage_index.nlist:  # (a small index's passages are in a Flat index)
+            self.passage_index.nprobe = value
+
     def size_problem(self, documents: int) -> str | None:
         """Why the dense files disagree with each other or with ``documents``, or ``None`` when they agree."""
         sizes = [("doc_vectors.npy", len(self.doc_vectors)), ("dense.faiss", self.doc_index.size)]
