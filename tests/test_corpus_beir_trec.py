@@ -161,3 +161,14 @@ def test_missing_path_and_unknown_format(tmp_path):
         read_corpus(tmp_path / "table.csv")
     with pytest.raises(InputError, match=r"unknown queries format"):
         read_queries(tmp_path / "table.csv")
+
+
+def test_a_latin1_queries_or_qrels_file_is_named_as_not_utf8_not_as_an_unknown_format(tmp_path):
+    (tmp_path / "queries.tsv").write_bytes("1\tcaf\xe9 cancer\n".encode("latin-1"))
+    with pytest.raises(InputError) as err:
+        list(read_queries(tmp_path / "queries.tsv"))
+    assert str(err.value) == (f"{tmp_path / 'queries.tsv'}:1: not valid UTF-8 (byte 0xe9 at column 6): queries files "
+                              "are read as UTF-8 text")
+    (tmp_path / "qrels.trec").write_bytes("1 0 d\xe9 1\n".encode("latin-1"))
+    with pytest.raises(InputError, match=r"qrels\.trec:1: not valid UTF-8 \(byte 0xe9 at column 6\): qrels files"):
+        read_qrels(tmp_path / "qrels.trec")

@@ -85,6 +85,11 @@ def detect(path: Path, formats: tuple[Format, ...], what: str, split: str | None
     if found is None:
         if path.is_file():
             check_not_utf16(path)  # the first-line sniffing could not read it: say why
+            try:
+                if formats is not CORPUS_FORMATS:  # (a corpus file's format is told by its name alone)
+                    first_line(path)
+            except InputError as err:  # e.g. Latin-1 text: its first line could not be sniffed
+                raise InputError(f"{err}: {what} files are read as UTF-8 text") from None
         raise InputError(f"{path}: unknown {what} format (accepted: {accepted(formats)})")
     # a file named after the split (qrels/test.tsv) is that split already
     if split is not None and not found.takes_split and split != path.name.split(".")[0]:
