@@ -71,6 +71,18 @@ def test_a_factory_needing_more_training_vectors_is_refused_before_encoding(corp
     assert not (tmp_path / "i").exists()
 
 
+@pytest.mark.parametrize("factory", ["IDMap,Flat", "IDMap2,HNSW32"])
+def test_an_idmap_factory_is_refused_before_encoding(corpus, model_dir, tmp_path, capsys, monkeypatch,
+                                                     factory) -> None:
+    no_encoding(monkeypatch)  # it was a traceback from FAISS's add() once the whole corpus was encoded
+    capsys.readouterr()
+    assert index_cli(corpus, tmp_path / "i", model_dir, "--faiss-factory", factory) == 1
+    assert error_line(capsys, "index") == (
+        f"graphdoc index: error: FAISS index {factory!r}: graphdoc keeps documents by row and adds no ids, so an "
+        f"IDMap cannot be filled; leave '{factory.split(',')[0]},' out")
+    assert not (tmp_path / "i").exists()
+
+
 def test_a_factory_that_fails_to_train_keeps_the_shards_and_can_be_replaced(model, corpus, tmp_path, capsys,
                                                                             monkeypatch) -> None:
     index = tmp_path / "i"

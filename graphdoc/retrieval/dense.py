@@ -33,10 +33,14 @@ def new_faiss_index(factory: str, dimension: int):
     import faiss
 
     try:
-        return faiss.index_factory(dimension, factory, faiss.METRIC_INNER_PRODUCT)
+        index = faiss.index_factory(dimension, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
         raise GraphDocError(f"bad FAISS index_factory string {factory!r}: "
                             f"{str(exc).strip().splitlines()[-1]}") from None
+    if isinstance(index, (faiss.IndexIDMap, faiss.IndexIDMap2)):  # its add() refuses vectors without ids
+        raise GraphDocError(f"FAISS index {factory!r}: graphdoc keeps documents by row and adds no ids, so an "
+                            f"IDMap cannot be filled; leave '{factory.split(',')[0].strip()},' out")
+    return index
 
 
 class TrainingError(GraphDocError):
