@@ -132,6 +132,12 @@ def test_output_paths_are_checked_before_searching(index, files, tmp_path, capsy
                    files["qrels"], "--folds", 3, "--output", files["qrels"]) == (
         f"--output {files['qrels']} is the input file {files['qrels']}; name another file for the run")
     assert {name: files[name].read_bytes() for name in ("queries", "qrels")} == before
+    manifest = (index / "manifest.json").read_bytes()
+    for command in ("search", "tune-fusion"):  # a run written into the index would replace its files
+        assert refused(capsys, command, "--index-dir", index, "--queries", files["queries"], "--qrels", files["qrels"],
+                       "--output", index / "manifest.json") == (f"--output {index / 'manifest.json'} is inside the "
+                                                                f"index folder {index}; write the run elsewhere")
+    assert (index / "manifest.json").read_bytes() == manifest
 
 
 def test_qrels_and_measures_are_checked_before_searching(index, files, tmp_path, capsys, no_search) -> None:

@@ -53,6 +53,16 @@ def fusion_config(searcher, args: argparse.Namespace):
     return fusion
 
 
+def check_run_output(args: argparse.Namespace) -> None:
+    """Refuse, before searching, an ``--output`` run file that could not be written, is an input (the queries,
+    the qrels) or lies inside the index folder (it would replace the index's files)."""
+    check_output_file(args.output)
+    check_not_an_input(args.output, [args.queries, args.qrels], what="the run")
+    if Path(args.output).resolve().is_relative_to(Path(args.index_dir).resolve()):
+        raise GraphDocError(f"--output {args.output} is inside the index folder {args.index_dir}; write the run "
+                            "elsewhere")
+
+
 def open_searcher(args: argparse.Namespace):
     """The searcher of ``--index-dir`` with ``--model`` when one is given and used; the caller closes it."""
     from graphdoc.retrieval.searcher import Searcher
@@ -152,8 +162,7 @@ def run(args: argparse.Namespace) -> int:
     if to_stdout:
         args.output = None
     if args.output is not None:
-        check_output_file(args.output)
-        check_not_an_input(args.output, [args.queries, args.qrels], what="the run")
+        check_run_output(args)
     judgements = None
     if args.qrels is not None:
         from graphdoc.cli.eval import read_judgements

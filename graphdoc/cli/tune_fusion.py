@@ -7,7 +7,7 @@ from pathlib import Path
 
 from graphdoc.cli.common import DEVICE_HELP, add_nprobe_argument, check_at_least_one, logger
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import check_not_an_input, check_output_file, replacing
+from graphdoc.fileio import replacing
 
 #: as ``graphdoc search --normalization`` (graphdoc.retrieval.fusion.NORMALIZERS, not imported here to keep
 #: ``--help`` fast)
@@ -40,14 +40,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphdoc.cli.search import open_searcher
+    from graphdoc.cli.search import check_run_output, open_searcher
     from graphdoc.retrieval.evaluation import parse_measures
 
     check_at_least_one("--depth", args.depth)
     check_at_least_one("--nprobe", args.nprobe)
     if args.output is not None:
-        check_output_file(args.output)
-        check_not_an_input(args.output, [args.queries, args.qrels], what="the run")
+        check_run_output(args)
     parse_measures([args.measure])
     args.mode = "hybrid"
     with open_searcher(args) as searcher:
