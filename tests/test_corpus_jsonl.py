@@ -116,6 +116,8 @@ def test_jsonl_queries(tmp_path):
     ({"text": "x"}, r"q\.jsonl:2: query has no id"),
     ({"_id": "q2"}, r"q\.jsonl:2: query has no text"),
     ({"_id": "q1", "text": "again"}, r"q\.jsonl:2: duplicate query id 'q1' \(first seen on line 1\)"),
+    ({"_id": "q2", "text": ["cancer", "prion"]}, r"q\.jsonl:2: query 'q2': text must be a string, got list$"),
+    ({"_id": "q2", "query": 911}, r"q\.jsonl:2: query 'q2': query must be a string, got int$"),
 ])
 def test_bad_queries(tmp_path, record, message):
     path = write_lines(tmp_path / "q.jsonl", [{"_id": "q1", "text": "what"}, record])

@@ -101,12 +101,16 @@ def read_jsonl_queries(path: Path) -> Iterator[tuple[str, str]]:
     ids = IdTracker(path, "query")
     for lineno, record in iter_json_objects(path):
         id_key = _first_field(record, QUERY_ID_KEYS, path, lineno, "id")
-        text = str(record[_first_field(record, QUERY_TEXT_KEYS, path, lineno, "text")])
+        text_key = _first_field(record, QUERY_TEXT_KEYS, path, lineno, "text")
         try:
             query_id = scalar_id(record[id_key], id_key)
         except InputError as err:
             raise InputError(f"{path}:{lineno}: {err}") from None
         ids.check(query_id, lineno)
+        text = record[text_key]
+        if not isinstance(text, str):  # a list would be searched as its Python repr
+            raise InputError(f"{path}:{lineno}: query {query_id!r}: {text_key} must be a string, got "
+                             f"{type(text).__name__}")
         for what, value in (("id", query_id), ("text", text)):
             surrogate = lone_surrogate(value)
             if surrogate:
