@@ -277,6 +277,7 @@ class GraphDocEncoder(nn.Module):
     @classmethod
     def from_config(cls, config: ModelConfig, device: str | torch.device | None = None) -> "GraphDocEncoder":
         """Build an untrained model on ``config.passage_encoder.model_name_or_path``."""
+        check_config_type(cls, config)
         return load_pretrained(cls, config.passage_encoder.model_name_or_path, config, device)
 
     def save_pretrained(self, path: str | Path) -> None:
@@ -294,6 +295,8 @@ def load_pretrained(cls: type, name_or_path: str | Path | None, config, device):
     A device that is not there is reported before anything loads; a saved model without its passage
     encoder folder is reported as such (loading that folder's path would otherwise try it as a hub id).
     """
+    if config is not None:
+        check_config_type(cls, config)
     resolve_device(device)
     path = Path(name_or_path) if name_or_path is not None else None
     if path is not None and serialization.is_graphdoc_model(path) \
@@ -301,6 +304,16 @@ def load_pretrained(cls: type, name_or_path: str | Path | None, config, device):
         raise ModelLoadError(f"{path} is a saved graphdoc model without its {serialization.PASSAGE_ENCODER_DIR}/ "
                              "folder (copy the whole model folder)")
     return serialization.load(cls, name_or_path, config, device)
+
+
+def check_config_type(cls: type, config: Any) -> None:
+    """Refuse, in one line, a ``config`` that is not the model class's own configuration dataclass (a dict, a
+    file name, another backbone's config): it would fail later, or save a model that cannot be loaded."""
+    expected = serialization.config_class_of(cls)
+    if not isinstance(config, expected):
+        hint = f" (build one with {expected.__name__}.from_dict)" if isinstance(config, Mapping) else \
+            " (read a file with graphdoc.config.load_config_file)" if isinstance(config, (str, Path)) else ""
+        raise TypeError(f"{cls.__name__} takes a {expected.__name__} as config; got a {type(config).__name__}{hint}")
 
 
 def starts_with_title(text: str, title: str) -> bool:

@@ -13,7 +13,7 @@ from graphdoc.backbones import FLAT
 from graphdoc.chunker import Chunker
 from graphdoc.device import resolve_device
 from graphdoc.documents import Document, Passage
-from graphdoc.encoder import GraphDocEncoder, load_pretrained
+from graphdoc.encoder import GraphDocEncoder, check_config_type, load_pretrained
 from graphdoc.flat_config import FlatModelConfig
 from graphdoc.models import PassageEncoder
 from graphdoc.outputs import GraphOutput, PreparedDocument
@@ -121,6 +121,7 @@ class FlatEncoder(nn.Module):
     @classmethod
     def from_config(cls, config: FlatModelConfig, device: str | torch.device | None = None) -> "FlatEncoder":
         """Build a model on ``config.passage_encoder.model_name_or_path``."""
+        check_config_type(cls, config)
         return load_pretrained(cls, config.passage_encoder.model_name_or_path, config, device)
 
     def extra_repr(self) -> str:

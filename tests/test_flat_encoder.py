@@ -219,6 +219,16 @@ def test_loading_the_wrong_backbone_is_refused(tiny_bert: Path, tmp_path: Path) 
         graphdoc.load_model(tmp_path / "flat", backbone="tree")
     with pytest.raises(GraphDocError, match="a flat model takes a FlatModelConfig; got a ModelConfig"):
         graphdoc.load_model(str(tiny_bert), backbone="flat", config=ModelConfig())
+    # the classes' own loaders check it too: a flat model built on a ModelConfig saved a folder no loader read
+    with pytest.raises(TypeError, match=r"^FlatEncoder takes a FlatModelConfig as config; got a ModelConfig$"):
+        FlatEncoder.from_pretrained(str(tiny_bert), config=ModelConfig())
+    with pytest.raises(TypeError, match=r"^GraphDocEncoder takes a ModelConfig as config; got a FlatModelConfig$"):
+        GraphDocEncoder.from_pretrained(str(tiny_bert), config=FlatModelConfig())
+    with pytest.raises(TypeError, match=r"^GraphDocEncoder takes a ModelConfig as config; got a dict \(build one with "
+                                        r"ModelConfig.from_dict\)$"):
+        GraphDocEncoder.from_config({"chunker": {"max_words": 50}})
+    with pytest.raises(TypeError, match=r"got a str \(read a file with graphdoc.config.load_config_file\)$"):
+        FlatEncoder.from_pretrained(str(tiny_bert), config="configs/docsplit-minilm.yaml")
 
 
 def test_config_errors_name_the_setting() -> None:
