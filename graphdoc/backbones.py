@@ -93,7 +93,7 @@ class BackboneSetup:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         if not isinstance(data, Mapping):
             raise GraphDocError(f"a {cls.__name__} config must be a mapping with sections {', '.join(fields)}")
-        unknown = sorted(set(data) - set(fields))
+        unknown = sorted(set(data) - set(fields), key=str)
         if unknown:
             raise GraphDocError(f"unknown config key {unknown[0]}; valid keys: {', '.join(fields)}")
         backbone = data.get("backbone", DEFAULT_BACKBONE)

@@ -32,6 +32,9 @@ def _check_choice(name: str, value: Any, choices: tuple) -> None:
 
 #: the fewest tokens a passage may have: fewer would cut sentences into single characters
 MIN_SEQ_LENGTH = 8
+#: the largest seed a run takes: NumPy's global seed must be below 2**32, with room for the seeds derived from it
+#: (each pretraining process adds its rank; few-shot runs and folds add their number)
+MAX_SEED = 2 ** 31 - 1
 
 
 def check_count(name: str, value: Any) -> None:
@@ -179,7 +182,7 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
     if not isinstance(data, Mapping):
         raise GraphDocError(f"config section {where or cls.__name__!r} must be a mapping")
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(fields), key=str)  # (YAML keys may be numbers, on, no...)
     if unknown:
         prefix = f"{where}." if where else ""
         raise GraphDocError(

@@ -80,6 +80,13 @@ def test_unknown_nested_key_lists_valid_keys(tmp_path: Path) -> None:
                                "valid keys: chunker.max_words, chunker.max_passages, chunker.title")
 
 
+def test_unknown_keys_of_mixed_types_are_one_error_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("chunker:\n  1: 2\n  foo: 3\n", encoding="utf-8")  # YAML gives an int key and a str key
+    with pytest.raises(GraphDocError, match=r"^unknown config key chunker\.1; valid keys: chunker\.max_words"):
+        load_config_file(path)
+
+
 @pytest.mark.parametrize("data, expected", [
     ({"graph": {"graph_type": "star"}}, "graph.graph_type must be one of full, section; got 'star'"),
     ({"chunker": {"title": "last"}}, "chunker.title must be one of first, all, none; got 'last'"),

@@ -206,7 +206,9 @@ def test_config_errors_name_the_bad_value():
                               ({"lr": float("inf")}, "lr must be positive; got inf"),
                               ({"weight_decay": -0.1}, "weight_decay must be >= 0; got -0.1"),
                               ({"negative_depth": 0}, "negative_depth must be at least 1; got 0"),
-                              ({"hard_negatives": -1}, "hard_negatives must be >= 0; got -1")]:
+                              ({"hard_negatives": -1}, "hard_negatives must be >= 0; got -1"),
+                              ({"seed": -5}, "ranking.seed must be in [0, 2147483647]; got -5"),
+                              ({"fold_seed": 2 ** 31}, "ranking.fold_seed must be in [0, 2147483647]; got 2147483648")]:
         with pytest.raises(GraphDocError) as info:
             RankingConfig(**settings)
         assert str(info.value) == message

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from graphdoc.backbones import GRAPH, BackboneSetup
-from graphdoc.config import NEGATIVE_POOLS, ModelConfig, _check_choice, check_types
+from graphdoc.config import MAX_SEED, NEGATIVE_POOLS, ModelConfig, _check_choice, check_types
 from graphdoc.errors import GraphDocError
 from graphdoc.flat_config import FlatModelConfig
 
@@ -62,6 +62,13 @@ class TrainingConfig:
             raise GraphDocError(f"weight_decay must be >= 0; got {self.weight_decay!r}")
         if self.max_grad_norm is not None and not 0 < self.max_grad_norm < math.inf:
             raise GraphDocError(f"max_grad_norm must be > 0 or null (no clipping); got {self.max_grad_norm!r}")
+        _check_seed("seed", self.seed, self.section)
+
+
+def _check_seed(name: str, value: int, section: str) -> None:
+    """A seed NumPy takes (``np.random.seed``: below 2**32), with room for the few-shot and fold seeds added to it."""
+    if not 0 <= value <= MAX_SEED:
+        raise GraphDocError(f"{section + '.' if section else ''}{name} must be in [0, {MAX_SEED}]; got {value!r}")
 
 
 @dataclass
@@ -111,6 +118,7 @@ class RankingConfig(TrainingConfig):
             raise GraphDocError(f"negative_depth must be at least 1; got {self.negative_depth!r}")
         if self.hard_negatives < 0:
             raise GraphDocError(f"hard_negatives must be >= 0; got {self.hard_negatives!r}")
+        _check_seed("fold_seed", self.fold_seed, self.section)
         for name in ("passage_weight", "fusion_alpha", "fold_dev_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise GraphDocError(f"{name} must be in [0, 1]; got {getattr(self, name)!r}")

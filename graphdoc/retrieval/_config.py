@@ -16,7 +16,7 @@ def config_from_dict(cls: type[T], data: Mapping[str, Any]) -> T:
     if not isinstance(data, Mapping):
         raise GraphDocError(f"{cls.__name__} expects a mapping, got {type(data).__name__}")
     valid = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(valid))
+    unknown = sorted(set(data) - set(valid), key=str)
     if unknown:
         raise GraphDocError(
             f"unknown {cls.__name__} key(s) {', '.join(map(repr, unknown))}; valid keys: {', '.join(valid)}"

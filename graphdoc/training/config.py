@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from graphdoc.backbones import BACKBONES, FLAT, GRAPH, BackboneSetup
-from graphdoc.config import ModelConfig, _check_choice, check_types
+from graphdoc.config import MAX_SEED, ModelConfig, _check_choice, check_types
 from graphdoc.errors import GraphDocError
 from graphdoc.flat_config import FlatModelConfig
 
@@ -26,8 +26,6 @@ OBJECTIVES = tuple(OBJECTIVE_BACKBONES)
 SIMILARITIES = ("dot", "cosine")
 #: the masked-language-model weight of docsplit (DocSplit / SimDE); the other objectives default to none
 DOCSPLIT_MLM_WEIGHT = 0.1
-#: the largest seed: numpy's global seed takes 32 bits, and each process adds its rank
-MAX_SEED = 2 ** 31 - 1
 
 
 @dataclass
