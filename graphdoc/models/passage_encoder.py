@@ -199,8 +199,9 @@ class PassageEncoder(nn.Module):
         sentence-transformers files that describe the pooling, ``Dense`` modules, normalisation, length
         limit and prompts: the folder loads in sentence-transformers too, and gives the same vectors."""
         folder = Path(folder)
-        self.model.save_pretrained(folder, safe_serialization=True)
-        self.tokenizer.save_pretrained(folder)
+        with no_transformers_bar():  # its "Writing model shards" bar
+            self.model.save_pretrained(folder, safe_serialization=True)
+            self.tokenizer.save_pretrained(folder)
         st_files.write_settings(folder, self)
 
     def extra_repr(self) -> str:
