@@ -251,13 +251,57 @@ def read_config_file(path: str | Path) -> Any:
         import yaml
 
         try:
-            return yaml.safe_load(text) or {}
+            return yaml.load(text, Loader=_strict_yaml_loader()) or {}
         except yaml.YAMLError as exc:
             raise GraphDocError(f"{path}: invalid YAML ({str(exc).splitlines()[0]})") from None
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise GraphDocError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    except _DuplicateKey as exc:
+        raise GraphDocError(f"{path}: the key {exc.args[0]!r} is given twice in one object (the last would win "
+                            "silently)") from None
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = {}
+    for key, value in pairs:
+        if key in data:
+            raise _DuplicateKey(key)
+        data[key] = value
+    return data
+
+
+def _strict_yaml_loader():
+    """PyYAML's safe loader, refusing a key given twice in one mapping (it would keep the last silently)."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *anchor": its keys may be overridden, as YAML says
+                continue
+            key = loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                first = lines.setdefault(key, line)
+            except TypeError:  # an unhashable key: the safe loader's own error says so
+                break
+            if first != line:
+                raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice, on lines "
+                                                        f"{first} and {line} (the last would win silently)",
+                                                        key_node.start_mark)
+        return loader.construct_mapping(node, deep=deep)
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return StrictLoader
 
 
 def load_config_file(path: str | Path, cls: type[T] = ModelConfig) -> T:

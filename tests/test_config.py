@@ -80,6 +80,23 @@ def test_unknown_nested_key_lists_valid_keys(tmp_path: Path) -> None:
                                "valid keys: chunker.max_words, chunker.max_passages, chunker.title")
 
 
+def test_a_key_given_twice_is_refused_and_yaml_merge_keys_still_work(tmp_path: Path) -> None:
+    path = tmp_path / "twice.yaml"
+    path.write_text("chunker:\n  max_words: 50\n  title: all\n  max_words: 80\n", encoding="utf-8")
+    with pytest.raises(GraphDocError) as info:
+        load_config_file(path)
+    assert str(info.value) == (f"{path}: invalid YAML (the key 'max_words' is given twice, on lines 2 and 4 (the last "
+                               "would win silently))")
+    path = tmp_path / "twice.json"
+    path.write_text('{"chunker": {"max_words": 50, "max_words": 80}}', encoding="utf-8")
+    with pytest.raises(GraphDocError) as info:
+        load_config_file(path)
+    assert str(info.value) == f"{path}: the key 'max_words' is given twice in one object (the last would win silently)"
+    path = tmp_path / "merge.yaml"  # a key a merged mapping gave may be set again: YAML's own override
+    path.write_text("chunker:\n  <<: &base {max_words: 50, title: all}\n  max_words: 80\n", encoding="utf-8")
+    assert (load_config_file(path).chunker.max_words, load_config_file(path).chunker.title) == (80, "all")
+
+
 def test_unknown_keys_of_mixed_types_are_one_error_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("chunker:\n  1: 2\n  foo: 3\n", encoding="utf-8")  # YAML gives an int key and a str key
