@@ -53,6 +53,18 @@ def test_error_lines(tiny_bert, tmp_path, capsys):
     assert "epochs must be positive" in capsys.readouterr().err
 
 
+def test_a_config_for_the_other_task_only_is_a_warning(tiny_bert, tmp_path, capsys):
+    files = labelled_files(tmp_path)
+    config = tmp_path / "ranking.yaml"
+    config.write_text("ranking:\n  hard_negatives: 2\n", encoding="utf-8")
+    assert main(["-q", "finetune", "--task", "classification", "--train", str(files["train"]), "--dev",
+                 str(files["dev"]), "--output", str(tmp_path / "run"), "--model", str(tiny_bert), "--epochs", "1",
+                 "--config", str(config)]) == 0
+    assert capsys.readouterr().err.strip() == (f"WARNING graphdoc.cli: {config} has settings for ranking and none for "
+                                               "classification: --task classification runs with the built-in "
+                                               "classification settings")
+
+
 def test_shipped_configs_load_and_unknown_keys_are_errors(tmp_path):
     from pathlib import Path
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from graphdoc.backbones import BACKBONES
 from graphdoc.cli.common import DEVICE_HELP, PRECISION_HELP, logger
-from graphdoc.config import NEGATIVE_POOLS, PRECISIONS
+from graphdoc.config import NEGATIVE_POOLS, PRECISIONS, read_config_file
 from graphdoc.errors import GraphDocError
 
 NEEDS = {"ranking": ("corpus", "queries", "qrels"), "classification": ("train", "dev")}
@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     common = {"frozen_encoder": args.frozen_encoder, "epochs": args.epochs, "batch_size": args.batch_size,
               "lr": args.lr, "max_passages": args.max_passages, "cache_dir": args.cache_dir}
     setup = load_finetune_setup(args.config, args.backbone or saved_backbone(args.model))
+    _warn_of_the_other_tasks_section(args)
     if args.backbone is not None:
         setup = setup.with_backbone(args.backbone)
     model_config = _model_config(args, setup)
@@ -120,6 +121,18 @@ def run(args: argparse.Namespace) -> int:
                                          show_progress_bar=not args.quiet)
     _report(result, f"{config.eval_mode} {config.eval_measure}" if args.task == "ranking" else "accuracy", output)
     return 0
+
+
+def _warn_of_the_other_tasks_section(args: argparse.Namespace) -> None:
+    """A config file with settings for the other task only is most likely the wrong file: say so (read already,
+    and valid)."""
+    if args.config is None:
+        return
+    sections = read_config_file(args.config)
+    other = "classification" if args.task == "ranking" else "ranking"
+    if isinstance(sections, dict) and other in sections and args.task not in sections:
+        logger.warning("%s has settings for %s and none for %s: --task %s runs with the built-in %s settings",
+                       args.config, other, args.task, args.task, args.task)
 
 
 def _check_task_options(args: argparse.Namespace) -> None:
