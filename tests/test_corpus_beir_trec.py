@@ -119,6 +119,7 @@ def test_trec_qrels(tmp_path):
     ("q.trec", "301 0 D1 1\n301 0 D2\n",
      r"q\.trec:2: expected 4 fields \(query-id iteration doc-id relevance\), got 3"),
     ("q.trec", "301 0 D1 1\n301 0 D2 high\n", r"q\.trec:2: relevance must be an integer, got 'high'"),
+    ("q.trec", "301 0 D1 1.5\n", r"q\.trec:1: relevance must be an integer, got '1\.5'"),  # not "unknown format"
     ("q.tsv", "query-id\tcorpus-id\tscore\nq1\td1\n", r"q\.tsv:2: expected 3 tab-separated fields"),
     ("q.tsv", "query-id\tcorpus-id\tscore\nq1\td1\tx\n", r"q\.tsv:2: relevance must be an integer, got 'x'"),
     ("q.txt", "just some words\n", r"q\.txt: unknown qrels format \(accepted: a BEIR folder"),
