@@ -148,6 +148,10 @@ def test_tsv_queries(tmp_path):
     path.write_text("1\tfine\nno tab here\n")
     with pytest.raises(InputError, match=r"queries\.tsv:2: expected 'query-id<TAB>text', found no tab"):
         list(read_queries(path))
+    path.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")  # qrels given as queries: "d1\t1" searched
+    with pytest.raises(InputError, match=r"queries\.tsv: its header 'query-id\\tcorpus-id\\tscore' is that of a "
+                                         r"BEIR qrels file, not of queries \(query-id<TAB>text\)$"):
+        list(read_queries(path))
     path.write_text("q1\tcats\nq2\tbirds\nq1\tdogs\n")  # the second q1 would silently replace the first
     with pytest.raises(InputError, match=r"queries\.tsv:3: duplicate query id 'q1' \(first seen on line 1\)"):
         list(read_queries(path))

@@ -79,6 +79,9 @@ def read_tsv_queries(path: Path) -> Iterator[tuple[str, str]]:
         if not tab:
             raise InputError(f"{path}:{lineno}: expected 'query-id<TAB>text', found no tab")
         if lineno == 1 and qid.strip().lower() in TSV_HEADER_IDS:
+            if is_tsv_qrels(line) and "corpus" in line.lower():  # query-id, corpus-id, score
+                raise InputError(f"{path}: its header {line.strip()!r} is that of a BEIR qrels file, not of queries "
+                                 "(query-id<TAB>text)")
             continue
         ids.check(qid.strip(), lineno)
         if not text.strip():
