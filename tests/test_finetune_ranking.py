@@ -201,12 +201,12 @@ def test_config_errors_name_the_bad_value():
     with pytest.raises(GraphDocError, match="lr must be a number"):
         RankingConfig(lr="fast")
     assert RankingConfig(lr="5e-5").lr == 5e-5
-    for settings, message in [({"max_grad_norm": -1.0}, "max_grad_norm must be > 0 or null (no clipping); got -1.0"),
-                              ({"max_grad_norm": 0.0}, "max_grad_norm must be > 0 or null (no clipping); got 0.0"),
-                              ({"lr": float("inf")}, "lr must be positive; got inf"),
-                              ({"weight_decay": -0.1}, "weight_decay must be >= 0; got -0.1"),
-                              ({"negative_depth": 0}, "negative_depth must be at least 1; got 0"),
-                              ({"hard_negatives": -1}, "hard_negatives must be >= 0; got -1"),
+    for settings, message in [({"max_grad_norm": -1.0}, "ranking.max_grad_norm must be > 0 or null (no clipping); got -1.0"),
+                              ({"max_grad_norm": 0.0}, "ranking.max_grad_norm must be > 0 or null (no clipping); got 0.0"),
+                              ({"lr": float("inf")}, "ranking.lr must be positive; got inf"),
+                              ({"weight_decay": -0.1}, "ranking.weight_decay must be >= 0; got -0.1"),
+                              ({"negative_depth": 0}, "ranking.negative_depth must be at least 1; got 0"),
+                              ({"hard_negatives": -1}, "ranking.hard_negatives must be >= 0; got -1"),
                               ({"seed": -5}, "ranking.seed must be in [0, 2147483647]; got -5"),
                               ({"fold_seed": 2 ** 31}, "ranking.fold_seed must be in [0, 2147483647]; got 2147483648")]:
         with pytest.raises(GraphDocError) as info:

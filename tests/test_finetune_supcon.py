@@ -222,4 +222,4 @@ def test_cli_objective_and_temperature_override_the_config(spread_bert, tmp_path
                  "--output", str(tmp_path / "p.jsonl")]) == 0
     assert len((tmp_path / "p.jsonl").read_text().splitlines()) == 12
     assert main([*common, "--output", str(tmp_path / "r2"), "--objective", "supcon", "--temperature", "0"]) == 1
-    assert capsys.readouterr().err.strip() == "graphdoc finetune: error: temperature must be positive; got 0.0"
+    assert capsys.readouterr().err.strip() == "graphdoc finetune: error: classification.temperature must be positive; got 0.0"

@@ -127,9 +127,9 @@ def test_too_few_examples_for_few_shot_is_refused_before_a_model_loads(tmp_path,
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"shots": 0}, "shots must be positive or null; got 0"),
-    ({"repeats": 0}, "repeats must be positive; got 0"),
-    ({"head_lr": float("nan")}, "head_lr must be positive; got nan"),
+    ({"shots": 0}, "classification.shots must be positive or null; got 0"),
+    ({"repeats": 0}, "classification.repeats must be positive; got 0"),
+    ({"head_lr": float("nan")}, "classification.head_lr must be positive; got nan"),
     ({"seed": -1}, "classification.seed must be in [0, 2147483647]; got -1"),  # was NumPy's traceback
     ({"seed": 2 ** 32}, "classification.seed must be in [0, 2147483647]; got 4294967296"),
 ])

@@ -51,24 +51,29 @@ class TrainingConfig:
     seed: int = 42
     section = ""  # the YAML section, naming the keys in errors (a class attribute, not a field)
 
+    def _key(self, name: str) -> str:
+        """A setting's name as errors give it: ``ranking.lr``, as the config file's section holds it."""
+        return f"{self.section}.{name}" if self.section else name
+
     def __post_init__(self) -> None:
         check_types(self, self.section)
         for name in ("lr", "epochs", "batch_size", "max_passages"):
             if not 0 < getattr(self, name) < math.inf:
-                raise GraphDocError(f"{name} must be positive; got {getattr(self, name)!r}")
+                raise GraphDocError(f"{self._key(name)} must be positive; got {getattr(self, name)!r}")
         if not 0.0 <= self.warmup_ratio <= 1.0:
-            raise GraphDocError(f"warmup_ratio must be in [0, 1]; got {self.warmup_ratio!r}")
+            raise GraphDocError(f"{self._key('warmup_ratio')} must be in [0, 1]; got {self.warmup_ratio!r}")
         if not 0.0 <= self.weight_decay < math.inf:
-            raise GraphDocError(f"weight_decay must be >= 0; got {self.weight_decay!r}")
+            raise GraphDocError(f"{self._key('weight_decay')} must be >= 0; got {self.weight_decay!r}")
         if self.max_grad_norm is not None and not 0 < self.max_grad_norm < math.inf:
-            raise GraphDocError(f"max_grad_norm must be > 0 or null (no clipping); got {self.max_grad_norm!r}")
-        _check_seed("seed", self.seed, self.section)
+            raise GraphDocError(f"{self._key('max_grad_norm')} must be > 0 or null (no clipping); "
+                                f"got {self.max_grad_norm!r}")
+        _check_seed(self._key("seed"), self.seed)
 
 
-def _check_seed(name: str, value: int, section: str) -> None:
+def _check_seed(key: str, value: int) -> None:
     """A seed NumPy takes (``np.random.seed``: below 2**32), with room for the few-shot and fold seeds added to it."""
     if not 0 <= value <= MAX_SEED:
-        raise GraphDocError(f"{section + '.' if section else ''}{name} must be in [0, {MAX_SEED}]; got {value!r}")
+        raise GraphDocError(f"{key} must be in [0, {MAX_SEED}]; got {value!r}")
 
 
 @dataclass
@@ -109,19 +114,19 @@ class RankingConfig(TrainingConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_choice("similarity", self.similarity, SIMILARITIES)
-        _check_choice("eval_mode", self.eval_mode, EVAL_MODES)
-        _check_choice("negative_pool", self.negative_pool, NEGATIVE_POOLS)
+        _check_choice(self._key("similarity"), self.similarity, SIMILARITIES)
+        _check_choice(self._key("eval_mode"), self.eval_mode, EVAL_MODES)
+        _check_choice(self._key("negative_pool"), self.negative_pool, NEGATIVE_POOLS)
         if not 0 < self.temperature < math.inf:
-            raise GraphDocError(f"temperature must be positive; got {self.temperature!r}")
+            raise GraphDocError(f"{self._key('temperature')} must be positive; got {self.temperature!r}")
         if self.negative_depth < 1:
-            raise GraphDocError(f"negative_depth must be at least 1; got {self.negative_depth!r}")
+            raise GraphDocError(f"{self._key('negative_depth')} must be at least 1; got {self.negative_depth!r}")
         if self.hard_negatives < 0:
-            raise GraphDocError(f"hard_negatives must be >= 0; got {self.hard_negatives!r}")
-        _check_seed("fold_seed", self.fold_seed, self.section)
+            raise GraphDocError(f"{self._key('hard_negatives')} must be >= 0; got {self.hard_negatives!r}")
+        _check_seed(self._key("fold_seed"), self.fold_seed)
         for name in ("passage_weight", "fusion_alpha", "fold_dev_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise GraphDocError(f"{name} must be in [0, 1]; got {getattr(self, name)!r}")
+                raise GraphDocError(f"{self._key(name)} must be in [0, 1]; got {getattr(self, name)!r}")
 
 
 @dataclass
@@ -154,15 +159,16 @@ class ClassificationConfig(TrainingConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_choice("objective", self.objective, CLASSIFICATION_OBJECTIVES)
-        _check_choice("similarity", self.similarity, SIMILARITIES)
+        _check_choice(self._key("objective"), self.objective, CLASSIFICATION_OBJECTIVES)
+        _check_choice(self._key("similarity"), self.similarity, SIMILARITIES)
         if not self.temperature > 0:
-            raise GraphDocError(f"temperature must be positive; got {self.temperature!r}")
+            raise GraphDocError(f"{self._key('temperature')} must be positive; got {self.temperature!r}")
         if not 0.0 <= self.dropout < 1.0:
-            raise GraphDocError(f"dropout must be in [0, 1); got {self.dropout!r}")
+            raise GraphDocError(f"{self._key('dropout')} must be in [0, 1); got {self.dropout!r}")
         for name, value in (("shots", self.shots), ("repeats", self.repeats), ("head_lr", self.head_lr)):
             if value is not None and not 0 < value < math.inf:
-                raise GraphDocError(f"{name} must be positive{' or null' if name == 'shots' else ''}; got {value!r}")
+                raise GraphDocError(f"{self._key(name)} must be positive{' or null' if name == 'shots' else ''}; "
+                                    f"got {value!r}")
 
 
 @dataclass
