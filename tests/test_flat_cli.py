@@ -170,6 +170,18 @@ def test_index_records_the_flat_backbone_and_search_loads_it(flat_index: Path, t
     assert next(iter(run)) in lines[0] and any(line.startswith("  3. ") for line in lines)
 
 
+def test_a_flat_index_explains_hits_without_attention(flat_index: Path, capsys) -> None:
+    # a flat model has no graph attention: no passage_attention.npy (it held a uniform 1/n stand-in)
+    assert not (flat_index / "final" / "passage_attention.npy").exists()
+    assert not any((flat_index / "shards").glob("*/passage_attention.npy"))
+    capsys.readouterr()
+    assert cli("search", "--index-dir", flat_index, "--mode", "dense", "-k", "2", "graph attention network",
+               "--explain", "2", "--json") == 0
+    hits = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    passages = [p for hit in hits for p in hit["explanation"]]
+    assert passages and all(p["attention"] is None for p in passages)
+
+
 def test_an_index_refuses_the_other_backbone(flat_index: Path, tiny_bert: Path, corpus: Path, tmp_path: Path,
                                              capsys) -> None:
     """Same chunker and pooling: the first difference is the backbone, named as ``graph.graph_type``."""

@@ -347,6 +347,10 @@ def _encode_shard(model, docs: list, index_dir: Path, manifest: Manifest, settin
                   batch_size: int, bar) -> None:
     doc_vectors, passage_vectors, attention, ptr, records = [], [], [], [0], []
     keep = manifest.store_passages  # the index's own setting: an added corpus cannot change it
+    from graphdoc.serialization import GRAPH, backbone_of
+
+    # a flat model has no graph attention: its explanations carry attention null, not a uniform stand-in
+    keep_attention = keep and backbone_of(model) == GRAPH
     for out in model.iter_forward(docs, batch_size=batch_size, return_attention_weights=keep):
         bar.update(len(out.documents))
         doc_vectors.append(out.document_embeddings.float().cpu().numpy())
@@ -354,14 +358,15 @@ def _encode_shard(model, docs: list, index_dir: Path, manifest: Manifest, settin
             if keep:
                 vectors = out.passage_embeddings(i).float().cpu().numpy()
                 passage_vectors.append(vectors)
-                attention.append(out.document_attention(i).float().cpu().numpy())
+                if keep_attention:
+                    attention.append(out.document_attention(i).float().cpu().numpy())
                 ptr.append(ptr[-1] + len(vectors))
             records.append(docstore.record(prepared.document, prepared.passages))
     name = f"{len(manifest.shards):05d}"
     empty = np.zeros((0, model.dimension), np.float32)
     write_shard(index_dir / "shards" / name, records, np.concatenate(doc_vectors),
                 np.concatenate(passage_vectors) if keep else empty, np.asarray(ptr, dtype=np.int64),
-                np.concatenate(attention) if keep else None)
+                np.concatenate(attention) if keep_attention else None)
     manifest.shards.append(name)
 
 
