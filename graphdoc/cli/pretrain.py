@@ -37,7 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--objective", choices=OBJECTIVES, default=None,
                         help="graph: half, ict, docsplit; flat: docsplit, simcse, crop (overrides the config)")
     parser.add_argument("--frozen-encoder", action=argparse.BooleanOptionalAction, default=None,
-                        help="train the graph layers only, over cached passage vectors (overrides the config)")
+                        help="train the graph layers only, over cached passage vectors (overrides the config; "
+                             "without --config the encoder trains too)")
     parser.add_argument("--max-steps", type=int, default=None, metavar="N", help="overrides the config")
     parser.add_argument("--max-seconds", type=float, default=None, metavar="S",
                         help="stop once the training loop has run S seconds (overrides the config)")
