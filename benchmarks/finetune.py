@@ -192,7 +192,7 @@ def scores(trainer, qrels: dict, alpha_qrels: dict | None = None) -> dict:
     rows = {"dense": evaluate(out["dense"], qrels, MEASURES), "hybrid a=0.6": evaluate(out["hybrid"], qrels, MEASURES)}
     if alpha_qrels:
         parts = trainer.rank(sorted(alpha_qrels))["components"]
-        alpha, _ = choose_alpha(parts, alpha_qrels, "zscore", "nDCG@10")
+        alpha, _ = choose_alpha(parts, alpha_qrels, "zscore", "nDCG@10", prefer=0.6)  # ties: nearest 0.6
         run = out["components"].hybrid(FusionConfig(alpha=alpha, normalization="zscore"))
         rows[f"hybrid a={alpha} (tuned on dev)"] = evaluate(run, qrels, MEASURES)
     return rows

@@ -320,3 +320,19 @@ def test_a_fold_holds_out_at_least_one_dev_query_when_asked_to():
     assert split_off(qrels, 0.0, seed=0) == (qrels, {})
     assert split_off({"q0": {"d": 1}}, 0.5, seed=0) == ({"q0": {"d": 1}}, {})  # nothing would be left to train on
     assert len(split_off({f"q{i}": {"d": 1} for i in range(30)}, 0.1, seed=0)[1]) == 3
+
+
+def test_k_fold_alpha_ties_go_to_the_configured_alpha_not_to_bm25_alone():
+    from graphdoc.finetune.crossval import choose_alpha
+    from graphdoc.finetune.retriever import ComponentRuns
+
+    # both sides rank the relevant document first: every alpha scores nDCG@10 1.0
+    dense = {"q1": {"d1": 0.9, "d2": 0.1}, "q2": {"d3": 0.8, "d1": 0.2}}
+    sparse = {"q1": {"d1": 5.0, "d2": 1.0}, "q2": {"d3": 4.0, "d1": 0.5}}
+    parts = ComponentRuns(dense, dense, sparse)
+    qrels = {"q1": {"d1": 1}, "q2": {"d3": 1}}
+    assert choose_alpha(parts, qrels, "zscore", "nDCG@10", prefer=0.6) == (0.6, 1.0)  # was 0.0, the first
+    assert choose_alpha(parts, qrels, "zscore", "nDCG@10", prefer=0.65)[0] == 0.6  # nearest, first of two
+    # a real difference still decides: the dense side ranks q2's document last
+    dense["q2"] = {"d3": 0.1, "d1": 0.9}
+    assert choose_alpha(ComponentRuns(dense, dense, sparse), qrels, "zscore", "nDCG@10", prefer=0.6)[0] < 0.5

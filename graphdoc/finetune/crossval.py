@@ -30,23 +30,24 @@ from graphdoc.finetune.retriever import ComponentRuns
 from graphdoc.retrieval.evaluation import evaluate, evaluate_per_query
 from graphdoc.retrieval.fusion import FusionConfig
 from graphdoc.retrieval.trec import write_run
-from graphdoc.retrieval.tuning import DEFAULT_ALPHAS, assign_folds
+from graphdoc.retrieval.tuning import DEFAULT_ALPHAS, assign_folds, best_alpha
 from graphdoc.serialization import save_search_defaults
 
 Qrels = Mapping[str, Mapping[str, int]]
 logger = logging.getLogger(__name__)
 
 
-def choose_alpha(parts: ComponentRuns, qrels: Qrels, normalization: str, measure: str,
+def choose_alpha(parts: ComponentRuns, qrels: Qrels, normalization: str, measure: str, prefer: float,
                  alphas: Sequence[float] = DEFAULT_ALPHAS) -> tuple[float, float]:
-    """The alpha with the best mean ``measure`` over ``qrels``' queries (first wins ties), and that mean."""
-    means = []
+    """The alpha with the best mean ``measure`` over ``qrels``' queries, and that mean; of alphas that tie, the
+    one nearest ``prefer`` (the configured ``fusion_alpha``), as ``graphdoc tune-fusion`` chooses, not 0.0
+    (BM25 alone) for coming first."""
+    per_query = []
     for alpha in alphas:
         run = parts.hybrid(FusionConfig(alpha=alpha, normalization=normalization))
-        scores = evaluate_per_query(run, qrels, [measure])
-        means.append(float(np.mean([v[measure] for v in scores.values()])))
-    best = int(np.argmax(means))
-    return float(alphas[best]), means[best]
+        per_query.append({q: v[measure] for q, v in evaluate_per_query(run, qrels, [measure]).items()})
+    best, mean = best_alpha(list(alphas), per_query, sorted(per_query[0]), prefer)
+    return float(alphas[best]), mean
 
 
 def split_off(qrels: Qrels, fraction: float, seed: int) -> tuple[dict, dict]:
@@ -78,7 +79,7 @@ def cross_validate(model, config: RankingConfig, data: RankingData, qrels: Qrels
             trainer.model.load_state_dict(type(model).from_pretrained(output / f"fold-{f}" / "model").state_dict())
         name = str(config.eval_measure)
         alpha, train_score = choose_alpha(trainer.rank(sorted(dev or fit), k)["components"], dev or fit,
-                                          config.fusion_normalization, name)
+                                          config.fusion_normalization, name, config.fusion_alpha)
         # the fold's model is searched with the alpha its test queries were scored with
         trainer.model.search_defaults["fusion"]["alpha"] = alpha
         save_search_defaults(output / f"fold-{f}" / "model", trainer.model.search_defaults)

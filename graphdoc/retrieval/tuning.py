@@ -78,7 +78,7 @@ def assign_folds(query_ids: Sequence[str], folds: int, seed: int = 0) -> list[li
     return [sorted(qids[i] for i in order[f::folds]) for f in range(folds)]
 
 
-def _best(alphas: Sequence[float], per_query: list[dict[str, float]], qids: Sequence[str],
+def best_alpha(alphas: Sequence[float], per_query: list[dict[str, float]], qids: Sequence[str],
           prefer: float) -> tuple[int, float]:
     """Index of the alpha with the highest mean over `qids`, and that mean.
 
@@ -137,11 +137,11 @@ def tune_alpha(
     fold_results, chosen = [], {}  # chosen[qid]: index of the alpha applied to that query
     for f, test in enumerate(groups):
         train = [q for g, group in enumerate(groups) if g != f for q in group]
-        best, train_score = _best(alphas, per_query, train, prefer)
+        best, train_score = best_alpha(alphas, per_query, train, prefer)
         test_score = float(np.mean([per_query[best][q] for q in test]))
         fold_results.append(FoldResult(f, alphas[best], train_score, test_score, test))
         chosen.update(dict.fromkeys(test, best))
-    best_all, _ = _best(alphas, per_query, qids, prefer)
+    best_all, _ = best_alpha(alphas, per_query, qids, prefer)
     return TuningResult(
         alpha=alphas[best_all],
         measure=name,
