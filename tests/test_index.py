@@ -388,6 +388,22 @@ def test_indexing_a_corpus_into_the_merge_of_its_parts_adds_nothing(built, model
     assert caplog.messages.count(f"{corpus} (part 2/2) is already in the index") == 1
 
 
+def test_parts_indexed_at_different_paths_merge_as_one_corpus(built, model, tmp_path, monkeypatch, caplog) -> None:
+    corpus = built.parent / "corpus.jsonl"
+    for part in ("1/2", "2/2"):  # one machine each, the corpus copied to a folder of its own on each
+        (tmp_path / f"machine{part[0]}").mkdir()
+        copy = shutil.copy(corpus, tmp_path / f"machine{part[0]}" / "corpus.jsonl")
+        build_index(model, str(copy), tmp_path / part.replace("/", "of"), IndexSettings(shard_size=3), part=part)
+    merged = tmp_path / "merged"
+    with caplog.at_level(logging.INFO, logger="graphdoc"):
+        merge_indexes(merged, [tmp_path / "1of2", tmp_path / "2of2"])
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # no "without its part 2/2"
+    first = str((tmp_path / "machine1" / "corpus.jsonl").resolve())
+    assert [(s["corpus"], s["part"]) for s in manifest_json(merged)["sources"]] == [(first, "1/2"), (first, "2/2")]
+    monkeypatch.setattr(progress, "read_corpus", lambda *a, **k: pytest.fail("the corpus was read again"))
+    assert build_index(model, first, merged).counts["documents"] == 10  # whole: nothing to add
+
+
 @pytest.mark.parametrize("parts, whole", [
     ({"1/1": True}, ["1/1"]),
     ({"1/2": True}, []),

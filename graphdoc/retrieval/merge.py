@@ -38,7 +38,7 @@ def merge_indexes(output: str | Path, parts: Sequence[str | Path], on_duplicate:
         raise GraphDocError("name at least one index part to merge")
     _check_output(output)
     parts = _distinct(parts)
-    manifests = [Manifest.load(p) for p in parts]
+    manifests = _one_corpus_at_two_paths([Manifest.load(p) for p in parts])
     _check_compatible(parts, manifests)
     for path, manifest in zip(parts, manifests):
         for name in manifest.shards:
@@ -70,6 +70,31 @@ def _distinct(parts: Sequence[str | Path]) -> list[Path]:
             raise GraphDocError(f"{part} is named twice{also}")
         seen[resolved] = part
     return list(seen.values())
+
+
+def _one_corpus_at_two_paths(manifests: list[Manifest]) -> list[Manifest]:
+    """The manifests with the parts of one split corpus that were indexed at different paths (one machine each,
+    as ``--shard`` is for) under the first part's path and state: a file of the same name, size and document
+    count whose other parts they are. A corpus is known by its resolved path, so they would otherwise look like
+    two corpora, each with parts missing."""
+    groups: dict[tuple, tuple[SourceProgress, set[int]]] = {}  # signature -> (first part's source, parts held)
+    renamed = []
+    for manifest in manifests:
+        sources = []
+        for source in manifest.sources:
+            if source.state is not None and split_of(source.part) > 1:
+                signature = (Path(source.corpus).name, tuple(source.state[:2]), split_of(source.part),
+                             source.documents_read)
+                first, held = groups.setdefault(signature, (source, set()))
+                number = part_number(source.part)
+                if first.corpus != source.corpus and number not in held:
+                    logger.info("%s part %s is taken as part of %s: same file name, size and document count, "
+                                "indexed at another path", source.corpus, source.part, first.corpus)
+                    source = replace(source, corpus=first.corpus, state=first.state)
+                held.add(number)
+            sources.append(source)
+        renamed.append(replace(manifest, sources=sources))
+    return renamed
 
 
 def _check_compatible(parts: list[Path], manifests: list[Manifest]) -> None:
