@@ -104,6 +104,24 @@ def test_version(capsys) -> None:
     assert capsys.readouterr().out.strip() == f"graphdoc {__version__}"
 
 
+def test_the_parser_loads_no_torch_and_ctrl_c_before_a_command_is_one_line(capsys, monkeypatch) -> None:
+    import subprocess
+    import sys
+
+    code = "import sys; from graphdoc.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"  # --version and --help start at once: torch is for the commands
+
+    import graphdoc.cli as cli_module
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_module, "build_parser", interrupted)
+    assert main(["merge", "--index-dir", "x", "a"]) == 130
+    assert capsys.readouterr().err == "graphdoc: interrupted\n"
+
+
 # ------------------------------------------------------------------ user errors: exit 1, one line on stderr
 def test_missing_corpus(tiny_bert: Path, tmp_path: Path, capsys) -> None:
     missing = tmp_path / "nope.jsonl"

@@ -94,8 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI in-process; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:  # Ctrl-C before the command started
+        print("graphdoc: interrupted", file=sys.stderr)
+        return 130
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2

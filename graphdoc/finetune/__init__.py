@@ -21,7 +21,6 @@ from typing import Any
 from graphdoc.config import check_precision
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import check_output_folder
-from graphdoc.finetune.classifier import DocumentClassifier
 from graphdoc.finetune.config import (
     ClassificationConfig,
     FinetuneSetup,
@@ -36,6 +35,21 @@ __all__ = ["ClassificationConfig", "DocumentClassifier", "FinetuneSetup", "Ranki
            "read_predictions"]
 
 logger = logging.getLogger(__name__)
+
+# the classifier imports torch and the model: loaded on first use (the CLI's parser reads the configs' defaults)
+_LAZY = {"DocumentClassifier": "graphdoc.finetune.classifier"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'graphdoc.finetune' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def load_start_model(model: Any = None, model_config=None, device: str | None = None, backbone: str | None = None,
@@ -201,6 +215,7 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
         prepare_inputs,
         read_labelled,
     )
+    from graphdoc.finetune.classifier import DocumentClassifier
     from graphdoc.finetune.fewshot import few_shot
     from graphdoc.finetune.inputs import open_cache
     from graphdoc.finetune.loop import (

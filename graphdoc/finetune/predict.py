@@ -14,7 +14,6 @@ from pathlib import Path
 from graphdoc.corpus import ReadStats, read_corpus
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
-from graphdoc.finetune.classifier import DocumentClassifier
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +31,8 @@ def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch
     if batch_size < 1 or (max_passages is not None and max_passages < 1):
         raise GraphDocError(f"batch_size and max_passages must be at least 1; got {batch_size}, {max_passages}")
     check_output(model_dir, output, source=source)
+    from graphdoc.finetune.classifier import DocumentClassifier  # (torch: not at import, which the CLI's parser does)
+
     classifier = DocumentClassifier.from_pretrained(model_dir, device=device)
     stats = ReadStats(log_skipped=False)  # reported below, once, as a warning
     docs = list(read_corpus(source, stats=stats))
