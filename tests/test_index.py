@@ -183,6 +183,31 @@ def test_build_resumes_after_a_crash_and_removes_unlisted_shards(model, tmp_path
     assert_vectors_match(index, model, docs)
 
 
+def test_adding_another_corpus_warns_of_one_left_half_read(model, tmp_path, monkeypatch, caplog) -> None:
+    first = write_jsonl(tmp_path / "first.jsonl", make_docs(7))
+    second = write_jsonl(tmp_path / "second.jsonl", [dict(d, _id=f"s{d['_id']}") for d in make_docs(2)])
+    index = tmp_path / "index"
+    encode_shard = builder._encode_shard
+
+    def crash_on_second_shard(*args, **kwargs):
+        encode_shard(*args, **kwargs)
+        if len(list((index / "shards").iterdir())) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(builder, "_encode_shard", crash_on_second_shard)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(model, str(first), index, IndexSettings(shard_size=3))
+    monkeypatch.setattr(builder, "_encode_shard", encode_shard)
+    with caplog.at_level(logging.WARNING, logger="graphdoc"):
+        build_index(model, str(second), index)  # finalised with 3 of first's 7 documents: say so
+    assert caplog.messages == [f"{first.resolve()} part 1/1 is only partly in the index (3 documents read): rerun "
+                               "its build to add the rest"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="graphdoc"):
+        build_index(model, str(first), index)  # its rerun completes it
+    assert caplog.messages == [] and len(doc_ids(index)) == 9
+
+
 def _start_cli_index(corpus: Path, index: Path, model_dir: Path, cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-m", "graphdoc", "-q", "index", "--corpus", str(corpus), "--index-dir", str(index),

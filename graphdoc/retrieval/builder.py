@@ -235,6 +235,10 @@ def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, setting
             manifest.finalized = False
         if not manifest.finalized:
             _finalize(index_dir, manifest, part, show_progress_bar)
+        for other in manifest.sources:  # e.g. a run adding it was interrupted, and another corpus came next
+            if not other.complete and other is not source:
+                logger.warning("%s part %s is only partly in the index (%d documents read): rerun its build to "
+                               "add the rest", other.corpus, other.part, other.documents_read)
     return manifest
 
 
