@@ -413,6 +413,13 @@ def test_indexing_a_corpus_into_the_merge_of_its_parts_adds_nothing(built, model
     assert caplog.messages.count(f"{corpus} (part 2/2) is already in the index") == 1
 
 
+def test_a_part_is_kept_as_i_slash_n_however_it_was_typed(built, model, tmp_path) -> None:
+    corpus = str(built.parent / "corpus.jsonl")
+    build_index(model, corpus, tmp_path / "a", IndexSettings(shard_size=3), part=" 01/2")
+    assert [s["part"] for s in manifest_json(tmp_path / "a")["sources"]] == ["1/2"]
+    assert build_index(model, corpus, tmp_path / "a", part="1/2").counts["documents"] == 5  # the same part: done
+
+
 def test_parts_indexed_at_different_paths_merge_as_one_corpus(built, model, tmp_path, monkeypatch, caplog) -> None:
     corpus = built.parent / "corpus.jsonl"
     for part in ("1/2", "2/2"):  # one machine each, the corpus copied to a folder of its own on each

@@ -202,6 +202,7 @@ def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, setting
     check_count("batch_size", batch_size)
     index_dir = Path(index_dir)
     part_no, parts = parse_part(part)
+    part = f"{part_no + 1}/{parts}"  # as the manifest keeps it: " 1/2" and "01/2" are 1/2
     _check_index_folder(index_dir)
     check_outside_corpus(corpus, index_dir, "the index folder", "the index's files")
     if isinstance(model, (str, os.PathLike)):
