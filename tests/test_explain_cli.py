@@ -108,6 +108,9 @@ def test_compare_ids_of_a_corpus_prints_a_summary(model_dir, corpus, capsys) -> 
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("document similarity: ") and "most similar passage pairs:" in out
     assert out[-2].startswith("     A: ") and out[-1].startswith("     B: ")
+    assert cli("compare", "d0", "d2", "--corpus", corpus, "--model", model_dir, "--top", "0") == 0
+    out = capsys.readouterr().out.splitlines()  # no pairs asked for: no heading over an empty list
+    assert "most similar passage pairs:" not in out and out[-1].startswith("  B")
 
 
 def test_compare_reads_a_markdown_suffix_as_markdown(model_dir, tmp_path, capsys) -> None:

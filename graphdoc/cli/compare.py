@@ -133,7 +133,8 @@ def summary(comparison, width: int = 18) -> str:
     for label, row in zip(secs_a, comparison.section_similarity):
         lines.append(f"  {label[:width]:<{width}}" + " ".join(f"{v:>8.3f}" for v in row))
     lines += [f"  B{j}: {label}" for j, label in enumerate(secs_b, start=1)]  # whole titles: columns are narrow
-    lines.append("most similar passage pairs:")
+    if comparison.pairs:  # (--top 0 asks for none)
+        lines.append("most similar passage pairs:")
     for rank, pair in enumerate(comparison.pairs, start=1):
         a, b = comparison.passages[0][pair.a], comparison.passages[1][pair.b]
         lines.append(f"  {rank}. {pair.score:.4f}  A p{a.index} chars {a.start}-{a.end}  |  "
