@@ -146,6 +146,22 @@ def test_openwebtext_streams_with_running_ids(fake_datasets):
     assert fake_datasets == [("Skylion007/openwebtext", "train", True)]
 
 
+def test_openwebtext_reads_the_parquet_export_where_datasets_runs_no_loading_script(monkeypatch):
+    calls = []
+
+    def load_dataset(path: str, split: str, streaming: bool, revision: str | None = None):
+        calls.append(revision)
+        if revision is None:  # datasets >= 4 over a repository that still holds openwebtext.py
+            raise RuntimeError("Dataset scripts are no longer supported, but found openwebtext.py")
+        return iter([{"text": "a page"}])
+
+    module = types.ModuleType("datasets")
+    module.load_dataset = load_dataset
+    monkeypatch.setitem(sys.modules, "datasets", module)
+    assert [(d.id, d.text) for d in read_corpus("openwebtext")] == [("0", "a page")]
+    assert calls == [None, "refs/convert/parquet"]
+
+
 @pytest.mark.parametrize("name, package", [("robust04", "ir_datasets"), ("openwebtext", "datasets")])
 def test_missing_package_is_one_line(monkeypatch, name, package):
     monkeypatch.setitem(sys.modules, package, None)  # makes `import package` fail

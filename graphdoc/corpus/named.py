@@ -182,6 +182,11 @@ class IrDatasetsCorpus:
         return qrels
 
 
+#: the branch where the Hugging Face hub keeps a dataset converted to Parquet (for a repository that still holds a
+#: loading script, which ``datasets`` 4 and later refuse to run)
+PARQUET_EXPORT = "refs/convert/parquet"
+
+
 @dataclass(frozen=True)
 class HuggingFaceCorpus:
     """A documents-only corpus streamed with Hugging Face ``datasets``; ids are running indices."""
@@ -197,7 +202,13 @@ class HuggingFaceCorpus:
         datasets = import_package(self.package, self.name)
 
         def produce() -> Iterator[Document]:
-            stream = datasets.load_dataset(self.hub_id, split="train", streaming=True)
+            try:
+                stream = datasets.load_dataset(self.hub_id, split="train", streaming=True)
+            except RuntimeError as exc:  # datasets >= 4 runs no loading script: read the hub's Parquet export
+                if "scripts are no longer supported" not in str(exc):
+                    raise
+                stream = datasets.load_dataset(self.hub_id, split="train", streaming=True,
+                                               revision=PARQUET_EXPORT)
             for index, record in enumerate(stream):
                 yield Document(id=str(index), text=record.get(self.text_field) or "")
 
