@@ -29,6 +29,7 @@ from graphdoc.finetune.config import (
     load_finetune_setup,
 )
 from graphdoc.finetune.predict import predict, read_predictions
+from graphdoc.lazy import lazy_names
 
 __all__ = ["ClassificationConfig", "DocumentClassifier", "FinetuneSetup", "RankingConfig", "TrainingConfig",
            "finetune_classification", "finetune_ranking", "load_finetune_setup", "load_start_model", "predict",
@@ -39,17 +40,7 @@ logger = logging.getLogger(__name__)
 # the classifier imports torch and the model: loaded on first use (the CLI's parser reads the configs' defaults)
 _LAZY = {"DocumentClassifier": "graphdoc.finetune.classifier"}
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'graphdoc.finetune' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 def load_start_model(model: Any = None, model_config=None, device: str | None = None, backbone: str | None = None,

@@ -26,24 +26,14 @@ from graphdoc.retrieval.runs import (
 )
 from graphdoc.retrieval.trec import read_run, write_run
 from graphdoc.retrieval.tuning import TuningResult, tune_alpha
+from graphdoc.lazy import lazy_names
 
 # the index and searcher import FAISS and the model: loaded on first use
 _LAZY = {"Searcher": "graphdoc.retrieval.searcher", "Hit": "graphdoc.retrieval.searcher",
          "build_index": "graphdoc.retrieval.builder", "IndexSettings": "graphdoc.retrieval.builder",
          "merge_indexes": "graphdoc.retrieval.merge"}
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'graphdoc.retrieval' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    """The lazy names too, for ``dir()`` and tab completion."""
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 __all__ = [
