@@ -68,6 +68,9 @@ def test_rrf_leaves_documents_bm25_did_not_match_out_of_the_bm25_ranking():
     assert fused == {"m": 1 / 62 + 1 / 61, "z": 1 / 61, "a": 1 / 63}  # not "a" ranked 2nd in BM25 by its name
     renamed = fuse({"a": 0.9, "m": 0.8, "z": 0.1}, {"a": 0.0, "m": 2.5, "z": 0.0}, FusionConfig(method="rrf"))
     assert list(renamed.values()) == list(fused.values())  # the same ranking whatever the documents are called
+    # rank_bm25's idf floor can make every match negative in a small corpus: a negative score is still a match
+    assert fuse({"a": 0.2, "b": 0.1}, {"a": -0.03, "b": -0.05}, FusionConfig(method="rrf", rrf_k=60)) == \
+        {"a": 2 / 61, "b": 2 / 62}
 
 
 def test_fuse_dispatch_and_config():

@@ -137,9 +137,11 @@ FUSERS: dict[str, Callable[[Mapping[str, float], Mapping[str, float], FusionConf
 
 
 def matched(sparse: Mapping[str, float]) -> dict[str, float]:
-    """The documents a sparse retriever (BM25) matched: a score of 0 shares no term with the query, so it is
-    no rank of that retriever (ranked among the other zeros, by doc id, it would be a rank by name)."""
-    return {doc: score for doc, score in sparse.items() if score > 0}
+    """The documents a sparse retriever (BM25) matched: a score of exactly 0 shares no term with the query, so it
+    is no rank of that retriever (ranked among the other zeros, by doc id, it would be a rank by name). A negative
+    score (rank_bm25's idf floor in a small corpus) is a match. bm25l and bm25+ give every document a score above
+    0, so nothing is left out for them."""
+    return {doc: score for doc, score in sparse.items() if score != 0}
 
 
 #: The hybrid setting an index starts with (tuned on SciFact test and QMSum val with the default
