@@ -24,17 +24,23 @@ def short_float(value: float) -> str:
 
 @contextlib.contextmanager
 def no_transformers_bar() -> Iterator[None]:
-    """Leave out transformers' own "Loading weights" bar while a checkpoint loads (a model load is graphdoc's
-    step, not a progress report the user asked for); the caller's setting comes back afterwards."""
+    """Leave out transformers' own "Loading weights" and "Writing model shards" bars while a checkpoint loads or
+    saves (graphdoc's step, not a progress report the user asked for); the Hugging Face hub's download bars stay
+    as they were, and the caller's settings come back afterwards."""
+    from huggingface_hub import utils as hub_utils
     from transformers.utils import logging as hf_logging
 
-    enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
+    enabled, hub_enabled = hf_logging.is_progress_bar_enabled(), not hub_utils.are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()  # (which turns the hub's download bars off too)
+    if hub_enabled:  # a first download from the hub still shows its progress
+        hub_utils.enable_progress_bars()
     try:
         yield
     finally:
         if enabled:
             hf_logging.enable_progress_bar()
+        if not hub_enabled:  # each as the caller had it
+            hub_utils.disable_progress_bars()
 
 
 class LineWriter:

@@ -95,10 +95,16 @@ def test_loading_and_saving_a_model_show_no_transformers_bar_and_keep_the_settin
     try:
         GraphDocEncoder.from_pretrained(str(tiny_bert)).save_pretrained(tmp_path / "saved")  # nor "Writing model shards"
         assert hf_logging.is_progress_bar_enabled()  # the user's setting comes back
+        from huggingface_hub import utils as hub_utils
+
+        with progress.no_transformers_bar():
+            assert not hf_logging.is_progress_bar_enabled()
+            assert not hub_utils.are_progress_bars_disabled()  # a download from the hub still shows its bar
         hf_logging.disable_progress_bar()
         with progress.no_transformers_bar():
             pass
         assert not hf_logging.is_progress_bar_enabled()  # and a disabled bar stays disabled
+        assert hub_utils.are_progress_bars_disabled()
     finally:
         (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
     err = capfd.readouterr().err
