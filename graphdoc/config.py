@@ -251,7 +251,8 @@ def read_config_file(path: str | Path) -> Any:
         import yaml
 
         try:
-            return yaml.load(text, Loader=_strict_yaml_loader()) or {}
+            _check_no_duplicate_keys(text)
+            return yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
             raise GraphDocError(f"{path}: invalid YAML ({str(exc).splitlines()[0]})") from None
     try:
@@ -276,32 +277,32 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return data
 
 
-def _strict_yaml_loader():
-    """PyYAML's safe loader, refusing a key given twice in one mapping (it would keep the last silently)."""
+def _check_no_duplicate_keys(text: str) -> None:
+    """Refuse a key given twice in one YAML mapping (PyYAML keeps the last silently). Read from the composed
+    node tree, before merge keys (``<<: *anchor``, whose keys a mapping may override) are flattened into it."""
     import yaml
 
-    class StrictLoader(yaml.SafeLoader):
-        pass
-
-    def mapping(loader, node, deep=False):
-        lines: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *anchor": its keys may be overridden, as YAML says
-                continue
-            key = loader.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
-            try:
-                first = lines.setdefault(key, line)
-            except TypeError:  # an unhashable key: the safe loader's own error says so
-                break
-            if first != line:
-                raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice, on lines "
-                                                        f"{first} and {line} (the last would win silently)",
-                                                        key_node.start_mark)
-        return loader.construct_mapping(node, deep=deep)
-
-    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
-    return StrictLoader
+    stack, seen = [yaml.compose(text, Loader=yaml.SafeLoader)], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:  # (an alias is the anchored node again)
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            lines: dict[tuple[str, str], int] = {}
+            for key, value in node.value:
+                stack += [key, value]
+                if key.tag == "tag:yaml.org,2002:merge" or not isinstance(key, yaml.ScalarNode):
+                    continue
+                line = key.start_mark.line + 1
+                first = lines.get((key.tag, key.value))
+                if first is not None:
+                    where = f"line {line}" if first == line else f"lines {first} and {line}"
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {key.value!r} is given twice, on "
+                                                            f"{where} (the last would win silently)", key.start_mark)
+                lines[(key.tag, key.value)] = line
+        elif isinstance(node, yaml.SequenceNode):
+            stack += node.value
 
 
 def load_config_file(path: str | Path, cls: type[T] = ModelConfig) -> T:
