@@ -172,6 +172,9 @@ def test_an_output_inside_a_text_folder_corpus_is_refused(tiny_bert: Path, tmp_p
     assert error_line(capsys) == (f"graphdoc embed: error: --output's ids file {folder / 'emb.ids.txt'} is inside the "
                                   f"corpus folder {folder}: it would be read as documents")
     assert sorted(p.name for p in folder.iterdir()) == ["a.md"]
+    assert embed(folder, folder / ".cache" / "emb.npy", tiny_bert) == 0  # a hidden folder is not read
+    assert embed(folder, tmp_path / "again.npy", tiny_bert) == 0
+    assert (tmp_path / "again.ids.txt").read_text(encoding="utf-8") == "a\n"
     beir = tmp_path / "beir"  # a BEIR folder reads its corpus file only: an output beside it is fine
     beir.mkdir()
     write_jsonl(beir / "corpus.jsonl", DOCS)

@@ -51,7 +51,9 @@ def check_outside_corpus(source, path: Source | None, flag: str, written: str) -
     if path is None or not isinstance(source, (str, os.PathLike)) or not os.path.isdir(source) \
             or beir.is_beir_folder(Path(source)):
         return
-    if Path(path).resolve().is_relative_to(Path(source).resolve()):
+    inside, folder = Path(path).resolve(), Path(source).resolve()
+    if inside.is_relative_to(folder) and not any(part.startswith(".") for part in inside.relative_to(folder).parts):
+        # (a hidden file or folder, such as docs/.graphdoc-index, is not read as documents)
         raise InputError(f"{flag} {path} is inside the corpus folder {source}: {written} would be read as "
                          "documents")
 
