@@ -260,7 +260,7 @@ def test_ivf_index_is_trained_on_the_corpus_and_scores_exactly(model, corpus, ex
 def test_nprobe_default_and_the_search_option(model, corpus, tmp_path, capsys) -> None:
     from graphdoc.retrieval.dense import default_nprobe
 
-    assert [default_nprobe(n) for n in (1, 8, 16, 64, 1024, 65536)] == [1, 8, 16, 16, 128, 8192]
+    assert [default_nprobe(n) for n in (1, 8, 16, 64, 1024, 4096, 65536)] == [1, 8, 16, 16, 128, 256, 256]
     build_index(model, str(corpus), tmp_path / "flat")
     capsys.readouterr()
     assert cli("search", "--index-dir", tmp_path / "flat", "zebra", "--nprobe", 4) == 1
@@ -268,6 +268,8 @@ def test_nprobe_default_and_the_search_option(model, corpus, tmp_path, capsys) -
                                             f"{tmp_path / 'flat'} is 'Flat'")
     assert cli("search", "--index-dir", tmp_path / "flat", "zebra", "--nprobe", 0) == 1
     assert error_line(capsys, "search") == "graphdoc search: error: --nprobe must be at least 1; got 0"
+    assert cli("search", "--index-dir", tmp_path / "flat", "zebra", "--mode", "bm25", "--nprobe", 4) == 1
+    assert error_line(capsys, "search") == "graphdoc search: error: --nprobe is not used with --mode bm25"
 
 
 def test_ip_metric_keeps_raw_vectors(model, docs, corpus, tmp_path) -> None:

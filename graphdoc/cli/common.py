@@ -44,7 +44,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, batches: bool = True) -
 
 def add_nprobe_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nprobe", type=int, default=None, metavar="N",
-                        help="an IVF index's lists each search visits (default: an eighth of them, at least 16); "
+                        help="an IVF index's lists each search visits (default: an eighth of them, 16 to 256); "
                              "more: higher recall, slower")
 
 

@@ -110,7 +110,7 @@ def _check_options(args: argparse.Namespace) -> None:
     unused = ((("--fusion", args.fusion), ("--alpha", args.alpha), ("--normalization", args.normalization))
               if args.mode != "hybrid" else ())
     if args.mode == "bm25" and args.explain is None:  # --explain encodes the query even then
-        unused += (("--model", args.model), ("--device", args.device))
+        unused += (("--model", args.model), ("--device", args.device), ("--nprobe", args.nprobe))
     for flag, value in unused:
         if value is not None:
             raise GraphDocError(f"{flag} is not used with --mode {args.mode}")

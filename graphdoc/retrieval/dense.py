@@ -67,10 +67,15 @@ def training_minimum(factory: str, dimension: int) -> int:
     return need
 
 
+#: the most IVF lists a search visits by default (FAISS's GPU indexes take at most 2,048)
+MAX_DEFAULT_NPROBE = 256
+
+
 def default_nprobe(nlist: int) -> int:
-    """The IVF lists a search visits unless told otherwise: an eighth of them, and at least 16 (all of them
-    when there are no more), so a small index is searched exactly and a large one at high recall."""
-    return min(nlist, max(16, nlist // 8))
+    """The IVF lists a search visits unless told otherwise: an eighth of them, at least 16 (all of them when
+    there are no more) and at most :data:`MAX_DEFAULT_NPROBE`, so a small index is searched exactly and a large
+    one at high recall without scanning a fixed share of it."""
+    return min(nlist, max(16, min(nlist // 8, MAX_DEFAULT_NPROBE)))
 
 
 class DenseIndex:
