@@ -418,6 +418,10 @@ def test_a_part_is_kept_as_i_slash_n_however_it_was_typed(built, model, tmp_path
     build_index(model, corpus, tmp_path / "a", IndexSettings(shard_size=3), part=" 01/2")
     assert [s["part"] for s in manifest_json(tmp_path / "a")["sources"]] == ["1/2"]
     assert build_index(model, corpus, tmp_path / "a", part="1/2").counts["documents"] == 5  # the same part: done
+    manifest = manifest_json(tmp_path / "a")  # an index written before parts were kept as I/N
+    manifest["sources"][0]["part"] = " 01/2"
+    (tmp_path / "a" / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    assert build_index(model, corpus, tmp_path / "a", part="1/2").counts["documents"] == 5
 
 
 def test_parts_indexed_at_different_paths_merge_as_one_corpus(built, model, tmp_path, monkeypatch, caplog) -> None:

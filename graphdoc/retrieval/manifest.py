@@ -93,6 +93,11 @@ class Manifest:
         for source in sources if isinstance(sources, list) else [None]:
             _check_fields(path, SourceProgress, source, "sources[].")
         data["sources"] = [SourceProgress(**s) for s in sources]
+        for source in data["sources"]:  # kept as typed before graphdoc wrote parts as I/N (" 1/2", "01/2")
+            try:
+                source.part = f"{part_number(source.part)}/{split_of(source.part)}"
+            except (ValueError, IndexError, AttributeError):
+                pass  # not a part: left for the checks that read it to name
         encoder = data["model"].get("passage_encoder") if isinstance(data["model"], dict) else None
         if isinstance(encoder, dict):  # an index built before a setting existed was built without it
             data["model"]["passage_encoder"] = {**encoder, **{k: v for k, v in LEGACY_PASSAGE_ENCODER.items()
