@@ -123,6 +123,7 @@ def test_trec_qrels(tmp_path):
     ("q.tsv", "query-id\tcorpus-id\tscore\nq1\td1\n", r"q\.tsv:2: expected 3 tab-separated fields"),
     ("q.tsv", "query-id\tcorpus-id\tscore\nq1\td1\tx\n", r"q\.tsv:2: relevance must be an integer, got 'x'"),
     ("q.txt", "just some words\n", r"q\.txt: unknown qrels format \(accepted: a BEIR folder"),
+    ("q.txt", "1 how to cook\n", r"q\.txt: unknown qrels format"),  # four words: queries, not qrels
 ])
 def test_bad_qrels(tmp_path, name, text, message):
     path = tmp_path / name

@@ -95,10 +95,11 @@ def is_trec_topics(first: str) -> bool:
 
 
 def is_trec_qrels(first: str) -> bool:
-    """Whether a first line looks like TREC qrels: four fields (a relevance that is no integer is then the
-    reader's error, naming the line). An empty file (no first line) is taken as qrels too, so that reading it says
-    it is empty rather than of an unknown format."""
-    return not first or len(first.split()) == 4
+    """Whether a first line looks like TREC qrels: four fields, the last a number (one that is no integer, 1.5,
+    is then the reader's error, naming the line). An empty file (no first line) is taken as qrels too, so that
+    reading it says it is empty rather than of an unknown format."""
+    fields = first.split()
+    return not first or (len(fields) == 4 and re.fullmatch(r"[-+]?\d+(?:\.\d*)?", fields[3]) is not None)
 
 
 def is_tsv_qrels(first: str) -> bool:
