@@ -82,11 +82,14 @@ class DenseIndex:
     """A FAISS inner-product index over row-ordered vectors (row ``i`` is the ``i``-th document)."""
 
     def __init__(self, index, metric: str = "cosine", factory: str = "Flat") -> None:
+        import faiss
+
         self.index = index
         self.metric = metric
         self.factory = factory
+        self._ivf = faiss.try_extract_index_ivf(index)  # the inverted lists inside, if any (None: no IVF)
         self._search_index = _to_gpu_if_available(index)
-        if self.nlist:
+        if self._ivf is not None:
             self.nprobe = default_nprobe(self.nlist)
 
     @property
@@ -96,30 +99,23 @@ class DenseIndex:
     @property
     def nlist(self) -> int:
         """The number of inverted lists of an IVF index; 0 for any other kind."""
-        import faiss
-
-        ivf = faiss.try_extract_index_ivf(self.index)
-        return int(ivf.nlist) if ivf is not None else 0
+        return int(self._ivf.nlist) if self._ivf is not None else 0
 
     @property
     def nprobe(self) -> int:
         """How many of an IVF index's lists a search visits (0 for an index without lists). FAISS's own default
-        is 1, which loses most of the nearest neighbours; graphdoc starts at :func:`default_nprobe`."""
-        import faiss
-
-        ivf = faiss.try_extract_index_ivf(self.index)
-        return int(ivf.nprobe) if ivf is not None else 0
+        is 1, which misses neighbours; graphdoc starts at :func:`default_nprobe`."""
+        return int(self._ivf.nprobe) if self._ivf is not None else 0
 
     @nprobe.setter
     def nprobe(self, value: int) -> None:
-        import faiss
-
         check_count("nprobe", value)
-        if not self.nlist:
+        if self._ivf is None:
             raise GraphDocError(f"nprobe is a setting of IVF indexes; this one is {self.factory!r}")
-        value = min(int(value), self.nlist)
-        faiss.try_extract_index_ivf(self.index).nprobe = value
+        self._ivf.nprobe = value = min(int(value), self.nlist)
         if self._search_index is not self.index:  # the GPU copy
+            import faiss
+
             faiss.GpuParameterSpace().set_index_parameter(self._search_index, "nprobe", value)
 
     @classmethod
