@@ -40,7 +40,7 @@ from graphdoc.retrieval.dense_searcher import DenseSettings
 from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig
 from graphdoc.retrieval.dense import METRICS, TrainingError, new_faiss_index, training_minimum
 from graphdoc.retrieval.manifest import (LOCK_NAME, MANIFEST_NAME, Manifest, SourceProgress, check_identity,
-                                         model_identity, writer_lock)
+                                         model_identity, normal_part, writer_lock)
 from graphdoc.retrieval.progress import (Cursor, check_read_part_unchanged, corpus_state, open_corpus,
                                          part_documents, report_complete)
 from graphdoc.retrieval.shards import read_shard, write_shard
@@ -202,7 +202,7 @@ def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, setting
     check_count("batch_size", batch_size)
     index_dir = Path(index_dir)
     part_no, parts = parse_part(part)
-    part = f"{part_no + 1}/{parts}"  # as the manifest keeps it: " 1/2" and "01/2" are 1/2
+    part = normal_part(part)  # " 1/2" and "01/2" are 1/2
     _check_index_folder(index_dir)
     check_outside_corpus(corpus, index_dir, "the index folder", "the index's files")
     if isinstance(model, (str, os.PathLike)):

@@ -95,7 +95,7 @@ class Manifest:
         data["sources"] = [SourceProgress(**s) for s in sources]
         for source in data["sources"]:  # kept as typed before graphdoc wrote parts as I/N (" 1/2", "01/2")
             try:
-                source.part = f"{part_number(source.part)}/{split_of(source.part)}"
+                source.part = normal_part(source.part)
             except (ValueError, IndexError, AttributeError):
                 pass  # not a part: left for the checks that read it to name
         encoder = data["model"].get("passage_encoder") if isinstance(data["model"], dict) else None
@@ -126,6 +126,11 @@ def split_of(part: str) -> int:
 def part_number(part: str) -> int:
     """``"2/4"`` -> 2."""
     return int(part.split("/")[0])
+
+
+def normal_part(part: str) -> str:
+    """A part as manifests keep it: ``" 01/2"`` -> ``"1/2"``."""
+    return f"{part_number(part)}/{split_of(part)}"
 
 
 def _settings_class(name: str) -> type:
