@@ -132,3 +132,28 @@ def test_missing_rank_bm25_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "rank_bm25", None)
     with pytest.raises(GraphDocError, match="^the BM25 backend needs rank_bm25; install it with: pip install rank-bm25$"):
         BM25Index.build(TEXTS, BM25Config(backend="rank_bm25"))
+
+
+@pytest.mark.parametrize("method", ["bm25l", "bm25+"])
+def test_bm25l_and_bm25plus_score_a_document_without_a_query_term_0(method, tmp_path):
+    index = BM25Index.build(["apple banana", "apple", "cherry"], BM25Config(method=method))
+    retriever = index.backend.retriever
+    raw = retriever.get_scores_from_ids(retriever.get_tokens_ids(["banana"]))
+    assert raw[1] == raw[2] > 0  # bm25s's floor: the same for every document without the term
+    scores = index.get_scores("banana")
+    assert scores[0] == pytest.approx(raw[0]) and raw[0] > raw[1] and scores[1:].tolist() == [0, 0]
+    indices, values = index.search(["banana", "cherry apple", "zebra"], k=3)
+    assert indices.tolist() == [[0, -1, -1], [2, 1, 0], [-1, -1, -1]] and values[2].tolist() == [0, 0, 0]
+    assert np.all(values[1] > 0)
+    index.save(tmp_path / "bm25")
+    np.testing.assert_array_equal(BM25Index.load(tmp_path / "bm25").get_scores("banana"), scores)
+
+
+def test_rank_bm25_negative_scores_are_matches_and_ranked():
+    # most terms are in most documents: BM25Okapi's idf floor (epsilon x the average idf) is negative here
+    index = BM25Index.build(["apple pie", "apple pie pie", "apple apple pie", "plum"], BM25Config(backend="rank_bm25"))
+    scores = index.get_scores("apple")
+    assert np.all(scores[:3] < 0) and scores[3] == 0
+    indices, values = index.search(["apple", "zebra"], k=4)
+    assert indices.tolist() == [[1, 0, 2, -1], [-1, -1, -1, -1]] and values[0, 3] == 0
+    np.testing.assert_array_equal(values[0, :3], scores[[1, 0, 2]])

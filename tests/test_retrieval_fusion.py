@@ -105,7 +105,7 @@ def test_top_k_array_and_hits_to_run():
     scores = np.array([0.5, 0.0, 2.0, 0.5, 0.5, -1.0], dtype=np.float32)
     indices, values = top_k_array(scores, 3)
     assert indices.tolist() == [2, 0, 3] and values.tolist() == [2.0, 0.5, 0.5]
-    indices, values = top_k_array(scores, 10)
-    assert indices.tolist() == [2, 0, 3, 4, -1, -1] and values.tolist() == [2.0, 0.5, 0.5, 0.5, 0, 0]
+    indices, values = top_k_array(scores, 10)  # 0 is "no match"; a negative score is a match, ranked last
+    assert indices.tolist() == [2, 0, 3, 4, 5, -1] and values.tolist() == [2.0, 0.5, 0.5, 0.5, -1.0, 0]
     run = hits_to_run(["q1", "q2"], np.array([[1, 0], [-1, -1]]), np.array([[3.0, 2.0], [0, 0]]), ["d0", "d1"])
     assert run == {"q1": {"d1": 3.0, "d0": 2.0}, "q2": {}}

@@ -140,7 +140,8 @@ class BM25Index:
         return cls(BACKENDS[config.backend].build(corpus_tokens, config), config)
 
     def get_scores(self, query: str) -> np.ndarray:
-        """BM25 score of every document for one query. Shape: [num_docs] float32."""
+        """BM25 score of every document for one query; exactly 0 for a document that holds no query term, with
+        every method (bm25l and bm25+ would give it a floor score). Shape: [num_docs] float32."""
         return self._scores(tokenize([query], self.config)[0])
 
     def _scores(self, query_tokens: list[str]) -> np.ndarray:
@@ -151,7 +152,7 @@ class BM25Index:
     def search(self, queries: list[str], k: int = 10, n_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """Top-`k` rows per query, best first (ties by row), `k` clipped to the corpus size.
 
-        Documents with score 0 (no query term matched) are left out; rows with fewer than `k`
+        Documents that hold no query term (score 0) are left out; rows with fewer than `k`
         matches are padded with index -1 and score 0.0.
 
         Shapes: -> (indices int64 [q, k], scores float32 [q, k]).

@@ -27,7 +27,9 @@ TOKENS_FILE = "corpus.tokens.jsonl"
 class Backend(Protocol):
     num_docs: int
 
-    def scores(self, query_tokens: list[str]) -> np.ndarray: ...
+    def scores(self, query_tokens: list[str]) -> np.ndarray:
+        """Every document's score; exactly 0 for a document that holds none of the query terms."""
+        ...
 
     def save(self, path: Path) -> None: ...
 
@@ -58,8 +60,21 @@ class BM25sBackend:
         return cls(retriever)
 
     def scores(self, query_tokens: list[str]) -> np.ndarray:
-        ids = self.retriever.get_tokens_ids(query_tokens)  # unknown terms are dropped
-        return self.retriever.get_scores_from_ids(ids)
+        ids = np.asarray(self.retriever.get_tokens_ids(query_tokens), dtype=np.int64)  # unknown terms are dropped
+        scores = self.retriever.get_scores_from_ids(ids)
+        if self.retriever.nonoccurrence_array is not None:
+            # bm25l and bm25+ give a document without a query term a floor score above 0 (the same for all of
+            # them): 0 says "no match" for every method, so that search and RRF leave such documents out
+            scores[~self._holds_a_term(ids)] = 0
+        return scores
+
+    def _holds_a_term(self, ids: np.ndarray) -> np.ndarray:
+        """Which documents hold one of the terms `ids`: the rows of their columns in the score matrix."""
+        indptr, indices = self.retriever.scores["indptr"], self.retriever.scores["indices"]
+        found = np.zeros(self.num_docs, dtype=bool)
+        for start, end in zip(indptr[ids], indptr[ids + 1]):
+            found[indices[start:end]] = True
+        return found
 
     def save(self, path: Path) -> None:
         self.retriever.save(path, allow_pickle=False, show_progress=False)

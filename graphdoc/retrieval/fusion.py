@@ -139,8 +139,8 @@ FUSERS: dict[str, Callable[[Mapping[str, float], Mapping[str, float], FusionConf
 def matched(sparse: Mapping[str, float]) -> dict[str, float]:
     """The documents a sparse retriever (BM25) matched: a score of exactly 0 shares no term with the query, so it
     is no rank of that retriever (ranked among the other zeros, by doc id, it would be a rank by name). A negative
-    score (rank_bm25's idf floor in a small corpus) is a match. bm25l and bm25+ give every document a score above
-    0, so nothing is left out for them."""
+    score (rank_bm25's idf floor in a small corpus) is a match. :class:`BM25Index` scores a document without a
+    query term 0 with every method, bm25l and bm25+ included."""
     return {doc: score for doc, score in sparse.items() if score != 0}
 
 

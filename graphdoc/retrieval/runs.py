@@ -40,17 +40,18 @@ def truncate_run(run: Mapping[str, Mapping[str, float]], k: int | None) -> Run:
 
 
 def top_k_array(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices and scores of the `k` best *positive* entries of a score vector.
+    """Indices and scores of the `k` best *non-zero* entries of a score vector (BM25's 0 is "no match").
 
-    Order: score desc, then index asc. Entries with score <= 0 are left out; when fewer than `k`
-    remain the row is padded with index -1 and score 0.0 (FAISS's convention for missing results).
+    Order: score desc, then index asc. Entries with score 0 are left out (a negative score, from rank_bm25's
+    idf floor, is a match, ranked below the positive ones); when fewer than `k` remain the row is padded with
+    index -1 and score 0.0 (FAISS's convention for missing results).
 
     Shapes: scores [n] -> (indices int64 [min(k, n)], scores float32 [min(k, n)]).
     """
     k = max(0, min(int(k), scores.shape[0]))
     indices = np.full(k, -1, dtype=np.int64)
     values = np.zeros(k, dtype=np.float32)
-    candidates = np.flatnonzero(scores > 0)
+    candidates = np.flatnonzero(scores != 0)
     if candidates.size > k > 0:
         # k-th largest value; keep everything >= it so that ties at the cut are broken by index
         kth = np.partition(scores[candidates], candidates.size - k)[candidates.size - k]
