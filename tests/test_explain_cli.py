@@ -162,6 +162,8 @@ def test_compare_summary_names_the_columns_in_full(model_dir, tmp_path, capsys) 
     (["missing.md", "b.md"], "no such file"),
     (["CORPUS", "b.md"], "holds 4 documents"),
     (["d0", "nope", "--corpus", "CORPUS"], "no document with id 'nope'"),
+    (["b.md", "d0", "--corpus", "CORPUS"],
+     "b.md is a file: with --corpus, A and B are ids of that corpus; compare files without it)"),
     (["b.md", "b.md", "--top", "-1"], "--top must be at least 0"),
 ])
 def test_compare_errors(model_dir, corpus, tmp_path, capsys, args, message) -> None:

@@ -87,7 +87,10 @@ def read_from_corpus(corpus: str, ids: list[str]) -> list:
     if empty:
         raise InputError(f"{corpus}: document {empty[0]!r} is empty: it has no passages")
     if missing:
-        raise InputError(f"{corpus}: no document with id {', '.join(map(repr, missing))}")
+        files = [i for i in missing if Path(i).is_file()]
+        hint = (f" ({files[0]} is a file: with --corpus, A and B are ids of that corpus; compare files without it)"
+                if files else "")
+        raise InputError(f"{corpus}: no document with id {', '.join(map(repr, missing))}{hint}")
     return [found[i] for i in ids]
 
 
