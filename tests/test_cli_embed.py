@@ -175,6 +175,16 @@ def test_an_output_inside_a_text_folder_corpus_is_refused(tiny_bert: Path, tmp_p
     assert embed(folder, folder / ".cache" / "emb.npy", tiny_bert) == 0  # a hidden folder is not read
     assert embed(folder, tmp_path / "again.npy", tiny_bert) == 0
     assert (tmp_path / "again.ids.txt").read_text(encoding="utf-8") == "a\n"
+    shared = tmp_path / "shared"  # a folder the corpus links to is read as part of it
+    shared.mkdir()
+    (shared / "b.md").write_text("# B\nSecond text.\n", encoding="utf-8")
+    (folder / "more").symlink_to(shared, target_is_directory=True)
+    assert embed(folder, shared / "out" / "emb.npy", tiny_bert) == 1
+    assert error_line(capsys) == (f"graphdoc embed: error: --output's ids file {shared / 'out' / 'emb.ids.txt'} is "
+                                  f"inside the corpus folder {folder} (through its link to {shared}): it would be "
+                                  "read as documents")
+    assert not (shared / "out").exists()
+    (folder / "more").unlink()
     beir = tmp_path / "beir"  # a BEIR folder reads its corpus file only: an output beside it is fine
     beir.mkdir()
     write_jsonl(beir / "corpus.jsonl", DOCS)

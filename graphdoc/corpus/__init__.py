@@ -46,16 +46,18 @@ def check_outside_corpus(source, path: Source | None, flag: str, written: str) -
     when that folder is read file by file (a folder of text files: a BEIR folder reads its corpus file only), since
     the files written there would be read as documents the next time. ``source`` that is no folder (a file, a
     corpus name, documents in memory) passes."""
-    from graphdoc.corpus import beir
+    from graphdoc.corpus import beir, textdir
 
     if path is None or not isinstance(source, (str, os.PathLike)) or not os.path.isdir(source) \
             or beir.is_beir_folder(Path(source)):
         return
-    inside, folder = Path(path).resolve(), Path(source).resolve()
-    if inside.is_relative_to(folder) and not any(part.startswith(".") for part in inside.relative_to(folder).parts):
-        # (a hidden file or folder, such as docs/.graphdoc-index, is not read as documents)
-        raise InputError(f"{flag} {path} is inside the corpus folder {source}: {written} would be read as "
-                         "documents")
+    inside, root = Path(path).resolve(), os.path.realpath(source)
+    for folder in textdir.read_folders(Path(source)):  # the corpus folder, and folders it links to
+        if inside.is_relative_to(folder) and not any(part.startswith(".") for part in inside.relative_to(folder).parts):
+            # (a hidden file or folder, such as docs/.graphdoc-index, is not read as documents)
+            through = "" if os.path.commonpath([folder, root]) == root else f" (through its link to {folder})"
+            raise InputError(f"{flag} {path} is inside the corpus folder {source}{through}: {written} would be "
+                             "read as documents")
 
 
 def corpus_files(source: Source) -> list[Path]:

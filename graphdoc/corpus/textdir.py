@@ -36,8 +36,15 @@ def text_files(folder: Path) -> list[Path]:
     return _walk(folder)[0]
 
 
-def _walk(folder: Path) -> tuple[list[Path], list[Path]]:
-    """``(text files, broken links)`` under ``folder``, both sorted by relative path, hidden ones left out."""
+def read_folders(folder: Path) -> list[str]:
+    """The resolved folders whose files :func:`text_files` reads: ``folder`` and the folders under it, those
+    reached through links included; hidden ones left out."""
+    return _walk(folder)[2]
+
+
+def _walk(folder: Path) -> tuple[list[Path], list[Path], list[str]]:
+    """``(text files, broken links, resolved folders walked)`` under ``folder``, the first two sorted by relative
+    path; hidden ones left out."""
     root = os.path.realpath(folder)
     found: dict[Path, str] = {}  # path -> resolved path
     broken, walked = [], set()
@@ -57,7 +64,7 @@ def _walk(folder: Path) -> tuple[list[Path], list[Path]]:
                 found[path] = os.path.realpath(path) if path.is_symlink() else os.path.join(real, name)
             elif path.is_symlink() and not path.exists():
                 broken.append(path)
-    return _once_each(folder, root, found), _by_relative_path(folder, broken)
+    return _once_each(folder, root, found), _by_relative_path(folder, broken), sorted(walked)
 
 
 def _by_relative_path(folder: Path, paths: Iterable[Path]) -> list[Path]:
@@ -118,7 +125,7 @@ def read_text_folder(folder: Path) -> Iterator[Document]:
     The folder is listed at once (an error if it holds no text file); files are read as they are consumed.
     Broken links are named in a warning when the folder has been read to the end (or holds no text file).
     """
-    files, broken = _walk(folder)
+    files, broken, _ = _walk(folder)
     if not files:
         _warn_broken(folder, broken)
         raise InputError(f"{folder}: folder has no {'/'.join(sorted(TEXT_FILE_TYPES))} files "
