@@ -187,7 +187,7 @@ def test_progress_bar_shows_loss_learning_rate_and_documents_per_second(tiny_ber
     last = float(read_log(tmp_path / "run")[-1]["lr"])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("Pretraining: 100%")]
     assert len(lines) == 1  # stderr is not a terminal here: one plain line as the run ends
-    assert re.search(r"2/2 \[[0-9:]+<[0-9:]+, loss \d+\.\d{3} lr (\S+) \d+ doc/s\]$", lines[0])
+    assert re.search(r"2/2 \[[0-9:]+<[0-9:]+, loss \d+\.\d{3} lr (\S+) \d+(\.\d+)? doc/s\]$", lines[0])
     shown = re.search(r"lr (\S+) ", lines[0]).group(1)
     assert float(shown) == pytest.approx(last, rel=0.05)
 
@@ -202,3 +202,11 @@ def test_progress_bar_fits_80_columns_at_its_stated_limits():
         line = tqdm.format_meter(steps, total, seconds, ncols=80, prefix="Pretraining", bar_format=BAR_FORMAT,
                                  postfix=bar_postfix(2.371, 3.7e-4, 99_999))
         assert len(line) <= 80 and line.endswith(", loss 2.371 lr 3.7e-4 99999 doc/s]"), line
+
+
+@pytest.mark.parametrize("rate, shown", [(1683.4, "1683"), (10.2, "10"), (9.96, "10"), (9.94, "9.9"), (1.1, "1.1"),
+                                         (0.4, "0.4"), (0.096, "0.1"), (0.042, "0.042"), (0.0, "0")])
+def test_progress_bar_shows_a_slow_rate_with_its_decimals(rate, shown):
+    from graphdoc.training.trainer import bar_postfix
+
+    assert bar_postfix(2.371, 3.7e-4, rate) == f"loss 2.371 lr 3.7e-4 {shown} doc/s"

@@ -70,8 +70,11 @@ BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]
 
 
 def bar_postfix(loss: float, lr: float, documents_per_s: float) -> str:
-    """The progress bar's ``loss 2.371 lr 3.7e-4 1683 doc/s``."""
-    return f"loss {loss:.3f} lr {short_float(lr)} {documents_per_s:.0f} doc/s"
+    """The progress bar's ``loss 2.371 lr 3.7e-4 1683 doc/s`` (``1.1 doc/s`` below 10, ``0.04 doc/s`` below 0.1:
+    a slow run does not read as 0 documents/s)."""
+    rate = (f"{documents_per_s:.0f}" if documents_per_s >= 9.95 else f"{documents_per_s:.1f}"
+            if documents_per_s >= 0.095 else f"{documents_per_s:.2g}")
+    return f"loss {loss:.3f} lr {short_float(lr)} {rate} doc/s"
 
 
 class Trainer:
