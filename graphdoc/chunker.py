@@ -1,9 +1,10 @@
 """Split documents into passages of about ``max_words`` words on sentence boundaries.
 
-Sentences come from blingfire; passages never cross a section boundary. A "sentence" longer than the
-limit (a list, a table, code: blingfire ends sentences at punctuation, not at line breaks) is cut at line
-breaks first, its lines packed like sentences, and a line longer than the limit is cut at words. Every
-word of every section lands in exactly one passage, in order, and each passage records its character
+Sentences come from blingfire; passages never cross a section boundary. A word is a run of non-space
+characters, or one Chinese or Japanese character (those scripts put no spaces between words). A "sentence"
+longer than the limit (a list, a table, code: blingfire ends sentences at punctuation, not at line breaks) is
+cut at line breaks first, its lines packed like sentences, and a line longer than the limit is cut at words.
+Every word of every section lands in exactly one passage, in order, and each passage records its character
 offsets into the document text.
 """
 
@@ -21,7 +22,11 @@ from graphdoc.documents import Document, Passage, Section
 
 logger = logging.getLogger(__name__)
 
-_WORD = re.compile(r"\S+")
+# Chinese and Japanese are written without spaces between words: each of their characters (ideographs, kana)
+# counts as a word, so that a passage of them holds about max_words characters and ends on a sentence end; a
+# run of them as one "word" would span sentences and be cut anywhere to fit the encoder.
+UNSPACED = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
+WORD = re.compile(f"[{UNSPACED}]|[^\\s{UNSPACED}]+")
 # what str.splitlines splits on
 _LINE_BREAK = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
@@ -35,7 +40,7 @@ def sentence_word_spans(text: str, start: int = 0, end: int | None = None) -> li
     """
     end = len(text) if end is None else end
     segment = text[start:end]
-    words = [(m.start(), m.end()) for m in _WORD.finditer(segment)]
+    words = [(m.start(), m.end()) for m in WORD.finditer(segment)]
     if not words:
         return []
     _, offsets = blingfire.text_to_sentences_and_offsets(segment)
@@ -121,12 +126,19 @@ def _replace(p: Passage, **changes) -> Passage:
 
 
 def split_passage(doc_text: str, passage: Passage) -> tuple[Passage, Passage]:
-    """Split a passage in two halves at a word boundary (at a character if it is a single word)."""
-    words = [(m.start() + passage.start, m.end() + passage.start) for m in _WORD.finditer(passage.text)]
+    """Split a passage in two at a word boundary: at the sentence end nearest its middle word when one lies in
+    the middle half of its words (a passage of whole sentences stays one of whole sentences), else at the middle
+    word; at the middle character if it is a single word."""
+    words = [(m.start() + passage.start, m.end() + passage.start) for m in WORD.finditer(passage.text)]
     if len(words) >= 2:
         mid = len(words) // 2
+        sentences = sentence_word_spans(doc_text, passage.start, passage.end)
+        ends = [sum(map(len, sentences[:i])) for i in range(1, len(sentences))]  # words before each sentence
+        near = [n for n in ends if len(words) / 4 <= n <= 3 * len(words) / 4]
+        if near:
+            mid = min(near, key=lambda n: (abs(n - mid), n))
         cut_left, cut_right = words[mid - 1][1], words[mid][0]
-    else:  # one long token (e.g. text without spaces): cut it in the middle
+    else:  # one long token (e.g. a URL): cut it in the middle
         cut_left = cut_right = passage.start + max(1, len(passage.text) // 2)
     left = _replace(passage, end=cut_left, text=doc_text[passage.start:cut_left])
     right = _replace(passage, start=cut_right, text=doc_text[cut_right:passage.end])

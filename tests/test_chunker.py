@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-import re
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from graphdoc.chunker import Chunker, chunk_document, fit_to_token_limit, split_passage  # noqa: E402
+from graphdoc.chunker import WORD, Chunker, chunk_document, fit_to_token_limit, split_passage  # noqa: E402
 from graphdoc.config import ChunkerConfig  # noqa: E402
 from graphdoc.documents import Document, Passage, Section  # noqa: E402
 
-WORD = re.compile(r"\S+")
-
 
 def words(text: str) -> list[str]:
+    """The chunker's words: runs of non-space characters, each Chinese or Japanese character on its own."""
     return WORD.findall(text)
+
+
+def visible(text: str) -> str:
+    """The text without its white space: what passages must hold between them, all of it, once."""
+    return "".join(text.split())
 
 
 # ------------------------------------------------------------------ strategies
@@ -94,6 +97,7 @@ def test_every_word_of_the_text_is_in_exactly_one_passage(doc: Document, max_wor
 def test_arbitrary_unicode_text_keeps_every_word(text: str, max_words: int) -> None:
     passages = chunk_document(Document("u", text), max_words)
     assert [w for p in passages for w in words(p.text)] == words(text)
+    assert "".join(visible(p.text) for p in passages) == visible(text)
     assert all(p.text == text[p.start:p.end] for p in passages)
     assert all(len(words(p.text)) <= max_words for p in passages)
 
@@ -189,6 +193,39 @@ def test_split_passage_halves_at_a_word_boundary() -> None:
     left, right = split_passage(text, p)
     assert (left.text, right.text) == ("zero one", "two three four")
     assert (left.start, left.end, right.start, right.end) == (0, 8, 9, 23)
+
+
+def test_split_passage_cuts_at_the_sentence_end_nearest_the_middle() -> None:
+    text = "One two three. Four five six seven eight. Nine ten."  # the middle word, "six", is mid-sentence
+    (p,) = chunk_document(Document("d", text), max_words=20)
+    assert [h.text for h in split_passage(text, p)] == ["One two three.", "Four five six seven eight. Nine ten."]
+    text = "One two three four five six seven eight nine ten. Eleven."  # no sentence end in the middle half
+    (p,) = chunk_document(Document("d", text), max_words=20)
+    assert [h.text for h in split_passage(text, p)] == ["One two three four five", "six seven eight nine ten. Eleven."]
+
+
+JAPANESE = "# 東京の歴史\n\n" + "".join(f"東京は第{i}の時代に長い間にわたって大きく発展してきました。" for i in range(40))
+
+
+def test_chinese_and_japanese_characters_are_words_and_passages_end_on_sentences() -> None:
+    text = "机器学习很有趣。我们研究图神经网络。"
+    assert words(text)[:4] == ["机", "器", "学", "习"] and len(words(text)) == len(text)
+    assert words("abc日本def 42") == ["abc", "日", "本", "def", "42"]
+    doc = Document("ja", JAPANESE)
+    passages = chunk_document(doc, max_words=100)
+    assert passages[0].text.startswith("# 東京の歴史\n\n東京は第0")  # the heading stays with its text
+    assert all(p.text.endswith("。") for p in passages) and len(passages) > 10
+    assert all(len(words(p.text)) <= 100 for p in passages)
+    assert "".join(visible(p.text) for p in passages) == visible(JAPANESE)
+
+
+def test_an_over_long_japanese_passage_is_halved_at_a_sentence_end() -> None:
+    doc = Document("ja", JAPANESE)
+    passages = chunk_document(doc, max_words=1000)  # 1,019 and 180 characters before fitting
+    fitted, ids = fit_to_token_limit(JAPANESE, passages, lambda p: p.text, char_tokenize, 200)
+    assert len(fitted) > len(passages) and all(len(t) <= 200 for t in ids)
+    assert all(p.text.endswith("。") for p in fitted)
+    assert "".join(visible(p.text) for p in fitted) == visible(JAPANESE)
 
 
 # ------------------------------------------------------------------ Chunker
