@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from graphdoc.chunker import _pack, chunk_document, sentence_word_spans
 from graphdoc.cli import main
 from graphdoc.corpus import ReadStats, corpus_files, markdown_sections, read_corpus, read_qrels, read_queries
-from graphdoc.corpus.markup import markdown_title
+from graphdoc.corpus.markup import markdown_title, wikitext_sections
 from graphdoc.documents import Document, Section
 from graphdoc.errors import InputError
 from graphdoc.training import data
@@ -366,8 +366,63 @@ def test_front_matter_values_yaml_cannot_build_are_read_as_text_and_give_no_trac
     assert (doc.id, doc.title, doc.text) == ("post", title, text)
 
 
+@pytest.mark.parametrize(("value", "title"), [("1984", "1984"), ('"1984"', "1984"), ("yes", "yes"),
+                                              ("2024-01-31", "2024-01-31"), ("3.0", "3.0"), ("null", "post"),
+                                              ("~", "post"), ("[a, b]", "post")])
+def test_a_front_matter_title_is_the_text_as_written(tmp_path, value, title):
+    text = f"---\ntitle: {value}\n---\nBody text.\n"
+    (tmp_path / "post.md").write_text(text, encoding="utf-8")
+    [doc] = read_corpus(tmp_path)
+    assert doc.title == title
+
+
+@pytest.mark.parametrize("text", [
+    "# Guide\n- ```bash\n  # install deps\n  pip install x\n  ```\n## Usage\nRun it.\n",  # a fence in a list item
+    "# Guide\n> ```\n> # quoted code\n> ```\n## Usage\nRun it.\n",  # in a block quote
+    "# Guide\n1. step\n   ```\n   # code\n   ```\n## Usage\nRun it.\n",  # indented under the item
+    "# Guide\n```x = 1``` is code.\n## Usage\nRun it.\n",  # backticks in the info string: inline code
+    "# Guide\n<!--\n# Draft notes\n-->\n## Usage\nRun it.\n",
+    "# Guide\n<!-- one line --> text\n## Usage\nRun it.\n",
+    "# Guide\n<div>\n# inside html\n</div>\n\n## Usage\nRun it.\n",  # a block-level tag: to a blank line
+    "# Guide\n<pre>\n# shell prompt\n\n# more\n</pre>\n## Usage\nRun it.\n",  # <pre>: to its end tag
+])
+def test_headings_in_code_and_html_are_not_sections_and_later_ones_are(text):
+    assert [title for title, _ in titled(text)] == ["Guide", "Usage"]
+    assert titled(text)[1][1] == "## Usage\nRun it.\n"
+
+
+def test_the_closing_hashes_of_an_atx_heading():
+    from graphdoc.corpus.markup import _atx_heading
+
+    assert _atx_heading("## Sub ##\n") == (2, "Sub")
+    assert _atx_heading("# C#\n") == (1, "C#")
+    assert _atx_heading("### ###\n") == (3, "")
+    assert _atx_heading("#\n") == (1, "")
+    assert _atx_heading("#hashtag\n") is None and _atx_heading("    # code\n") is None
+    assert _atx_heading("# foo # bar #\t\r\n") == (1, "foo # bar")
+    padded = "# a" + " \t" * 50_000 + "x\n"  # was quadratic in the run of spaces: minutes for this line
+    assert _atx_heading(padded) == (1, padded[2:-1])
+    assert markdown_title(padded) == padded[2:-1]
+
+
+@pytest.mark.parametrize("line", ["-" + " " * 20_000 + "- -x", "> " * 20_000 + "x", "- " * 20_000 + "```",
+                                  "1." + " " * 20_000 + "x", "== a" + " " * 20_000 + "x"])
+def test_long_lines_of_markers_and_spaces_are_read_in_linear_time(line):
+    # each took seconds to forever (backtracking regexes) before: this test would hang, not fail
+    text = f"# A\n{line}\n"
+    assert [s.title for s in markdown_sections(text)] == ["A"]
+    assert len(wikitext_sections(text)) == 1
+
+
+def test_old_mac_line_endings_are_line_breaks(tmp_path):
+    (tmp_path / "mac.md").write_bytes(b"# Release notes\rFixed the parser.\r")
+    (tmp_path / "unix.md").write_bytes(b"# Release notes\nFixed the parser.\n")
+    mac, unix = read_corpus(tmp_path)
+    assert (mac.title, mac.text, mac.sections) == (unix.title, unix.text, unix.sections)
+
+
 MD_LINES = st.lists(st.sampled_from(["# A", "Title", "===", "---", "- item", "> q", "text", "", "```", "    code",
-                                     "title: x", "***"]), max_size=14)
+                                     "title: x", "***", "- ```", "<!--", "-->", "<div>", "## B ##"]), max_size=14)
 
 
 @settings(max_examples=200, deadline=None, database=None)

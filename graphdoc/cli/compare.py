@@ -44,7 +44,7 @@ def read_document_file(path: Path):
         return read_text_file(path)
     if name.endswith(".json"):
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = json.loads(path.read_text(encoding="utf-8-sig"))  # a BOM, as Windows editors write, is fine
         except (ValueError, UnicodeDecodeError) as err:
             raise InputError(f"{path}: not a JSON record ({err})") from None
         if not isinstance(record, dict):

@@ -14,15 +14,25 @@ from typing import Iterator
 
 from graphdoc.documents import Section
 
-# CommonMark ATX heading: up to 3 spaces, 1-6 '#', then a space or the end of the line; an optional
-# closing run of '#' preceded by a space is not part of the title.
-_ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*\r?\n?\Z")
-_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
-_WIKI_HEADING = re.compile(r"^(={1,6})[ \t]*(.+?)[ \t]*\1[ \t]*\r?$", re.MULTILINE)
+# CommonMark ATX heading: up to 3 spaces, 1-6 '#', then a space or the end of the line (the title and an
+# optional closing run of '#' are taken apart in Python: a regex doing it backtracks quadratically on spaces)
+_ATX = re.compile(r" {0,3}(#{1,6})(?=[ \t]|\r?\n?\Z)")
+# A code fence: (indent, ``` or ~~~, the rest of the line), after the markers of the list items and block
+# quotes it is in (:func:`_fence` strips those one at a time: one regex for both backtracks exponentially)
+_FENCE = re.compile(r"( *)(`{3,}|~{3,})(.*)", re.DOTALL)
+_FENCE_CONTAINER = re.compile(r" {0,3}(?:>[ \t]?|(?:[-+*]|\d{1,9}[.)])[ \t]+)")
+# HTML blocks hide the headings in them: a comment (to "-->"), <pre>/<script>/<style>/<textarea> (to their end
+# tag), or a block-level tag (to a blank line)
+_HTML_COMMENT = re.compile(r" {0,3}<!--")
+_HTML_RAW = re.compile(r" {0,3}<(pre|script|style|textarea)(?:[\s>]|\Z)", re.IGNORECASE)
+_HTML_BLOCK = re.compile(
+    r" {0,3}</?(?:address|article|aside|blockquote|body|caption|center|col|colgroup|dd|details|dialog|dir|div|dl|"
+    r"dt|fieldset|figcaption|figure|footer|form|frame|frameset|h[1-6]|head|header|hr|html|iframe|legend|li|link|"
+    r"main|menu|menuitem|nav|noframes|ol|optgroup|option|p|param|search|section|summary|table|tbody|td|tfoot|th|"
+    r"thead|title|tr|track|ul)(?:[\s/>]|\Z)", re.IGNORECASE)
+_WIKI_HEADING = re.compile(r"^(={1,6})(.+?)\1[ \t]*\r?$", re.MULTILINE)  # the title is stripped in Python
 # A setext underline: '=' or '-' only (no inner spaces), under a paragraph.
 _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*\r?\n?\Z")
-# A thematic break ('***', '- - -'; a '---' under no paragraph is one too): it ends what came before.
-_BREAK = re.compile(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*\r?\n?\Z")
 # A list item or block quote: its lines, lazy continuations included, are no paragraph to underline.
 _CONTAINER = re.compile(r" {0,3}(?:[-+*]|\d{1,9}[.)])(?:[ \t]|\r?\n?\Z)| {0,3}>")
 _FRONT_MATTER = re.compile(r"---[ \t]*\r?\n(?![ \t]*\r?\n)(.*?\n)(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
@@ -35,21 +45,54 @@ def front_matter_end(text: str) -> int:
 
 
 def front_matter_title(text: str) -> str:
-    """The ``title:`` of the text's YAML front matter, or '' when there is none (or it is not YAML)."""
+    """The ``title:`` of the text's YAML front matter as written (``title: 1984`` is "1984", not a number), or ''
+    when there is none (or it is not YAML, or null)."""
     match = _FRONT_MATTER.match(text)
     if not match:
         return ""
     import yaml
 
     try:
-        try:
-            fields = yaml.safe_load(match.group(1))
-        except ValueError:  # a value PyYAML cannot build (a date such as 2024-02-30): read every value as text
-            fields = yaml.load(match.group(1), Loader=yaml.BaseLoader)  # strings only
+        fields = yaml.load(match.group(1), Loader=yaml.BaseLoader)  # every value as text: a title is text
     except (yaml.YAMLError, RecursionError):  # not YAML, or nested past Python's recursion limit
         return ""
     title = fields.get("title") if isinstance(fields, dict) else None
-    return title.strip() if isinstance(title, str) else ""
+    return title.strip() if isinstance(title, str) and title not in ("~", "null", "Null", "NULL") else ""
+
+
+def _is_break(line: str) -> bool:
+    """Whether ``line`` is a thematic break ('***', '- - -'; a '---' under no paragraph is one too): it ends what
+    came before. (In Python: a regex backtracks quadratically on a long line of spaces between dashes.)"""
+    body = line.rstrip("\r\n")
+    if len(body) - len(body.lstrip(" ")) > 3:
+        return False
+    marks = body.replace(" ", "").replace("\t", "")
+    return len(marks) >= 3 and marks[0] in "-*_" and marks == marks[0] * len(marks)
+
+
+def _fence(line: str) -> tuple[int, int, str, str] | None:
+    """``(column, indent, marker, rest of the line)`` of a line that may be a code fence, in list items and block
+    quotes too (``indent``: the spaces after their markers), or None."""
+    pos = 0
+    while (container := _FENCE_CONTAINER.match(line, pos)) is not None and container.end() > pos:
+        pos = container.end()
+    match = _FENCE.match(line, pos)
+    if match is None:
+        return None
+    indent, marker, rest = match.groups()
+    return pos + len(indent), len(indent), marker, rest
+
+
+def _atx_heading(line: str) -> tuple[int, str] | None:
+    """``(level, title)`` of an ATX heading line, or None: the title without its closing run of '#'."""
+    match = _ATX.match(line)
+    if match is None:
+        return None
+    title = line[match.end():].strip(" \t\r\n")
+    closed = title.rstrip("#")
+    if closed != title and (not closed or closed[-1] in " \t"):  # "## Sub ##" and "## ##", not "# C#"
+        title = closed.rstrip(" \t")
+    return len(match.group(1)), title
 
 
 def markdown_headings(text: str) -> Iterator[tuple[int, int, str]]:
@@ -60,26 +103,30 @@ def markdown_headings(text: str) -> Iterator[tuple[int, int, str]]:
     break), a list item or block quote (and their lazy continuation lines), a heading or indented code.
     """
     offset = front_matter_end(text)
-    fence, paragraph, paragraph_start, in_container = "", [], 0, False
+    fence, fence_column, html_end, paragraph, paragraph_start, in_container = "", 0, None, [], 0, False
     for line in text[offset:].splitlines(keepends=True):
-        fence_match = _FENCE.match(line)
-        if fence_match:
-            marker = fence_match.group(1)
-            if not fence:
-                fence = marker
-            elif marker[0] == fence[0] and len(marker) >= len(fence) and not line.strip()[len(marker):]:
-                fence = ""
-            paragraph, in_container = [], False
+        column, indent, marker, rest = (None if html_end is not None else _fence(line)) or (0, 0, "", "")
+        if marker and not fence and indent <= 3 and not (marker[0] == "`" and "`" in rest):  # (```x``` is code)
+            fence, fence_column, paragraph, in_container = marker, column, [], False
+        elif marker and fence and marker[0] == fence[0] and len(marker) >= len(fence) and not rest.strip() \
+                and column <= fence_column + 3:
+            fence, paragraph, in_container = "", [], False
+        elif html_end is not None:  # inside an HTML block
+            if (html_end == "" and not line.strip()) or (html_end and html_end in line.lower()):
+                html_end = None
         elif not fence:
-            heading, underline = _ATX.match(line), _SETEXT.match(line)
+            heading, underline = _atx_heading(line), _SETEXT.match(line)
             if underline and paragraph:
                 yield paragraph_start, 1 if underline.group(1)[0] == "=" else 2, " ".join(paragraph)
                 paragraph = []
             elif heading:
-                yield offset, len(heading.group(1)), (heading.group(2) or "").strip()
+                yield offset, heading[0], heading[1]
                 paragraph, in_container = [], False
-            elif not line.strip() or _BREAK.match(line):
+            elif not line.strip() or _is_break(line):
                 paragraph, in_container = [], False
+            elif (html := _html_block_end(line)) is not None:
+                paragraph, in_container = [], False
+                html_end = None if html and html in line.lower()[line.index("<") + 4:] else html
             elif _CONTAINER.match(line):
                 paragraph, in_container = [], True
             elif paragraph:
@@ -87,6 +134,16 @@ def markdown_headings(text: str) -> Iterator[tuple[int, int, str]]:
             elif not in_container and not line.startswith(("    ", "\t")):  # else lazy continuation, or code
                 paragraph, paragraph_start = [line.strip()], offset
         offset += len(line)
+
+
+def _html_block_end(line: str) -> str | None:
+    """What ends the HTML block ``line`` starts ("-->", an end tag, or "" for a blank line), or None."""
+    if _HTML_COMMENT.match(line):
+        return "-->"
+    raw = _HTML_RAW.match(line)
+    if raw:
+        return f"</{raw.group(1).lower()}>"
+    return "" if _HTML_BLOCK.match(line) else None
 
 
 def markdown_sections(text: str) -> list[Section]:
@@ -111,7 +168,7 @@ def markdown_title(text: str) -> str:
 def wikitext_headings(text: str) -> Iterator[tuple[int, int, int, str]]:
     """Yield ``(start, end, level, title)`` for each ``== Heading ==`` line; ``end`` excludes the line break."""
     for match in _WIKI_HEADING.finditer(text):
-        yield match.start(), match.end(), len(match.group(1)), match.group(2)
+        yield match.start(), match.end(), len(match.group(1)), match.group(2).strip(" \t")
 
 
 def wikitext_sections(text: str) -> list[Section]:

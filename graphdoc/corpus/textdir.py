@@ -98,7 +98,7 @@ def read_text_file(path: Path, doc_id: str | None = None) -> Document:
     front matter's ``title:``, else (for a file with text) its stem. An empty file stays empty: its name
     alone is not something to embed."""
     doc_id = file_id(path, doc_id if doc_id is not None else path.stem)
-    text = decode_text(path, path.read_bytes()).replace("\r\n", "\n")
+    text = decode_text(path, path.read_bytes()).replace("\r\n", "\n").replace("\r", "\n")  # old Mac files too
     sections_of, title_of = TEXT_FILE_TYPES[path.suffix.lower()]
     title = title_of(text) or (path.stem if text.strip() else "")
     return Document(id=doc_id, text=text, title=title, sections=sections_of(text), metadata={"path": str(path)})
