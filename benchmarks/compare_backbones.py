@@ -15,7 +15,7 @@ training passages inside the budget (a cold passage cache per run). Columns:
 * QMSum val retrieval: nDCG@10 of the val queries over the val meetings (cosine, document vectors).
 
 MiniLM encodes ~10-15 passages/s and trains far slower on a 2-core CPU, so every size is an option; the
-defaults take about 30 minutes there. Longformer and BERT-base rows are GPU-scale (configs/docsplit-*.yaml).
+defaults take about 30 minutes there. Longformer and BERT-base rows are GPU-scale (graphdoc/configs/docsplit-*.yaml).
 
     python benchmarks/compare_backbones.py               # writes docs/compare_backbones.md
 """
@@ -165,7 +165,7 @@ def train_row(args, work: Path, backbone: str, objective: str, sources: list[str
     """One budgeted ``graphdoc pretrain`` run from the shipped config of ``backbone``; a cold cache per run."""
     import shutil
 
-    config = yaml.safe_load((ROOT / "configs" / BASE_CONFIGS[backbone]).read_text(encoding="utf-8"))
+    config = yaml.safe_load((ROOT / "graphdoc" / "configs" / BASE_CONFIGS[backbone]).read_text(encoding="utf-8"))
     batch = args.flat_batch if backbone == "flat" else args.graph_batch
     config["pretrain"].update(objective=objective, mlm_weight=None, batch_size=batch, max_steps=args.schedule_steps,
                               max_seconds=args.budget, warmup_ratio=0.0, epochs=args.schedule_steps,
@@ -268,9 +268,9 @@ def render(args, d: dict, runs: dict, results: dict, encode: dict, seconds: floa
               f"- budget: {args.budget:.0f} s of training loop per row (`pretrain.max_seconds`), constant learning "
               f"rate (no warm-up; the linear decay spans {args.schedule_steps} steps, "
               f"{reached(runs, args.schedule_steps)}). Flat "
-              "rows train the encoder (configs/docsplit-minilm.yaml: AdamW 5e-5, cosine / 0.05, "
+              "rows train the encoder (graphdoc/configs/docsplit-minilm.yaml: AdamW 5e-5, cosine / 0.05, "
               f"{args.flat_batch} documents per step; docsplit adds 0.1 x MLM through a freshly initialised "
-              "head, MiniLM having none); graph rows keep it frozen (configs/pretrain-default.yaml: the GAT "
+              "head, MiniLM having none); graph rows keep it frozen (graphdoc/configs/pretrain-default.yaml: the GAT "
               f"layers at 1e-3, cosine / 0.2, {args.graph_batch} documents per step) and encode their training "
               "passages inside the budget, from a cold cache (docsplit halves are new passages every epoch)",
               "", "## Pretraining runs", "",
@@ -284,8 +284,8 @@ def render(args, d: dict, runs: dict, results: dict, encode: dict, seconds: floa
               "Process wall s adds loading the model (and the MLM head) to the loop.", "",
               "Evaluation encoding (frozen vectors through a passage cache; trained flat encoders encode "
               "everything again): " + "; ".join(f"{k} {v:.0f} s" for k, v in encode.items()) + ".", "",
-              "Longformer (configs/docsplit-longformer.yaml, FirstP-4096) and BERT-base "
-              "(configs/docsplit-bert.yaml) rows are GPU-scale and not measured here; the tests run a tiny random "
+              "Longformer (graphdoc/configs/docsplit-longformer.yaml, FirstP-4096) and BERT-base "
+              "(graphdoc/configs/docsplit-bert.yaml) rows are GPU-scale and not measured here; the tests run a tiny random "
               "Longformer through a docsplit step on the CPU.", ""]
     return "\n".join(lines)
 

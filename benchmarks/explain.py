@@ -160,7 +160,7 @@ def main() -> None:
     parser.add_argument("--index-dir", type=Path, default=Path("/tmp/qmidx"))
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--split", default="val")
-    parser.add_argument("--config", default=str(ROOT / "configs" / "section-graph.yaml"))
+    parser.add_argument("--config", default="section-graph")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "explain.md")
     args = parser.parse_args()
     spans_file = args.data / "spans" / f"{args.split}.tsv"
@@ -169,7 +169,7 @@ def main() -> None:
                          "spans/<split>.tsv; see its README)")
     if not (args.index_dir / "manifest.json").is_file():
         raise SystemExit(f"{args.index_dir}: not a graphdoc index (build one with `graphdoc index --corpus "
-                         "../shared/data/qmsum --index-dir DIR --config configs/section-graph.yaml`)")
+                         "../shared/data/qmsum --index-dir DIR --config section-graph`)")
     started = time.perf_counter()
     model = GraphDocEncoder.from_pretrained(None, config=load_config_file(args.config), device="cpu")
     spans = read_spans(spans_file)

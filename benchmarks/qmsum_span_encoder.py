@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--output", type=Path, required=True, help="the graphdoc model folder to write")
     p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="holds qmsum/")
-    p.add_argument("--config", type=Path, default=ROOT / "configs" / "section-graph.yaml")
+    p.add_argument("--config", type=Path, default=ROOT / "graphdoc" / "configs" / "section-graph.yaml")
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=32, help="queries per step")

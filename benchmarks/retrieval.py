@@ -33,7 +33,7 @@ DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MEASURES = ["nDCG@10", "nDCG@20", "R@100"]
 COLLECTIONS = {  # name: (folder, qrels split, model config or None)
     "scifact": ("scifact", "test", None),
-    "qmsum": ("qmsum", "val", "configs/section-graph.yaml"),
+    "qmsum": ("qmsum", "val", "section-graph"),
 }
 FLAT_ALPHAS = (0.3, 0.5, 0.7)
 
@@ -100,7 +100,7 @@ def latency(fn, queries: list, repeats: int = 1) -> tuple[float, float]:
 def benchmark(name: str, args) -> tuple[dict, dict]:
     folder, split, config_file = COLLECTIONS[name]
     corpus = args.data_dir / folder
-    config = load_config_file(Path(__file__).resolve().parents[1] / config_file) if config_file else None
+    config = load_config_file(config_file) if config_file else None
     model = GraphDocEncoder.from_pretrained(None, config=config)
     index_dir = args.work_dir / f"{name}-index"
     build_index(model, str(corpus), index_dir, batch_size=16, show_progress_bar=True)

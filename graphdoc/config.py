@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
-from graphdoc.errors import GraphDocError
+from graphdoc.errors import ArgumentTypeError, GraphDocError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 #: passage pooling: sentence-transformers' ``Pooling`` modes, by its names
@@ -40,7 +40,7 @@ MAX_SEED = 2 ** 31 - 1
 def check_count(name: str, value: Any) -> None:
     """A count (a batch size, results per query, a search depth): an integer of at least 1, else one error line."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise GraphDocError(f"{name} must be an integer; got {value!r}")
+        raise ArgumentTypeError(f"{name} must be an integer; got {value!r}")
     if value < 1:
         raise GraphDocError(f"{name} must be at least 1; got {value!r}")
 
@@ -238,11 +238,32 @@ def _as_type(kind: str, value: Any) -> Any:
     return float(value) if kind == "float" else value
 
 
-def read_config_file(path: str | Path) -> Any:
-    """The data of a JSON or YAML config file (one clear error when it is missing or unreadable)."""
+#: The configs that ship with graphdoc (``graphdoc/configs/NAME.yaml``), read by name: ``--config section-graph``.
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+def builtin_configs() -> list[str]:
+    """The names of the configs that ship with graphdoc."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def config_path(path: str | Path) -> Path:
+    """The file ``path`` names: a file, else a built-in config by name (``section-graph``, ``section-graph.yaml``,
+    or ``graphdoc/configs/section-graph.yaml`` as the docs write it, from any folder); one clear error when neither."""
     path = Path(path)
-    if not path.is_file():
-        raise GraphDocError(f"config file not found: {path}")
+    if path.is_file():
+        return path
+    if path.parent in (Path("."), Path("configs")) and path.suffix in ("", ".yaml"):
+        builtin = CONFIG_DIR / f"{path.stem if path.suffix else path.name}.yaml"
+        if builtin.is_file():
+            return builtin
+    raise GraphDocError(f"config file not found: {path} (built-in configs: {', '.join(builtin_configs())})")
+
+
+def read_config_file(path: str | Path) -> Any:
+    """The data of a JSON or YAML config file, or of a built-in config named (see :func:`config_path`); one clear
+    error when it is missing or unreadable."""
+    path = config_path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

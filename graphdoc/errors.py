@@ -11,6 +11,11 @@ class GraphDocError(Exception):
     """
 
 
+class ArgumentTypeError(GraphDocError, TypeError):
+    """An argument of the wrong type (a str for a count): a TypeError, as Python's own, that the CLI still prints
+    as one line."""
+
+
 class InputError(GraphDocError):
     """Bad input data: a missing or unreadable file, a broken line, a duplicate id, a wrong encoding."""
 

@@ -1,4 +1,4 @@
-"""Configuration dataclasses: YAML files in configs/, unknown keys, bad values, round trips."""
+"""Configuration dataclasses: YAML files in graphdoc/configs/, unknown keys, bad values, round trips."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from graphdoc.config import (ChunkerConfig, GraphConfig, ModelConfig, PassageEnc
                              load_config_file, read_config_file)
 from graphdoc.errors import GraphDocError
 
-ALL_CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+ALL_CONFIGS = sorted((Path(__file__).resolve().parents[1] / "graphdoc" / "configs").glob("*.yaml"))
 # model configs; pretrain-*.yaml, docsplit-*.yaml and finetune-*.yaml are training setups, loaded by their own tests
 PRETRAIN_PREFIXES = ("pretrain-", "docsplit-")
 CONFIGS = [p for p in ALL_CONFIGS if not p.name.startswith((*PRETRAIN_PREFIXES, "finetune-"))]
@@ -139,6 +139,28 @@ def test_wrong_value_type_is_a_one_line_error() -> None:
     with pytest.raises(GraphDocError) as info:
         from_dict(ChunkerConfig, {"max_words": "ten"})
     assert str(info.value) == "chunker.max_words must be an integer; got 'ten'"
+
+
+def test_built_in_configs_are_read_by_name_from_any_folder(tmp_path: Path, monkeypatch) -> None:
+    from graphdoc.config import CONFIG_DIR, builtin_configs
+    from graphdoc.finetune import load_finetune_setup
+    from graphdoc.training import load_setup
+
+    monkeypatch.chdir(tmp_path)  # no configs/ folder here
+    assert builtin_configs() == sorted(p.stem for p in ALL_CONFIGS) and "section-graph" in builtin_configs()
+    expected = load_config_file(CONFIG_DIR / "section-graph.yaml")
+    assert expected.graph.graph_type == "section"
+    for name in ("section-graph", "section-graph.yaml", "configs/section-graph.yaml"):
+        assert load_config_file(name) == expected
+    assert load_setup("pretrain-paper") == load_setup(CONFIG_DIR / "pretrain-paper.yaml")
+    assert load_finetune_setup("finetune-ranking").ranking.hard_negatives == 4
+    (tmp_path / "section-graph.yaml").write_text("graph:\n  num_layers: 5\n", encoding="utf-8")
+    assert load_config_file("section-graph.yaml").graph.num_layers == 5  # a file of that name comes first
+    with pytest.raises(GraphDocError, match=r"^config file not found: sectoin-graph \(built-in configs: default, "
+                                            r"docsplit-bert, .*, section-graph\)$"):
+        load_config_file("sectoin-graph")
+    with pytest.raises(GraphDocError, match=r"^config file not found: other/section-graph.yaml \(built-in"):
+        load_config_file("other/section-graph.yaml")  # a path into another folder is a file, not a name
 
 
 def test_missing_and_broken_files_are_named(tmp_path: Path) -> None:

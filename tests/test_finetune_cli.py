@@ -73,7 +73,7 @@ def test_shipped_configs_load_and_unknown_keys_are_errors(tmp_path):
     from graphdoc.errors import GraphDocError
     from graphdoc.finetune import load_finetune_setup
 
-    configs = Path(__file__).resolve().parents[1] / "configs"
+    configs = Path(__file__).resolve().parents[1] / "graphdoc" / "configs"
     assert load_finetune_setup(configs / "finetune-ranking.yaml").ranking.hard_negatives == 4
     assert load_finetune_setup(configs / "finetune-classification.yaml").classification.max_passages == 4
     (tmp_path / "x.yaml").write_text("ranking:\n  hard_negative: 3\n")

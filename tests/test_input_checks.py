@@ -20,7 +20,7 @@ from graphdoc.finetune.config import load_finetune_setup
 from graphdoc.finetune.data import read_known_qrels
 from graphdoc.training.config import PretrainConfig, load_setup
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "graphdoc" / "configs").glob("*.yaml"))
 
 
 @pytest.fixture(autouse=True)

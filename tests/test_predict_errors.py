@@ -112,8 +112,12 @@ def test_the_api_checks_its_arguments_too(docs, tmp_path):
     from graphdoc.errors import GraphDocError
     from graphdoc.finetune import predict as predict_api
 
-    with pytest.raises(GraphDocError, match=r"^batch_size and max_passages must be at least 1; got 0, None$"):
+    with pytest.raises(GraphDocError, match=r"^batch_size must be at least 1; got 0$"):
         predict_api(tmp_path / "nomodel", docs, tmp_path / "p.jsonl", batch_size=0)
+    with pytest.raises(TypeError, match=r"^batch_size must be an integer; got '2'$"):  # not '<' between str and int
+        predict_api(tmp_path / "nomodel", docs, tmp_path / "p.jsonl", batch_size="2")
+    with pytest.raises(GraphDocError, match=r"^max_passages must be at least 1; got 0$"):
+        predict_api(tmp_path / "nomodel", docs, tmp_path / "p.jsonl", max_passages=0)
     with pytest.raises(GraphDocError, match=r"is a folder$"):
         predict_api(tmp_path / "nomodel", docs, tmp_path)
 

@@ -90,14 +90,14 @@ def test_several_corpora_and_max_steps(tiny_bert, corpus, tmp_path):
 
 
 def test_shipped_configs_load():
-    paper = load_setup(ROOT / "configs" / "pretrain-paper.yaml")
+    paper = load_setup(ROOT / "graphdoc" / "configs" / "pretrain-paper.yaml")
     assert paper.model.passage_encoder.model_name_or_path == "roberta-base"
     assert paper.model.passage_encoder.projection_dim == 512
     assert (paper.model.graph.num_layers, paper.model.graph.heads) == (2, 2)
     p = paper.pretrain
     assert (p.lr, p.warmup_ratio, p.batch_size, p.epochs, p.max_passages) == (5e-5, 0.1, 1536, 10, 50)
     assert not p.frozen_encoder
-    default = load_setup(ROOT / "configs" / "pretrain-default.yaml")
+    default = load_setup(ROOT / "graphdoc" / "configs" / "pretrain-default.yaml")
     assert default.pretrain.frozen_encoder and default.model.passage_encoder.model_name_or_path == "all-MiniLM-L6-v2"
     assert PretrainSetup.from_dict(json.loads(json.dumps(default.to_dict()))) == default
 
@@ -106,7 +106,7 @@ def test_shipped_docsplit_configs_load():
     expected = {"bert": ("bert-base-uncased", 512), "longformer": ("allenai/longformer-base-4096", 4096),
                 "minilm": ("all-MiniLM-L6-v2", None)}
     for name, (encoder, length) in expected.items():
-        setup = load_setup(ROOT / "configs" / f"docsplit-{name}.yaml")
+        setup = load_setup(ROOT / "graphdoc" / "configs" / f"docsplit-{name}.yaml")
         assert setup.backbone == "flat" and setup.model.graph.document == "first"
         assert (setup.model.passage_encoder.model_name_or_path, setup.model.passage_encoder.max_seq_length) == \
             (encoder, length)
@@ -221,6 +221,20 @@ def test_precision_flag_replaces_the_configs_and_keys_the_cache(tiny_bert, corpu
     with pytest.raises(SystemExit):
         pretrain_cli("--corpus", str(corpus), "--output", str(tmp_path / "x"), "--precision", "int8")
     assert "argument --precision: invalid choice: 'int8'" in capsys.readouterr().err
+
+
+def test_pretrain_api_refuses_arguments_of_the_wrong_type_before_writing(corpus, tmp_path):
+    from graphdoc.training import pretrain
+
+    with pytest.raises(TypeError, match=r"^setup must be a PretrainSetup; got a dict \(build one with "
+                                        r"PretrainSetup.from_dict\)$"):
+        pretrain(corpus, tmp_path / "run", {"pretrain": {"max_steps": 1}})
+    with pytest.raises(TypeError, match=r"^setup must be a PretrainSetup; got a str \(read a file or a built-in "
+                                        r"config with load_setup\)$"):
+        pretrain(corpus, tmp_path / "run", "pretrain-default")
+    with pytest.raises(TypeError, match=r"^corpus must be a path or name, or a list of them; got a NoneType$"):
+        pretrain(None, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_pretrain_api_refuses_an_unknown_precision_before_writing(corpus, tmp_path):

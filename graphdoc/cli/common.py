@@ -27,7 +27,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, batches: bool = True) -
                        help="a saved graphdoc model, or any Hugging Face encoder id or folder "
                             "(default: the built-in all-MiniLM-L6-v2)")
     group.add_argument("--config", default=None, metavar="YAML",
-                       help="model config (configs/*.yaml) for a model built on a plain encoder")
+                       help="model config for a model built on a plain encoder: a YAML/JSON file, or a built-in "
+                            "one by name (default, section-graph, graph-roberta-paper)")
     group.add_argument("--backbone", choices=tuple(BACKBONES), default=None,
                        help="graph: GAT layers over the passage graph; flat: the encoder alone "
                             "(default: a saved model's own, else graph)")

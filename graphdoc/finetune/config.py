@@ -1,4 +1,4 @@
-"""Configuration of supervised fine-tuning: one dataclass per task, YAML files in ``configs/finetune-*.yaml``.
+"""Configuration of supervised fine-tuning: one dataclass per task, YAML files in ``graphdoc/configs/finetune-*.yaml``.
 
 A YAML file has up to four sections that map one to one onto :class:`FinetuneSetup`: ``backbone``
 (``graph`` or ``flat``), ``model`` (that backbone's configuration, a :class:`~graphdoc.config.ModelConfig`

@@ -11,6 +11,7 @@ import json
 import logging
 from pathlib import Path
 
+from graphdoc.config import check_count
 from graphdoc.corpus import ReadStats, read_corpus
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
@@ -28,8 +29,9 @@ def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch
     ``max_passages``: passages kept per document; ``None`` keeps the classifier's own, the cap it was trained
     and scored with (a classifier saved before the cap was recorded: its encoder's chunker cap).
     """
-    if batch_size < 1 or (max_passages is not None and max_passages < 1):
-        raise GraphDocError(f"batch_size and max_passages must be at least 1; got {batch_size}, {max_passages}")
+    check_count("batch_size", batch_size)
+    if max_passages is not None:
+        check_count("max_passages", max_passages)
     check_output(model_dir, output, source=source)
     from graphdoc.finetune.classifier import DocumentClassifier  # (torch: not at import, which the CLI's parser does)
 

@@ -5,11 +5,11 @@ Example::
     import graphdoc
     from graphdoc.training import load_setup, pretrain
 
-    setup = load_setup("configs/pretrain-default.yaml")          # a graph model, objective half
+    setup = load_setup("pretrain-default")          # a graph model, objective half
     result = pretrain(["corpus.jsonl.gz"], "runs/pretrain", setup)
     model = graphdoc.load_model(result.model_dir)
 
-    setup = load_setup("configs/docsplit-minilm.yaml")           # a flat model, docsplit + 0.1 x MLM
+    setup = load_setup("docsplit-minilm")           # a flat model, docsplit + 0.1 x MLM
     result = pretrain(["corpus.jsonl.gz"], "runs/docsplit", setup)
 
 Run it over several processes with ``torchrun --nproc_per_node N -m graphdoc pretrain ...``.
@@ -18,6 +18,7 @@ Run it over several processes with ``torchrun --nproc_per_node N -m graphdoc pre
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -60,7 +61,13 @@ def pretrain(corpus: str | Sequence[str], output: str | Path, setup: PretrainSet
     from graphdoc.training.distributed import init_from_env, shutdown
     from graphdoc.training.trainer import Trainer
 
-    sources = [str(corpus)] if isinstance(corpus, (str, Path)) else [str(s) for s in corpus]
+    if not isinstance(corpus, (str, os.PathLike, list, tuple)):
+        raise TypeError(f"corpus must be a path or name, or a list of them; got a {type(corpus).__name__}")
+    if setup is not None and not isinstance(setup, PretrainSetup):
+        hint = " (build one with PretrainSetup.from_dict)" if isinstance(setup, dict) else \
+            " (read a file or a built-in config with load_setup)" if isinstance(setup, (str, os.PathLike)) else ""
+        raise TypeError(f"setup must be a PretrainSetup; got a {type(setup).__name__}{hint}")
+    sources = [str(corpus)] if isinstance(corpus, (str, os.PathLike)) else [str(s) for s in corpus]
     if not sources:
         raise GraphDocError("no corpus to pretrain on")
     if precision is not None:

@@ -1,6 +1,6 @@
 """Configuration of contrastive pretraining: the model to build and the training hyperparameters.
 
-A YAML file in ``configs/pretrain-*.yaml`` or ``configs/docsplit-*.yaml`` maps one to one onto
+A YAML file in ``graphdoc/configs/pretrain-*.yaml`` or ``graphdoc/configs/docsplit-*.yaml`` maps one to one onto
 :class:`PretrainSetup`: ``backbone`` (``graph`` or ``flat``), ``model`` (that backbone's configuration:
 a :class:`~graphdoc.config.ModelConfig` or a :class:`~graphdoc.flat_config.FlatModelConfig`) and
 ``pretrain`` (a :class:`PretrainConfig`). Unknown keys are an error that lists the valid ones.
