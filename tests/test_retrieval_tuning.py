@@ -4,7 +4,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from _retrieval_helpers import cli, cli_state_restored, make_docs, manifest_json, write_jsonl
+from _retrieval_helpers import cli, cli_state_restored, error_line, make_docs, manifest_json, write_jsonl
 
 from graphdoc.cli import build_parser
 from graphdoc.errors import GraphDocError
@@ -202,3 +202,41 @@ def test_tune_fusion_help_gives_defaults_and_the_normalizations_of_search():
     search_normalization = next(a for a in commands["search"]._actions if a.dest == "normalization")
     assert options["normalization"].choices == search_normalization.choices == tuple(NORMALIZERS)
     assert options["normalization"].default is None
+
+
+def test_tune_fusion_save_does_not_overwrite_what_another_writer_did(built_index, cli_files, monkeypatch, tmp_path,
+                                                                     capsys):
+    import contextlib
+
+    from graphdoc.retrieval.manifest import writer_lock
+
+    index = own_index(built_index, tmp_path)
+    held = contextlib.ExitStack()
+    events = []
+
+    def component_runs(self, queries, depth=100):  # meanwhile, another process...
+        events[0]()
+        return {q: SPLIT_DENSE for q in queries}, {q: SPLIT_SPARSE for q in queries}
+
+    monkeypatch.setattr(Searcher, "component_runs", component_runs)
+    args = ("tune-fusion", "--index-dir", index, "--queries", cli_files["queries"], "--qrels", cli_files["qrels"],
+            "--folds", 2, "--measure", "RR@10", "--save")
+    events.append(lambda: held.enter_context(writer_lock(index)))  # ...is writing the folder (graphdoc index)
+    before = (index / "manifest.json").read_bytes()
+    with held, cli_state_restored():
+        assert cli(*args) == 1
+    assert error_line(capsys, "tune-fusion") == \
+        f"graphdoc tune-fusion: error: another graphdoc process is writing {index}"
+    assert (index / "manifest.json").read_bytes() == before
+
+    def add_documents():  # ...added documents (a new shard) and finished
+        manifest = manifest_json(index)
+        (index / "manifest.json").write_text(json.dumps({**manifest, "shards": [*manifest["shards"], "00001"]}),
+                                             encoding="utf-8")
+    events[0] = add_documents
+    with cli_state_restored():
+        assert cli(*args) == 1
+    assert error_line(capsys, "tune-fusion") == (
+        f"graphdoc tune-fusion: error: {index} changed while the fusion was tuned (documents were added): not "
+        "stored; rerun graphdoc tune-fusion on the index as it is now")
+    assert manifest_json(index)["fusion"] == HYBRID_DEFAULT.to_dict() and "00001" in manifest_json(index)["shards"]

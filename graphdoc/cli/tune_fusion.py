@@ -123,6 +123,13 @@ def _save(searcher, index_dir: Path, result) -> None:
     if new == old:
         print(f"{where} already holds fusion {_describe(new)}; unchanged")
         return
-    searcher.manifest.fusion = new.to_dict()
-    searcher.manifest.save(index_dir)
+    from graphdoc.retrieval.manifest import Manifest, writer_lock
+
+    with writer_lock(index_dir):  # not while `graphdoc index` or `merge` writes the folder
+        manifest = Manifest.load(index_dir)  # as it is now: only its fusion changes
+        if (manifest.shards, manifest.finalized) != (searcher.manifest.shards, searcher.manifest.finalized):
+            raise GraphDocError(f"{index_dir} changed while the fusion was tuned (documents were added): not stored; "
+                                "rerun graphdoc tune-fusion on the index as it is now")
+        manifest.fusion = new.to_dict()
+        manifest.save(index_dir)
     print(f"stored fusion {_describe(new)} in {where} (was {_describe(old)})")
