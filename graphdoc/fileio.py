@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -136,10 +137,16 @@ def atomic_write(path: str | Path, mode: str = "wb", encoding: str | None = None
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno in _FULL:
+            exc.filename = str(path)  # a failed write() names no file: the error line names the output
         raise
+
+
+#: what a write to a full or limited disk raises: no space, quota exceeded, file too large
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 @contextlib.contextmanager

@@ -269,6 +269,30 @@ def test_a_full_disk_is_one_line_and_the_last_output_is_kept(tiny_bert: Path, tm
               str(tiny_bert)])
 
 
+def test_a_disk_that_fills_on_the_ids_file_keeps_the_last_matrix_and_ids_together(tiny_bert: Path, tmp_path: Path,
+                                                                                   capsys, monkeypatch) -> None:
+    import errno
+    import os
+
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", DOCS)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert) == 0
+    before = (tmp_path / "emb.npy").read_bytes(), (tmp_path / "emb.ids.txt").read_bytes()
+    real_fsync = os.fsync
+
+    def full(fd):  # a buffered write() fails at flush, naming no file, as on a real full disk
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        if name.startswith(".emb.ids.txt.") and name.endswith(".tmp"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert embed(write_jsonl(tmp_path / "other.jsonl", DOCS[:2]), tmp_path / "emb.npy", tiny_bert) == 1
+    assert error_line(capsys) == (f"graphdoc embed: error: No space left on device: {tmp_path / 'emb.ids.txt'} "
+                                  "(-v shows where it happened)")
+    assert ((tmp_path / "emb.npy").read_bytes(), (tmp_path / "emb.ids.txt").read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "emb.ids.txt", "emb.npy", "other.jsonl"]
+
+
 @pytest.mark.parametrize("command", [[], ["embed"], ["finetune"], ["pretrain"], ["plot"], ["plot", "attention"]])
 def test_help_shows_no_docstring_markup_and_keeps_options_whole(command, capsys, monkeypatch):
     import graphdoc.cli

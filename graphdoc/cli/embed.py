@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import numpy as np
@@ -61,11 +62,14 @@ def run(args: argparse.Namespace) -> int:
         raise GraphDocError(f"no documents to embed in {args.corpus}")
     matrix = np.concatenate(rows).astype(np.float32, copy=False)
     note = replacing(args.output)
-    # both written before either replaces its file: the matrix goes in first, then its ids
-    with atomic_write(ids_path(args.output), "w", encoding="utf-8") as id_file, \
-            atomic_write(args.output, "wb") as matrix_file:
+    # both written out before either replaces its file (the ids flushed and synced first: a full disk shows there,
+    # not after the matrix is in); then the matrix goes in, then its ids
+    with atomic_write(ids_path(args.output), "w", encoding="utf-8") as id_file:
         id_file.write("".join(f"{i}\n" for i in ids))
-        np.save(matrix_file, matrix)
+        id_file.flush()
+        os.fsync(id_file.fileno())
+        with atomic_write(args.output, "wb") as matrix_file:
+            np.save(matrix_file, matrix)
     model.chunker.warn_cut()
     logger.info("wrote %d x %d embeddings to %s%s and ids to %s", *matrix.shape, args.output, note,
                 ids_path(args.output))
