@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import re
 import shutil
@@ -229,3 +230,44 @@ def remove_stale_temporaries(folder: str | Path, name: str | None = None) -> lis
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
     return stale
+
+
+#: the lock file :func:`writer_lock` holds in the folder it writes
+LOCK_NAME = ".lock"
+
+
+@contextlib.contextmanager
+def writer_lock(folder: Path) -> Iterator[None]:
+    """Be the only process writing folder ``folder`` (an index, a training run; created if missing) while the block
+    runs.
+
+    A second writer fails at once. The lock is ``flock`` on ``folder/.lock``, removed on the way out;
+    a folder this call created is removed again when it is left empty.
+    """
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = _lock(folder / LOCK_NAME, folder)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(folder / LOCK_NAME).st_ino == os.fstat(fd).st_ino:
+                os.unlink(folder / LOCK_NAME)
+        os.close(fd)
+        if created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty: nothing was written
+
+
+def _lock(path: Path, folder: Path) -> int:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise GraphDocError(f"another graphdoc process is writing {folder}") from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        os.close(fd)  # the last holder removed the file as this one opened it: lock the new one

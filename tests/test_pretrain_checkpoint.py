@@ -210,3 +210,20 @@ def test_progress_bar_shows_a_slow_rate_with_its_decimals(rate, shown):
     from graphdoc.training.trainer import bar_postfix
 
     assert bar_postfix(2.371, 3.7e-4, rate) == f"loss 2.371 lr 3.7e-4 {shown} doc/s"
+
+
+def test_a_second_run_into_the_same_output_is_refused_while_the_first_writes(tiny_bert, tmp_path):
+    from graphdoc.fileio import LOCK_NAME, writer_lock
+
+    corpus, out = write_corpus(tmp_path / "corpus.jsonl"), tmp_path / "run"
+    setup = tiny_setup(tiny_bert, max_steps=2, frozen_encoder=True)
+    with writer_lock(out):  # as a first `graphdoc pretrain` into `out` holds it
+        with pytest.raises(GraphDocError, match=f"^another graphdoc process is writing {re.escape(str(out))}$"):
+            pretrain(corpus, out, setup, device="cpu", resume=True)
+        assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]  # nothing of the second run's
+    assert not out.exists()
+    (out).mkdir()
+    (out / LOCK_NAME).write_text("")  # what a run killed before its first file leaves: no other run holds it
+    pretrain(corpus, out, setup, device="cpu")
+    assert (out / "model").is_dir() and not (out / LOCK_NAME).exists()  # released at the end
+    pretrain(corpus, out, setup, device="cpu", resume=True)  # and the same folder takes the next run

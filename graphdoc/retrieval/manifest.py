@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import json
-import os
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from graphdoc.config import LEGACY_PASSAGE_ENCODER, TRANSIENT_ENCODER_SETTINGS
 from graphdoc.errors import GraphDocError, IndexMismatchError
-from graphdoc.fileio import atomic_write
+from graphdoc.fileio import LOCK_NAME, atomic_write, writer_lock  # noqa: F401 (the index's lock)
 from graphdoc.fingerprint import weights_fingerprint as model_fingerprint
 
 MANIFEST_NAME = "manifest.json"
 #: held (``flock``) by the one process writing an index folder; removed when it is done
-LOCK_NAME = ".lock"
 FORMAT = "graphdoc.index"
 FORMAT_VERSION = 1
 
@@ -154,42 +149,6 @@ def _check_fields(path: Path, cls: type, data: Any, prefix: str = "", required: 
     missing = [name for name in needed if name not in data] if required else []
     if missing:
         raise GraphDocError(f"{path}: missing field {prefix + missing[0]!r}")
-
-
-@contextlib.contextmanager
-def writer_lock(folder: Path) -> Iterator[None]:
-    """Be the only process writing index folder ``folder`` (created if missing) while the block runs.
-
-    A second writer fails at once. The lock is ``flock`` on ``folder/.lock``, removed on the way out;
-    a folder this call created is removed again when it is left empty.
-    """
-    created = not folder.exists()
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = _lock(folder / LOCK_NAME, folder)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            if os.stat(folder / LOCK_NAME).st_ino == os.fstat(fd).st_ino:
-                os.unlink(folder / LOCK_NAME)
-        os.close(fd)
-        if created:
-            with contextlib.suppress(OSError):
-                folder.rmdir()  # only when empty: nothing was written
-
-
-def _lock(path: Path, folder: Path) -> int:
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise GraphDocError(f"another graphdoc process is writing {folder}") from None
-        with contextlib.suppress(FileNotFoundError):
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                return fd
-        os.close(fd)  # the last holder removed the file as this one opened it: lock the new one
 
 
 def model_identity(model) -> dict[str, Any]:

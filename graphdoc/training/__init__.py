@@ -77,12 +77,13 @@ def pretrain(corpus: str | Sequence[str], output: str | Path, setup: PretrainSet
     ctx, resolved = init_from_env(device)
     try:
         trainer = Trainer(setup or PretrainSetup(), sources, Path(output), ctx, resolved, show)
-        try:
-            trainer.start(model, resume, precision)
-            return trainer.train()
-        except GraphDocError:  # e.g. a corpus with no usable document: a new run folder is not left half-made
-            trainer.discard_new_output()
-            raise
+        with trainer.lock:  # released when the run ends, whatever the way
+            try:
+                trainer.start(model, resume, precision)
+                return trainer.train()
+            except GraphDocError:  # e.g. a corpus with no usable document: a new run folder is not left half-made
+                trainer.discard_new_output()
+                raise
     finally:
         if joined_here:
             shutdown(ctx)

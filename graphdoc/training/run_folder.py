@@ -16,7 +16,7 @@ from pathlib import Path
 from graphdoc.backbones import FLAT
 from graphdoc.corpus import ReadStats, check_outside_corpus, corpus_files
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import check_output_folder
+from graphdoc.fileio import LOCK_NAME, check_output_folder
 from graphdoc.serialization import is_graphdoc_model
 from graphdoc.training import checkpoint as ckpt
 from graphdoc.training import data
@@ -110,7 +110,7 @@ class RunFolder:
         found = ckpt.list_checkpoints(out)
         finished = (out / SUMMARY_NAME).is_file() or is_graphdoc_model(out / ckpt.MODEL_DIR)
         held = bool(found) or finished or (out / CONFIG_NAME).is_file()
-        if not held and out.is_dir() and any(out.iterdir()):
+        if not held and out.is_dir() and any(p.name != LOCK_NAME for p in out.iterdir()):  # (a killed run's lock)
             raise GraphDocError(f"--output {out} holds other files and no pretraining run: choose a new or empty "
                                 "folder")
         if held and not resume:
@@ -147,12 +147,14 @@ class RunFolder:
             logger.warning("removing %s: the run stopped at step %d, before its first checkpoint, so it cannot be "
                            "resumed", self.output, steps)
         for entry in self.output.iterdir():
+            if entry.name == LOCK_NAME:  # the writer's lock (this run's, gone with it; or another run's, kept)
+                continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
-        if made_folder:
-            self.output.rmdir()
+        if made_folder and not (self.output / LOCK_NAME).exists():
+            self.output.rmdir()  # (else the lock's release removes it, when this run made it)
         if self.made_cache_dir and Path(self.cfg.cache_dir).is_dir():
             shutil.rmtree(self.cfg.cache_dir)
 

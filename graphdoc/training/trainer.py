@@ -17,6 +17,7 @@ Output folder layout::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -35,7 +36,7 @@ from graphdoc.config import check_precision
 from graphdoc.corpus import ReadStats
 from graphdoc.device import autocast_dtype
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import atomic_write
+from graphdoc.fileio import atomic_write, writer_lock
 from graphdoc.progress import progress_bar, short_float
 from graphdoc.serialization import backbone_of, saved_backbone
 from graphdoc.training import checkpoint as ckpt
@@ -97,6 +98,7 @@ class Trainer:
         self.start_model: dict = {}  # checkpoint.start_identity of the weights the run started from
         self.saved_step = 0  # the step of the latest checkpoint written or resumed from
         self.folder = RunFolder(setup, sources, output, ctx)
+        self.lock = contextlib.ExitStack()  # process 0's hold on the output folder, from start() to the end
 
     @property
     def cache(self):
@@ -111,6 +113,8 @@ class Trainer:
         """
         self.cfg.check_backbone(self.setup.backbone)
         found = self.folder.check(resume)
+        if self.ctx.is_main:  # a second run into the same output stops here (until pretrain() releases it)
+            self.lock.enter_context(writer_lock(self.output))
         barrier(self.ctx)  # every process has checked the output before process 0 writes in it
         self.corpus = corpus_identity(self.sources)
         if self.ctx.is_main and self.output.is_dir():
