@@ -221,3 +221,22 @@ def test_integer_labels_are_their_string_form(tmp_path):
     path = write_jsonl(tmp_path / "t.jsonl", [{"_id": "a", "text": "one", "label": 0},
                                               {"_id": "b", "text": "two", "label": 1}])
     assert labels_of(read_labelled(path, "train")) == ["0", "1"]
+
+
+def test_a_second_run_into_the_same_output_is_refused_while_the_first_writes(tiny_bert, tmp_path):
+    import re
+
+    from graphdoc.fileio import LOCK_NAME, writer_lock
+    from graphdoc.finetune import finetune_ranking
+
+    files, out = labelled_files(tmp_path), tmp_path / "run"
+    config = ClassificationConfig(**{**CONFIG, "epochs": 1})
+    with writer_lock(out):  # as a first `graphdoc finetune` into `out` holds it
+        with pytest.raises(GraphDocError, match=f"^another graphdoc process is writing {re.escape(str(out))}$"):
+            finetune_classification(files["train"], files["dev"], out, config=config, model=str(tiny_bert))
+        with pytest.raises(GraphDocError, match="^another graphdoc process is writing"):
+            finetune_ranking("corpus.jsonl", "queries.jsonl", "qrels.tsv", out, resume=True)
+        assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
+    assert not out.exists()
+    finetune_classification(files["train"], files["dev"], out, config=config, model=str(tiny_bert))
+    assert (out / "model").is_dir() and not (out / LOCK_NAME).exists()  # released at the end

@@ -14,13 +14,16 @@ Example::
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from graphdoc.config import check_precision
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import check_output_folder
+from graphdoc.fileio import check_output_folder, writer_lock
 from graphdoc.finetune.config import (
     ClassificationConfig,
     FinetuneSetup,
@@ -78,6 +81,24 @@ def _load_start_model(model: Any, model_config, device: str | None, backbone: st
                       config=model_config, device=device)
 
 
+def _one_writer(function: Callable) -> Callable:
+    """Run ``function`` holding the writer lock of its ``output`` folder: a second run into it stops at once
+    (``another graphdoc process is writing DIR``) instead of both writing checkpoints, log and model."""
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def one_writer(*args, **kwargs):
+        output = signature.bind(*args, **kwargs).arguments["output"]
+        if not isinstance(output, (str, os.PathLike)) or not str(output).strip() or os.path.isfile(output):
+            return function(*args, **kwargs)  # it says what is wrong with the name
+        check_output_folder(output)
+        with writer_lock(Path(output)):
+            return function(*args, **kwargs)
+
+    return one_writer
+
+
+@_one_writer
 def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=None,
                      config: RankingConfig | None = None, model: Any = None, model_config=None,
                      folds: int | None = None, resume: bool = False, bm25=None, split: str | None = None,
@@ -181,6 +202,7 @@ def _name(source) -> str | None:
     return str(source) if isinstance(source, (str, Path)) else None
 
 
+@_one_writer
 def finetune_classification(train, dev, output: str | Path, *, test=None, config: ClassificationConfig | None = None,
                             model: Any = None, model_config=None, resume: bool = False,
                             device: str | None = None, precision: str | None = None,
