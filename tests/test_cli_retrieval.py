@@ -204,14 +204,31 @@ def test_search_errors(index, tmp_path, tiny_roberta, capsys) -> None:
 
 
 def test_search_refuses_an_incomplete_index(own_index, capsys) -> None:
-    manifest = manifest_json(own_index)
-    manifest["finalized"] = False
-    (own_index / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     capsys.readouterr()
+    assert cli("search", "--index-dir", own_index, "zebra", "--mode", "bm25") == 0
+    before = capsys.readouterr().out
+    manifest = manifest_json(own_index)
+    # documents being added (a shard more, not in final/ yet): the last complete build is searched, with a warning
+    updating = {**manifest, "finalized": False, "shards": [*manifest["shards"], "00009"]}
+    (own_index / "manifest.json").write_text(json.dumps(updating), encoding="utf-8")
+    assert cli("search", "--index-dir", own_index, "zebra", "--mode", "bm25") == 0
+    captured = capsys.readouterr()
+    assert captured.out == before
+    assert captured.err == (f"WARNING graphdoc.retrieval.searcher: index {own_index} is being added to, or an add was "
+                            f"interrupted: searching the {manifest['counts']['documents']} documents of its last "
+                            "complete build (rerun an interrupted build to finish it)\n")
+    incomplete = (f"graphdoc search: error: index {own_index} is incomplete: rerun the build that was interrupted "
+                  "(the same build_index call or graphdoc index command)")
+    # final/ replaced by the add this very moment (its size is not the manifest's yet): incomplete, not damaged
+    ids = own_index / "final" / "doc_ids.txt"
+    ids.write_text(ids.read_text(encoding="utf-8") + "new-doc\n", encoding="utf-8")
     assert cli("search", "--index-dir", own_index, "zebra", "--mode", "bm25") == 1
-    assert error_line(capsys, "search") == (f"graphdoc search: error: index {own_index} is incomplete: "
-                                            "rerun the build that was interrupted (the same build_index call or "
-                                            "graphdoc index command)")
+    assert error_line(capsys, "search") == incomplete
+    # no build finished yet: nothing to search
+    first = {**updating, "counts": {"encode_seconds": 1.0}}
+    (own_index / "manifest.json").write_text(json.dumps(first), encoding="utf-8")
+    assert cli("search", "--index-dir", own_index, "zebra", "--mode", "bm25") == 1
+    assert error_line(capsys, "search") == incomplete
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -63,15 +63,27 @@ class Searcher:
             raise GraphDocError(f"index {self.index_dir} holds no documents (an empty part of a sharded corpus): "
                                 "merge it with the other parts (merge_indexes, graphdoc merge) and search the "
                                 "merged index")
-        if not self.manifest.finalized:
-            raise GraphDocError(f"index {self.index_dir} is incomplete: rerun the build that was interrupted (the "
-                                "same build_index call or graphdoc index command)")
+        incomplete = GraphDocError(f"index {self.index_dir} is incomplete: rerun the build that was interrupted (the "
+                                   "same build_index call or graphdoc index command)")
+        # documents being added, or an add that was interrupted: the last complete build (final/) is searched
+        self.updating = not self.manifest.finalized
+        if self.updating and (not final.is_dir() or "documents" not in self.manifest.counts):
+            raise incomplete  # no build finished yet
         if not final.is_dir():
             raise self._damaged(f"{FINAL_DIR}/ is missing")
         self.device = device
         self._model = None
         try:  # nothing stays open when opening fails, the model included
-            self._open_final(final)
+            try:
+                self._open_final(final)
+            except GraphDocError:
+                if self.updating:  # final/ is being replaced this very moment
+                    raise incomplete from None
+                raise
+            if self.updating:
+                logger.warning("index %s is being added to, or an add was interrupted: searching the %d documents "
+                               "of its last complete build (rerun an interrupted build to finish it)",
+                               self.index_dir, len(self.doc_ids))
             self.fusion = FusionConfig.from_dict(self.manifest.fusion) if self.manifest.fusion else HYBRID_DEFAULT
             if model is not None:
                 self.model = model
