@@ -161,6 +161,31 @@ def test_pretrain_resume_refuses_another_corpus(tiny_bert, tmp_path):
     assert pretrain(corpus, tmp_path / "run", setup, resume=True, device="cpu").steps == 2
 
 
+def test_pretrain_resume_refuses_a_corpus_edited_in_place_to_the_same_size(tiny_bert, tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    setup = tiny_setup(tiny_bert, max_steps=2, frozen_encoder=True)
+    pretrain(corpus, tmp_path / "run", setup, device="cpu")
+    text = corpus.read_text(encoding="utf-8")
+    word = next(w for w in text.split() if w.isalpha() and len(w) > 3)
+    corpus.write_text(text.replace(word, word[::-1], 1), encoding="utf-8")  # same bytes count, other content
+    with pytest.raises(GraphDocError, match=r"^cannot resume over a different corpus: corpus.jsonl was edited since "
+                                            r"the run read it \(the same size, other content\)$"):
+        pretrain(corpus, tmp_path / "run", setup, resume=True, device="cpu")
+    corpus.write_text(text, encoding="utf-8")  # as it was: the run resumes
+    assert pretrain(corpus, tmp_path / "run", setup, resume=True, device="cpu").steps == 2
+
+
+def test_a_checkpoint_from_before_the_content_digest_still_resumes():
+    from graphdoc.training.config import PretrainSetup
+    from graphdoc.training.run_folder import check_resumable
+
+    setup = PretrainSetup()
+    state = {"world_size": 1, "pretrain": dataclasses.asdict(setup.pretrain), "corpus": [["c.jsonl", 120]]}
+    check_resumable(state, setup, 1, [["c.jsonl", 120, "0" * 32]])
+    with pytest.raises(GraphDocError, match=r"the run read c.jsonl \(120 bytes\), now c.jsonl \(121 bytes\)$"):
+        check_resumable(state, setup, 1, [["c.jsonl", 121, "0" * 32]])
+
+
 @pytest.mark.parametrize("folds", [0, 1])
 def test_fewer_than_two_folds_is_an_error_before_anything_loads(tmp_path, folds):
     with pytest.raises(GraphDocError, match=rf"^folds must be at least 2; got {folds}$"):
