@@ -285,8 +285,8 @@ def render(args, d: dict, runs: dict, results: dict, encode: dict, seconds: floa
               "Evaluation encoding (frozen vectors through a passage cache; trained flat encoders encode "
               "everything again): " + "; ".join(f"{k} {v:.0f} s" for k, v in encode.items()) + ".", "",
               "Longformer (graphdoc/configs/docsplit-longformer.yaml, FirstP-4096) and BERT-base "
-              "(graphdoc/configs/docsplit-bert.yaml) rows are GPU-scale and not measured here; the tests run a tiny random "
-              "Longformer through a docsplit step on the CPU.", ""]
+              "(graphdoc/configs/docsplit-bert.yaml) rows are GPU-scale and not measured here; the tests run a tiny "
+              "random Longformer through a docsplit step on the CPU.", ""]
     return "\n".join(lines)
 
 

@@ -27,8 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("finetune", help="fine-tune a model for ranking or classification", description=__doc__)
     parser.add_argument("--task", required=True, choices=tuple(NEEDS))
     parser.add_argument("--output", required=True, metavar="DIR", help="run folder; the model in DIR/model")
-    parser.add_argument("--config", default=None, metavar="YAML", help="a YAML/JSON file, or a built-in config by name: "
-                        "finetune-ranking, finetune-classification")
+    parser.add_argument("--config", default=None, metavar="YAML",
+                        help="a YAML/JSON file, or a built-in config by name: finetune-ranking, finetune-classification")
     parser.add_argument("--model", default=None, metavar="NAME_OR_DIR", help="the model to start from")
     parser.add_argument("--backbone", choices=tuple(BACKBONES), default=None,
                         help="graph: GAT layers over the passage graph; flat: the encoder alone, which trains "

@@ -28,8 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", required=True, metavar="DIR",
                         help="run folder: checkpoints, log.csv, and the trained model in DIR/model")
     parser.add_argument("--config", default=None, metavar="YAML",
-                        help="pretraining config with 'model' and 'pretrain' sections (a file, or a built-in one by name: "
-                             "pretrain-default, pretrain-paper, docsplit-minilm, docsplit-bert, docsplit-longformer)")
+                        help="pretraining config with 'model' and 'pretrain' sections (a file, or a built-in one by "
+                             "name: pretrain-default, pretrain-paper, docsplit-minilm, docsplit-bert, "
+                             "docsplit-longformer)")
     parser.add_argument("--model", default=None, metavar="NAME_OR_DIR",
                         help="start from this graphdoc model or Hugging Face encoder instead of the config's")
     parser.add_argument("--backbone", choices=tuple(BACKBONES), default=None,

@@ -50,7 +50,8 @@ def corpus_identity(sources: list[str]) -> list[list]:
 
 
 def _content_digest(files: list[Path]) -> str:
-    """A 128-bit digest of the files' bytes, in order (about 2 s a gigabyte on one core: pretraining reads them anyway)."""
+    """A 128-bit digest of the files' bytes, in order (about 2 s a gigabyte on one core; pretraining reads them
+    anyway)."""
     digest = hashlib.blake2b(digest_size=16)
     for file in files:
         with open(file, "rb") as handle:
