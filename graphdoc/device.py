@@ -73,9 +73,16 @@ def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype
         return None
     if precision == "fp16":
         return torch.float16
-    if precision == "bf16" or torch.cuda.is_bf16_supported():
+    if precision == "bf16" or cuda_has_bf16(device):
         return torch.bfloat16
     return torch.float16
+
+
+def cuda_has_bf16(device: torch.device) -> bool:
+    """Whether the GPU ``device`` computes in bfloat16 natively (compute capability 8.0 on: Ampere and later).
+    ``torch.cuda.is_bf16_supported()`` also says yes for older GPUs that only emulate it (V100, T4: slower than
+    fp16), and asks the current GPU rather than this one."""
+    return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 @functools.lru_cache(maxsize=None)

@@ -57,9 +57,10 @@ class GraphDocEncoder(nn.Module):
         g = self.config.graph
         check_heads(g.heads, proj_dim or hidden, "passage_encoder.projection_dim" if proj_dim else
                     "the encoder's hidden size")
-        # a fixed seed: the same untrained model (and weights fingerprint) on every load
+        # a fixed seed: the same untrained model (and weights fingerprint) on every load; the CPU's generator only
+        # (the layers are built there), so that loading a model leaves the CUDA generators' state as it was
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
+            torch.default_generator.manual_seed(0)
             self.projection = Projection(hidden, proj_dim) if proj_dim else nn.Identity()
             self.graph = DocumentGraphEncoder(proj_dim or hidden, g.num_layers, g.heads, g.dropout,
                                               g.attention_dropout)

@@ -103,11 +103,11 @@ class FlatEncoder(nn.Module):
         passage_ids = [ids for doc in prepared for ids in doc.token_ids] if with_passages else []
         vectors = self.passage_encoder.encode_ids(first_ids + passage_ids)  # one length-sorted pass: [B' + P, d]
         if not with_passages:  # each document a single node
-            return GraphOutput(list(prepared), vectors, vectors, torch.arange(len(prepared) + 1))
+            return GraphOutput(list(prepared), vectors, vectors, torch.arange(len(prepared) + 1, device=vectors.device))
         passages = torch.split(vectors[len(first_ids):], [len(doc.token_ids) for doc in prepared])
         documents = torch.stack([p.mean(dim=0) for p in passages]) if mean else vectors[:len(first_ids)]
         nodes = torch.cat([torch.cat([d[None], p]) for d, p in zip(documents, passages)])  # [B + P, d]
-        ptr = torch.tensor([0] + [1 + len(p) for p in passages]).cumsum(0)  # [B + 1]
+        ptr = torch.tensor([0] + [1 + len(p) for p in passages], device=vectors.device).cumsum(0)  # [B + 1], as PyG
         return GraphOutput(list(prepared), documents, nodes, ptr, [] if return_attention_weights else None)
 
     # ----------------------------------------------------------------- save / load

@@ -76,7 +76,9 @@ def cross_validate(model, config: RankingConfig, data: RankingData, qrels: Qrels
         trainer.loop.run = run_kind("ranking", folds=folds)  # kept in the fold's checkpoints, checked on resume
         summary = trainer.train(resume)
         if dev:  # the best epoch's weights, as saved
-            trainer.model.load_state_dict(type(model).from_pretrained(output / f"fold-{f}" / "model").state_dict())
+            best = type(model).from_pretrained(output / f"fold-{f}" / "model",
+                                               device=next(trainer.model.parameters()).device)
+            trainer.model.load_state_dict(best.state_dict())
         name = str(config.eval_measure)
         alpha, train_score = choose_alpha(trainer.rank(sorted(dev or fit), k)["components"], dev or fit,
                                           config.fusion_normalization, name, config.fusion_alpha)

@@ -284,6 +284,17 @@ def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer,
                    query_prompt=query_prompt, passage_prompt=passage_prompt)
 
 
+def full_precision() -> dict[str, torch.dtype]:
+    """``from_pretrained``'s keyword for float32 weights. Without it a checkpoint stored in fp16 or bf16 loads in
+    that dtype (transformers 5), which graphdoc's float32 layers cannot take and AdamW cannot train (its updates
+    round away); autocast gives reduced precision where ``precision`` asks for it."""
+    import transformers
+    from packaging.version import Version
+
+    new = Version(transformers.__version__) >= Version("4.56")  # torch_dtype was renamed dtype
+    return {"dtype" if new else "torch_dtype": torch.float32}
+
+
 def _load_encoder(name_or_path: str) -> nn.Module:
     """``AutoModel``, or the encoder alone of an encoder-decoder checkpoint (T5 and its kin); another
     encoder-decoder architecture is refused in one line."""
@@ -294,12 +305,12 @@ def _load_encoder(name_or_path: str) -> nn.Module:
     # (a T5 encoder saved alone, as sentence-transformers saves it, has is_encoder_decoder false)
     encoder_class = ENCODER_ONLY_CLASSES.get(model_config.model_type)
     if encoder_class is None and not getattr(model_config, "is_encoder_decoder", False):
-        return AutoModel.from_pretrained(name_or_path)
+        return AutoModel.from_pretrained(name_or_path, **full_precision())
     if encoder_class is None:
         raise ModelLoadError(f"{name_or_path} is an encoder-decoder model ({model_config.model_type}): use an "
                              "encoder-only model, or a T5-family one "
                              f"({', '.join(sorted(ENCODER_ONLY_CLASSES))}), whose encoder graphdoc runs alone")
-    return getattr(transformers, encoder_class).from_pretrained(name_or_path)
+    return getattr(transformers, encoder_class).from_pretrained(name_or_path, **full_precision())
 
 
 def position_limit(model: nn.Module) -> int | None:

@@ -55,8 +55,12 @@ def init_from_env(device: str | torch.device | None = None) -> tuple[DistContext
     if world_size <= 1:
         return DistContext(), resolve_device(device)
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    if device is None and torch.cuda.is_available():
-        device = f"cuda:{local_rank}"
+    if torch.cuda.is_available() and (device is None or str(device) == "cuda"):
+        # the local rank's GPU, among those this process sees (a launcher may leave it one: CUDA_VISIBLE_DEVICES)
+        device = f"cuda:{local_rank % torch.cuda.device_count()}"
+    elif torch.cuda.is_available() and str(device).startswith("cuda:"):  # every process on the one GPU
+        raise GraphDocError(f"--device {device} under torchrun would put all {world_size} processes on one GPU: "
+                            "give --device cuda (or none), and each process takes the GPU of its local rank")
     resolved = resolve_device(device or "cpu")
     if resolved.type == "cuda":
         torch.cuda.set_device(resolved)

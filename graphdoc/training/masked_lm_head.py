@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from graphdoc.errors import GraphDocError, ModelLoadError
-from graphdoc.models.passage_encoder import PassageEncoder
+from graphdoc.models.passage_encoder import PassageEncoder, full_precision
 from graphdoc.progress import no_transformers_bar
 
 logger = logging.getLogger(__name__)
@@ -49,13 +49,14 @@ class MaskedLMHead(nn.Module):
         from transformers import AutoModelForMaskedLM
 
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+            torch.default_generator.manual_seed(seed)
             try:
                 if source is None:
                     mlm, missing = AutoModelForMaskedLM.from_config(encoder.model.config), set()
                 else:
                     with no_transformers_bar():
-                        mlm, info = AutoModelForMaskedLM.from_pretrained(str(source), output_loading_info=True)
+                        mlm, info = AutoModelForMaskedLM.from_pretrained(str(source), output_loading_info=True,
+                                                                         **full_precision())
                     missing = set(info["missing_keys"])
             except (OSError, ValueError) as exc:
                 raise ModelLoadError(f"cannot load a masked-language-model head for {source or 'the encoder'} "
@@ -67,7 +68,7 @@ class MaskedLMHead(nn.Module):
         if fresh:
             logger.info("%s has no masked-language-model head: the MLM loss trains a freshly initialised one", source)
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
+                torch.default_generator.manual_seed(seed)
                 model.initialise(fresh, getattr(mlm.config, "initializer_range", 0.02))
         return model.to(next(encoder.parameters()).device)
 

@@ -28,7 +28,7 @@ def projection_head(model: nn.Module, out_dim: int | None, seed: int) -> nn.Sequ
         return None
     d = model.dimension
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.default_generator.manual_seed(seed)
         return nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, out_dim)).to(model.device)
 
 

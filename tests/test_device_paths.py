@@ -1,0 +1,106 @@
+"""GPU, device and precision paths, checked on a CPU: half-precision checkpoints, the CUDA generators a load leaves
+alone, torchrun's GPU per process, native bf16, tensors on the model's device."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphdoc import GraphDocEncoder
+from graphdoc.errors import GraphDocError
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_checkpoint_stored_in_half_precision_loads_in_float32(tiny_bert: Path, tmp_path: Path, dtype) -> None:
+    from transformers import AutoModel
+
+    half = tmp_path / "half"
+    shutil.copytree(tiny_bert, half)
+    AutoModel.from_pretrained(tiny_bert).to(dtype).save_pretrained(half)
+    assert AutoModel.from_pretrained(half).dtype == dtype  # what transformers gives without being told
+    model = GraphDocEncoder.from_pretrained(str(half), device="cpu")
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # its float32 GAT layers take the vectors
+    vectors = model.encode(["A first passage. And a second one.", "Another document."])
+    assert vectors.shape == (2, 32) and vectors.dtype == "float32"
+    full = GraphDocEncoder.from_pretrained(str(tiny_bert), device="cpu")
+    expected = full.encode(["A first passage. And a second one."])
+    assert abs(vectors[0] - expected[0]).max() < 0.05  # the same weights, rounded once
+
+
+def test_loading_a_model_leaves_the_random_generators_alone(tiny_bert: Path, monkeypatch) -> None:
+    seeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: seeded.append(seed))
+    torch.manual_seed(123)
+    seeded.clear()
+    before = torch.random.get_rng_state()
+    first = GraphDocEncoder.from_pretrained(str(tiny_bert), device="cpu")
+    assert seeded == []  # the GPUs' generators: a resumed run's dropout stays its own
+    assert torch.equal(torch.random.get_rng_state(), before)
+    second = GraphDocEncoder.from_pretrained(str(tiny_bert), device="cpu")
+    for a, b in zip(first.graph.parameters(), second.graph.parameters()):
+        assert torch.equal(a, b)  # the same untrained layers on every load
+
+
+@pytest.mark.parametrize("capability, expected", [((7, 0), torch.float16), ((7, 5), torch.float16),
+                                                  ((8, 0), torch.bfloat16), ((9, 0), torch.bfloat16)])
+def test_auto_precision_takes_bf16_only_where_the_gpu_computes_in_it(monkeypatch, capability, expected) -> None:
+    from graphdoc.device import autocast_dtype
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # V100, T4 too
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: asked.append(device) or capability)
+    assert autocast_dtype(torch.device("cuda:1"), "auto") == expected
+    assert asked == [torch.device("cuda:1")]  # that GPU's, not the current one's
+    assert autocast_dtype(torch.device("cuda:1"), "bf16") == torch.bfloat16  # asked for: honoured
+    assert autocast_dtype(torch.device("cuda:1"), "fp16") == torch.float16
+
+
+@pytest.mark.parametrize("device, local_rank, count, expected", [
+    (None, 1, 2, "cuda:1"), ("cuda", 1, 2, "cuda:1"), ("cuda", 3, 1, "cuda:0"),  # one visible GPU per process
+    ("cpu", 1, 2, "cpu"),
+])
+def test_under_torchrun_each_process_takes_the_gpu_of_its_local_rank(monkeypatch, device, local_rank, count,
+                                                                     expected) -> None:
+    from graphdoc.training import distributed
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: None)
+    joined = []
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: bool(joined))
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda backend, rank, world_size: joined.append(backend))
+    monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 2)
+    ctx, resolved = distributed.init_from_env(device)
+    assert str(resolved) == expected and ctx.rank == 1
+    assert joined == ["nccl" if expected.startswith("cuda") else "gloo"]
+
+
+def test_under_torchrun_one_named_gpu_for_every_process_is_refused(monkeypatch) -> None:
+    from graphdoc.training import distributed
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(GraphDocError, match=r"^--device cuda:0 under torchrun would put all 2 processes on one GPU: "
+                                            r"give --device cuda \(or none\), and each process takes the GPU of its "
+                                            r"local rank$"):
+        distributed.init_from_env("cuda:0")
+
+
+def test_a_flat_models_graph_pointers_are_on_its_vectors_device(tiny_bert: Path, monkeypatch) -> None:
+    from graphdoc import Document, FlatEncoder
+
+    model = FlatEncoder.from_pretrained(str(tiny_bert), device="cpu")
+    prepared = [model.prepare(Document("a", "One passage.")), model.prepare(Document("b", "A first one. A second."))]
+    # the encoder's vectors on another device than the CPU (meta stands in for a GPU here)
+    monkeypatch.setattr(model.passage_encoder, "encode_ids", lambda ids: torch.zeros(len(ids), 32, device="meta"))
+    for attention in (False, True):  # one node per document, or its passages too
+        out = model(prepared, return_attention_weights=attention)
+        assert out.ptr.device.type == out.node_embeddings.device.type == "meta"  # as max_passage_scores needs
