@@ -104,3 +104,30 @@ def test_a_flat_models_graph_pointers_are_on_its_vectors_device(tiny_bert: Path,
     for attention in (False, True):  # one node per document, or its passages too
         out = model(prepared, return_attention_weights=attention)
         assert out.ptr.device.type == out.node_embeddings.device.type == "meta"  # as max_passage_scores needs
+
+
+def test_fine_tuning_an_encoder_under_fp16_scales_its_loss(tiny_bert: Path, tmp_path: Path, monkeypatch) -> None:
+    import json
+
+    from _finetune_helpers import labelled_files
+    from safetensors.torch import load_file
+
+    from graphdoc.finetune import ClassificationConfig, finetune_classification
+    from graphdoc.finetune import loop
+
+    files = labelled_files(tmp_path)
+    config = ClassificationConfig(epochs=2, batch_size=4, lr=1e-3, dropout=0.0, max_passages=2, frozen_encoder=False)
+    finetune_classification(files["train"], files["dev"], tmp_path / "plain", config=config, model=str(tiny_bert))
+    # what a CUDA GPU asked for fp16 gets (a CPU runs fp32: the scaler, a "cpu" one here, is then exact)
+    monkeypatch.setattr(loop, "autocast_dtype", lambda device, precision: torch.float16)
+    made = []
+    real = torch.amp.GradScaler
+    monkeypatch.setattr(torch.amp, "GradScaler", lambda device: made.append(device) or real(device))
+    finetune_classification(files["train"], files["dev"], tmp_path / "scaled", config=config, model=str(tiny_bert))
+    assert made == ["cpu"]
+    [checkpoint] = (tmp_path / "scaled" / "checkpoints").iterdir()
+    state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    assert state["scaler"]["scale"] == 65536.0  # its state is kept, for a resume
+    plain, scaled = (load_file(str(tmp_path / run / "model" / "head.safetensors")) for run in ("plain", "scaled"))
+    for name in plain:  # scaling by a power of two, then unscaling, changes no number
+        assert torch.equal(plain[name], scaled[name])

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from graphdoc.config import TRANSIENT_ENCODER_SETTINGS
+from graphdoc.device import autocast_dtype
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
 from graphdoc.fingerprint import weights_fingerprint
@@ -172,6 +173,9 @@ class EpochLoop:
         #: what kind of run this is (see :func:`run_kind`; a k-fold driver sets its ``folds``), kept in checkpoints
         self.run = run_kind(config.section, shots=getattr(config, "shots", None))
         self.start_model: dict[str, Any] = {}  # model_identity of the weights the run starts from
+        self.device = next(model.parameters()).device
+        #: fp16 autocast through a trained encoder: its small gradients underflow without loss scaling
+        self.scaler = torch.amp.GradScaler(self.device.type) if _scaled(model, self.device) else None
 
     def start_or_resume(self, resume: bool) -> None:
         """Continue after the latest checkpoint (``resume``), or refuse to overwrite an existing run."""
@@ -196,6 +200,10 @@ class EpochLoop:
         rng, state = ckpt.load_checkpoint(found[-1], self.optimizer, self.scheduler)
         with ckpt.unreadable_as_error(found[-1]):
             torch.set_rng_state(rng["torch_cpu.rank0"])
+            if self.device.type == "cuda" and "torch_cuda.rank0" in rng:  # the GPU's dropout masks
+                torch.cuda.set_rng_state(rng["torch_cuda.rank0"], self.device)
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
         self.state = state
         if state["history"]:  # wall time counts the epochs before the interruption
             self.start -= state["history"][-1]["elapsed_s"]
@@ -230,12 +238,20 @@ class EpochLoop:
     def step(self, loss: torch.Tensor) -> float:
         """Backward, clip, optimiser and schedule step; returns the loss."""
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)  # clipped at their true size
+        else:
+            loss.backward()
         groups = ([g["params"] for g in self.optimizer.param_groups] if self.clip_per_group
                   else [[p for p in self.model.parameters() if p.requires_grad]])
         for params in groups:
             torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm or float("inf"))  # None: no clipping
-        self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)  # skipped when a gradient overflowed
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.scheduler.step()
         self.state["step"] += 1
         value = float(loss.detach())
@@ -268,8 +284,12 @@ class EpochLoop:
         self.state["data"] = self.data
         self.state["start_model"] = self.start_model
         self.state["run"] = self.run
+        self.state["scaler"] = self.scaler.state_dict() if self.scaler is not None else None
+        rng = {"torch_cpu.rank0": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["torch_cuda.rank0"] = torch.cuda.get_rng_state(self.device)
         ckpt.save_checkpoint(ckpt.checkpoint_dir(self.output, self.state["step"]), self.model, self.optimizer,
-                             self.scheduler, {"torch_cpu.rank0": torch.get_rng_state()}, self.state)
+                             self.scheduler, rng, self.state)
         ckpt.prune_checkpoints(self.output, 1)
         return improved
 
@@ -281,6 +301,16 @@ class EpochLoop:
                "wall_s": round(time.perf_counter() - self.start, 2), "peak_rss_mib": round(rss, 1),
                "peak_cuda_mib": cuda, **extra}
         return write_summary(self.output, out)
+
+
+def _scaled(model: torch.nn.Module, device: torch.device) -> bool:
+    """Whether ``model`` (a graphdoc or flat model, or a classifier around one) trains its passage encoder under
+    fp16 autocast: gradients then need loss scaling (bf16 and fp32 need none)."""
+    encoder = getattr(model, "passage_encoder", None) or getattr(getattr(model, "encoder", None), "passage_encoder",
+                                                                   None)
+    if encoder is None or not any(p.requires_grad for p in encoder.parameters()):
+        return False
+    return autocast_dtype(device, encoder.config.precision) == torch.float16
 
 
 def write_summary(output: Path, summary: dict[str, Any]) -> dict[str, Any]:
