@@ -131,3 +131,60 @@ def test_fine_tuning_an_encoder_under_fp16_scales_its_loss(tiny_bert: Path, tmp_
     plain, scaled = (load_file(str(tmp_path / run / "model" / "head.safetensors")) for run in ("plain", "scaled"))
     for name in plain:  # scaling by a power of two, then unscaling, changes no number
         assert torch.equal(plain[name], scaled[name])
+
+
+class FakeGpuFaiss:
+    """faiss-gpu's calls, recorded: a "GPU copy" that searches with the CPU index and refuses k > 2,048 as FAISS's
+    GPU indexes do."""
+
+    def __init__(self, monkeypatch) -> None:
+        import faiss
+
+        self.copies, self.params, self.searches = [], [], []
+        fake = self
+
+        class GpuCopy:
+            def __init__(self, index) -> None:
+                self.index = index
+
+            def search(self, queries, k):
+                if k > 2048:
+                    raise RuntimeError(f"GPU index only supports k <= 2048 (requested {k})")
+                fake.searches.append(k)
+                return self.index.search(queries, k)
+
+        class ParameterSpace:
+            def set_index_parameter(self, index, name, value):
+                fake.params.append((name, value))
+
+        monkeypatch.setattr(faiss, "get_num_gpus", lambda: 2, raising=False)
+        monkeypatch.setattr(faiss, "StandardGpuResources", lambda: object(), raising=False)
+        monkeypatch.setattr(faiss, "index_cpu_to_gpu", lambda res, gpu, index: self.copies.append(gpu) or GpuCopy(index),
+                            raising=False)
+        monkeypatch.setattr(faiss, "GpuParameterSpace", ParameterSpace, raising=False)
+
+
+def test_faiss_goes_to_the_gpu_asked_for_only_to_search_and_not_past_its_k(tmp_path: Path, monkeypatch) -> None:
+    import numpy as np
+
+    from graphdoc.retrieval.dense import DenseIndex
+
+    gpu = FakeGpuFaiss(monkeypatch)
+    vectors = np.random.default_rng(0).normal(size=(3000, 8)).astype(np.float32)
+    DenseIndex.build(vectors).save(tmp_path / "flat.faiss")  # as finalize does: built and saved, never searched
+    assert gpu.copies == []
+    queries = vectors[:3]
+    for device, copies in (("cpu", []), (None, [0]), ("cuda:1", [1])):
+        gpu.copies.clear()
+        index = DenseIndex.load(tmp_path / "flat.faiss", "cosine", "Flat", device=device)
+        scores, rows = index.search(queries, 10)
+        assert gpu.copies == copies and rows[:, 0].tolist() == [0, 1, 2]
+    gpu.searches.clear()
+    deep_scores, deep_rows = index.search(queries, 2500)  # past the GPU's k: the CPU index answers
+    assert gpu.searches == [] and deep_rows.shape == (3, 2500)
+    np.testing.assert_array_equal(deep_rows[:, :10], rows)
+    ivf = DenseIndex.build(vectors, "IVF16,Flat")
+    ivf.device = "cuda:0"
+    ivf.search(queries, 5)
+    ivf.nprobe = 4
+    assert gpu.params == [("nprobe", 16), ("nprobe", 4)]  # the GPU copy visits the lists the CPU one would

@@ -67,7 +67,7 @@ def training_minimum(factory: str, dimension: int) -> int:
     return need
 
 
-#: the most IVF lists a search visits by default (FAISS's GPU indexes take at most 2,048)
+#: the most IVF lists a search visits by default (FAISS's GPU indexes take at most :data:`GPU_MAX_K`)
 MAX_DEFAULT_NPROBE = 256
 
 
@@ -81,14 +81,18 @@ def default_nprobe(nlist: int) -> int:
 class DenseIndex:
     """A FAISS inner-product index over row-ordered vectors (row ``i`` is the ``i``-th document)."""
 
-    def __init__(self, index, metric: str = "cosine", factory: str = "Flat") -> None:
+    def __init__(self, index, metric: str = "cosine", factory: str = "Flat", device=None) -> None:
+        """``device``: where searches run: ``cpu``, ``cuda:N`` (that GPU, with faiss-gpu), or ``None`` (the first
+        GPU when faiss-gpu sees one, else the CPU). The GPU copy is made at the first search: an index built only
+        to be saved never goes there."""
         import faiss
 
         self.index = index
         self.metric = metric
         self.factory = factory
+        self.device = device
         self._ivf = faiss.try_extract_index_ivf(index)  # the inverted lists inside, if any (None: no IVF)
-        self._search_index = _to_gpu_if_available(index)
+        self._gpu = None  # (GPU copy or the CPU index when it has no GPU version, its resources), when made
         if self._ivf is not None:
             self.nprobe = default_nprobe(self.nlist)
 
@@ -113,10 +117,10 @@ class DenseIndex:
         if self._ivf is None:
             raise GraphDocError(f"nprobe is a setting of IVF indexes; this one is {self.factory!r}")
         self._ivf.nprobe = value = min(int(value), self.nlist)
-        if self._search_index is not self.index:  # the GPU copy
+        if self._gpu is not None and self._gpu[0] is not self.index and value <= GPU_MAX_K:  # the GPU copy
             import faiss
 
-            faiss.GpuParameterSpace().set_index_parameter(self._search_index, "nprobe", value)
+            faiss.GpuParameterSpace().set_index_parameter(self._gpu[0], "nprobe", value)
 
     @classmethod
     def build(cls, vectors: np.ndarray, factory: str = "Flat", metric: str = "cosine",
@@ -138,9 +142,22 @@ class DenseIndex:
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` rows per query: ``(scores [q, k], rows [q, k])``, row -1 where fewer exist."""
         k = max(1, min(k, self.size))
+        # FAISS's GPU indexes take k and nprobe up to 2,048: a deeper search (-k 1000 reads 4,000 passages) runs on
+        # the CPU index
+        index = self._search_index() if k <= GPU_MAX_K and self.nprobe <= GPU_MAX_K else self.index
         with _threads_for(len(queries)):
-            scores, rows = self._search_index.search(prepare_vectors(queries, self.metric), k)
+            scores, rows = index.search(prepare_vectors(queries, self.metric), k)
         return scores, rows
+
+    def _search_index(self):
+        """The index searches run on: the GPU copy (made now, the first time) or the CPU index."""
+        if self._gpu is None:
+            self._gpu = _to_gpu(self.index, self.device)
+            if self._gpu[0] is not self.index and self._ivf is not None and self.nprobe <= GPU_MAX_K:
+                import faiss
+
+                faiss.GpuParameterSpace().set_index_parameter(self._gpu[0], "nprobe", self.nprobe)
+        return self._gpu[0]
 
     def save(self, path: str | Path) -> None:
         import faiss
@@ -148,7 +165,8 @@ class DenseIndex:
         faiss.write_index(self.index, str(path))
 
     @classmethod
-    def load(cls, path: str | Path, metric: str, factory: str, mmap: bool = True) -> "DenseIndex":
+    def load(cls, path: str | Path, metric: str, factory: str, mmap: bool = True, device=None) -> "DenseIndex":
+        """Read an index written by :meth:`save`; ``device`` as for the constructor."""
         import faiss
 
         flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
@@ -156,7 +174,7 @@ class DenseIndex:
             index = faiss.read_index(str(path), flags)
         except RuntimeError:  # not every index type can be memory-mapped
             index = faiss.read_index(str(path))
-        return cls(index, metric, factory)
+        return cls(index, metric, factory, device)
 
 
 SMALL_BATCH = 16
@@ -179,13 +197,23 @@ def _threads_for(num_queries: int):
         faiss.omp_set_num_threads(threads)
 
 
-def _to_gpu_if_available(index):
+#: the largest k (and nprobe) FAISS's GPU indexes take
+GPU_MAX_K = 2048
+
+
+def _to_gpu(index, device) -> tuple:
+    """``(index to search, its GPU resources)``: a copy on the GPU ``device`` names (``None``: the first one), or
+    ``index`` itself on the CPU (asked for, no faiss-gpu or no GPU, or an index type without a GPU version)."""
     import faiss
 
-    if not hasattr(faiss, "get_num_gpus") or faiss.get_num_gpus() == 0:
-        return index
+    device = None if device is None else str(device)
+    if device is not None and not device.startswith("cuda") or not hasattr(faiss, "get_num_gpus") \
+            or faiss.get_num_gpus() == 0:
+        return index, None
+    gpu = int(device.split(":")[1]) if device and ":" in device else 0
     try:
-        return faiss.index_cpu_to_all_gpus(index)
+        resources = faiss.StandardGpuResources()
+        return faiss.index_cpu_to_gpu(resources, gpu, index), resources
     except (RuntimeError, AttributeError) as exc:  # some index types have no GPU version
         logger.info("FAISS index stays on the CPU: %s", exc)
-        return index
+        return index, None

@@ -39,16 +39,18 @@ class DenseSettings:
 class DenseSearcher:
     """Searches the dense files of a finalised index folder (``final/``)."""
 
-    def __init__(self, folder: Path, metric: str, factory: str, settings: DenseSettings | None = None) -> None:
+    def __init__(self, folder: Path, metric: str, factory: str, settings: DenseSettings | None = None,
+                 device=None) -> None:
+        """``device``: where the FAISS searches run (see :class:`DenseIndex`)."""
         self.metric = metric
         self.settings = settings or DenseSettings()
         with reading(folder / "dense.faiss"):
-            self.doc_index = DenseIndex.load(folder / "dense.faiss", metric, factory)
+            self.doc_index = DenseIndex.load(folder / "dense.faiss", metric, factory, device=device)
         self.doc_vectors = _load_array(folder / "doc_vectors.npy")
         self.has_passages = (folder / "passage_vectors.npy").is_file()
         if self.has_passages:
             with reading(folder / "passages.faiss"):
-                self.passage_index = DenseIndex.load(folder / "passages.faiss", metric, factory)
+                self.passage_index = DenseIndex.load(folder / "passages.faiss", metric, factory, device=device)
             self.passage_vectors = _load_array(folder / "passage_vectors.npy")
             self.passage_ptr = _load_array(folder / "passage_ptr.npy", mmap=False)
         elif self.settings.passage_weight > 0:

@@ -106,7 +106,7 @@ class Searcher:
         with reading(store):
             self.docstore = DocStore(store, offsets)
         self.dense = DenseSearcher(final, self.manifest.metric, self.manifest.faiss_factory,
-                                   DenseSettings(**self.manifest.dense))
+                                   DenseSettings(**self.manifest.dense), device=self.device)
         with reading(final / "bm25"):
             self.bm25 = BM25Index.load(final / "bm25")
         problem = self._size_problem(final)
