@@ -74,7 +74,8 @@ def test_under_torchrun_each_process_takes_the_gpu_of_its_local_rank(monkeypatch
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: None)
     joined = []
     monkeypatch.setattr(distributed.dist, "is_initialized", lambda: bool(joined))
-    monkeypatch.setattr(distributed.dist, "init_process_group", lambda backend, rank, world_size: joined.append(backend))
+    monkeypatch.setattr(distributed.dist, "init_process_group",
+                        lambda backend, rank, world_size: joined.append(backend))
     monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 2)
     ctx, resolved = distributed.init_from_env(device)
     assert str(resolved) == expected and ctx.rank == 1
@@ -159,8 +160,8 @@ class FakeGpuFaiss:
 
         monkeypatch.setattr(faiss, "get_num_gpus", lambda: 2, raising=False)
         monkeypatch.setattr(faiss, "StandardGpuResources", lambda: object(), raising=False)
-        monkeypatch.setattr(faiss, "index_cpu_to_gpu", lambda res, gpu, index: self.copies.append(gpu) or GpuCopy(index),
-                            raising=False)
+        monkeypatch.setattr(faiss, "index_cpu_to_gpu",
+                            lambda res, gpu, index: self.copies.append(gpu) or GpuCopy(index), raising=False)
         monkeypatch.setattr(faiss, "GpuParameterSpace", ParameterSpace, raising=False)
 
 
