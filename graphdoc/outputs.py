@@ -52,6 +52,13 @@ class GraphOutput:
     ptr: torch.Tensor  # [B + 1]
     attention: list[tuple[torch.Tensor, torch.Tensor]] | None = field(default=None)
 
+    def cpu(self) -> "GraphOutput":
+        """The same output with its tensors in the CPU's memory, in float32: one copy from a GPU for the batch
+        rather than a few small ones (each a wait) per document when the documents are read one by one."""
+        attention = None if self.attention is None else [(e.cpu(), a.float().cpu()) for e, a in self.attention]
+        return GraphOutput(self.documents, self.document_embeddings.float().cpu(), self.node_embeddings.float().cpu(),
+                           self.ptr.cpu(), attention)
+
     def passage_embeddings(self, i: int) -> torch.Tensor:
         """The graph-contextualised passage vectors of document ``i``: ``[n_passages, d]``."""
         start, end = int(self.ptr[i]), int(self.ptr[i + 1])

@@ -189,3 +189,14 @@ def test_faiss_goes_to_the_gpu_asked_for_only_to_search_and_not_past_its_k(tmp_p
     ivf.search(queries, 5)
     ivf.nprobe = 4
     assert gpu.params == [("nprobe", 16), ("nprobe", 4)]  # the GPU copy visits the lists the CPU one would
+
+
+def test_a_graph_output_comes_to_the_cpu_whole(tiny_bert: Path) -> None:
+    model = GraphDocEncoder.from_pretrained(str(tiny_bert), device="cpu")
+    docs = ["First passage here. Second one there.", "Only one passage."]
+    [out] = list(model.iter_forward(docs, batch_size=2, return_attention_weights=True))
+    moved = out.cpu()
+    assert moved.node_embeddings.dtype == torch.float32 and moved.ptr.tolist() == out.ptr.tolist()
+    for i in range(2):
+        assert torch.equal(moved.passage_embeddings(i), out.passage_embeddings(i))
+        assert torch.equal(moved.document_attention(i), out.document_attention(i))

@@ -357,6 +357,7 @@ def _encode_shard(model, docs: list, index_dir: Path, manifest: Manifest, settin
     # a flat model has no graph attention: its explanations carry attention null, not a uniform stand-in
     keep_attention = keep and backbone_of(model) == GRAPH
     for out in model.iter_forward(docs, batch_size=batch_size, return_attention_weights=keep):
+        out = out.cpu()  # read document by document below
         bar.update(len(out.documents))
         doc_vectors.append(out.document_embeddings.float().cpu().numpy())
         for i, prepared in enumerate(out.documents):
