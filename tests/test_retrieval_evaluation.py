@@ -1,4 +1,5 @@
 import math
+import re
 
 import ir_measures
 import pytest
@@ -50,6 +51,30 @@ def test_aggregate_is_mean_over_qrels_queries():
     )
     reference = ir_measures.calc_aggregate(parse_measures(DEFAULT_MEASURES), QRELS, RUN)
     assert result == pytest.approx({str(m): v for m, v in reference.items()}, rel=1e-12)
+
+
+def test_counts_are_summed_as_ir_measures_sums_them():
+    qrels, run = {"q1": {"d1": 1}, "q2": {"d2": 1}}, {"q1": {"d1": 2.0, "d3": 1.0}, "q2": {"d2": 1.0}}
+    names = ["NumQ", "NumRet", "NumRel", "NumRelRet", "nDCG@10"]
+    assert evaluate(run, qrels, names) == {"NumQ": 2.0, "NumRet": 3.0, "NumRel": 2.0, "NumRet(rel=1)": 2.0,
+                                           "nDCG@10": 1.0}
+    reference = ir_measures.calc_aggregate(parse_measures(names), qrels, run)
+    assert evaluate(run, qrels, names) == pytest.approx({str(m): v for m, v in reference.items()})
+
+
+@pytest.mark.parametrize("name, reason", [("alpha_nDCG@10", "no installed ir_measures provider computes it"),
+                                          ("RBP(p=0.8)", "no installed ir_measures provider computes it"),
+                                          ("INST", "invalid param max_rel=(not given)")])
+def test_a_measure_that_cannot_be_computed_is_one_line_before_any_run(name, reason):
+    from graphdoc.retrieval.evaluation import check_computable
+
+    measures = parse_measures([name])  # ir_measures names it
+    with pytest.raises(GraphDocError, match=rf"^measure '[^']+' cannot be computed here: {re.escape(reason)}; use "
+                                            r"ir_measures names such as nDCG@10, "):
+        check_computable(measures)
+    check_computable(parse_measures(DEFAULT_MEASURES))
+    with pytest.raises(GraphDocError, match=r"^ir_measures cannot compute "):  # asked all the same
+        evaluate(RUN, QRELS, measures)
 
 
 def test_ties_follow_graphdoc_order():

@@ -144,6 +144,8 @@ def test_qrels_and_measures_are_checked_before_searching(index, files, tmp_path,
     base = ["--index-dir", index, "--queries", files["queries"]]
     assert refused(capsys, "search", *base, "--qrels", files["qrels"], "--measures", "nDCG@10", "Bogus").startswith(
         "unknown measure 'Bogus'; use ir_measures names such as nDCG@10")
+    assert refused(capsys, "search", *base, "--qrels", files["qrels"], "--measures", "alpha_nDCG@10").startswith(
+        "measure 'alpha_nDCG@10' cannot be computed here: no installed ir_measures provider computes it")
     assert refused(capsys, "search", *base, "--qrels", tmp_path / "none.tsv").startswith(f"{tmp_path / 'none.tsv'}")
     empty = tmp_path / "empty.tsv"
     empty.write_text("query-id\tcorpus-id\tscore\n", encoding="utf-8")

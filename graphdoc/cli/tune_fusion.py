@@ -41,13 +41,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from graphdoc.cli.search import check_run_output, open_searcher
-    from graphdoc.retrieval.evaluation import parse_measures
+    from graphdoc.retrieval.evaluation import check_computable, parse_measures
 
     check_at_least_one("--depth", args.depth)
     check_at_least_one("--nprobe", args.nprobe)
     if args.output is not None:
         check_run_output(args)
-    parse_measures([args.measure])
+    check_computable(parse_measures([args.measure]))
     args.mode = "hybrid"
     with open_searcher(args) as searcher:
         return _tune(args, searcher)

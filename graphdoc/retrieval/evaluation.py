@@ -1,8 +1,8 @@
 """IR evaluation of runs with ir_measures, and plain-text / markdown result tables.
 
 Conventions: a run is ranked the graphdoc way (score desc, ties by doc id) before scoring, so
-tied scores do not fall back on trec_eval's reverse-doc-id order. Aggregates are the mean over
-every query in the qrels; a query with no results counts as 0. Queries without qrels are ignored.
+tied scores do not fall back on trec_eval's reverse-doc-id order. Aggregates are ir_measures' (the mean, a
+sum for counts) over every query in the qrels; a query with no results counts as 0. Queries without qrels are ignored.
 Query and document ids of runs and qrels are compared as strings (``0`` and ``"0"`` are one query); a run
 may hold :meth:`Searcher.search` hits lists (see :func:`~graphdoc.retrieval.runs.run_from_hits`).
 """
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -45,6 +47,29 @@ def parse_measures(names: str | Iterable[Any]) -> list[Any]:
     if not measures:
         raise GraphDocError(f"no measures given; use ir_measures names such as {_EXAMPLES}")
     return measures
+
+
+def check_computable(measures: Sequence[Any]) -> None:
+    """Refuse, in one line, a measure ir_measures can name but not compute here (no installed provider, as for
+    ``alpha_nDCG`` or ``RBP``; parameters it needs, as for ``INST``; a failing tool, as ``ERR`` without perl): a
+    trial on one judged query, before a run is made or read."""
+    import ir_measures
+
+    for measure in measures:
+        try:
+            if not ir_measures.DefaultPipeline.supports(measure):
+                raise ValueError("no installed ir_measures provider computes it")
+            list(ir_measures.iter_calc([measure], {"q": {"d": 1}}, {"q": {"d": 1.0}}))
+        except _CALC_ERRORS as err:
+            raise GraphDocError(f"measure {str(measure)!r} cannot be computed here: {_reason(err)}; use ir_measures "
+                                f"names such as {_EXAMPLES}") from None
+
+
+def _reason(err: BaseException) -> str:
+    """The first line of an ir_measures provider's error, or its kind when it says nothing."""
+    text = str(err).strip().splitlines()
+    # (a parameter ir_measures leaves unset shows as a bare object: "invalid param max_rel=<object object at 0x..>")
+    return re.sub(r"<object object at 0x[0-9a-f]+>", "(not given)", text[0]) if text else type(err).__name__
 
 
 def _check_cutoff(measure: Any) -> Any:
@@ -122,9 +147,17 @@ def evaluate_per_query(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEF
     results: dict[str, dict[str, float]] = {q: dict.fromkeys(names, 0.0) for q in qrels_plain}
     run_plain = {q: docs for q, docs in _rank_scores(_plain_run(run)).items() if q in qrels_plain and docs}
     if run_plain:
-        for metric in ir_measures.iter_calc(parsed, qrels_plain, run_plain):
-            results[metric.query_id][str(metric.measure)] = float(metric.value)
+        try:
+            for metric in ir_measures.iter_calc(parsed, qrels_plain, run_plain):
+                results[metric.query_id][str(metric.measure)] = float(metric.value)
+        except _CALC_ERRORS as err:  # (what check_computable finds first, for the commands)
+            raise GraphDocError(f"ir_measures cannot compute {', '.join(names)}: {_reason(err)}") from None
     return results
+
+
+#: what ir_measures' providers raise for a measure they cannot compute (ValueError: unsupported; AssertionError:
+#: a parameter missing; SubprocessError: a tool such as gdeval's perl failing)
+_CALC_ERRORS = (ValueError, AssertionError, RuntimeError, OSError, subprocess.SubprocessError)
 
 
 def coverage(run: RunLike, qrels: Qrels) -> tuple[int, int]:
@@ -138,13 +171,14 @@ def coverage(run: RunLike, qrels: Qrels) -> tuple[int, int]:
 
 def evaluate(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEFAULT_MEASURES, *,
              warn_unjudged: bool = True) -> dict[str, float]:
-    """Mean of each measure over the queries in `qrels`; keys are the measures' canonical names.
+    """Each measure over the queries in `qrels`, aggregated as ir_measures does (the mean; the sum for counts such
+    as ``NumQ`` or ``NumRet``); keys are the measures' canonical names.
 
     When the run is empty or none of its queries is judged in `qrels`, every figure is 0: a warning is
     logged, unless ``warn_unjudged`` is False (for callers that report the coverage themselves).
     """
     per_query = evaluate_per_query(run, qrels, measures)
-    names = [str(m) for m in parse_measures(measures)]
+    parsed = parse_measures(measures)
     if not per_query:
         raise GraphDocError("cannot evaluate: the qrels hold no queries")
     if warn_unjudged and not run:
@@ -152,7 +186,13 @@ def evaluate(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEFAULT_MEASU
     elif warn_unjudged and coverage(run, qrels)[0] == 0:
         logger.warning("none of the %d queries of the run is judged in the qrels (ids are compared as strings): "
                        "every figure is 0", len(run))
-    return {name: sum(v[name] for v in per_query.values()) / len(per_query) for name in names}
+    results = {}
+    for measure in parsed:
+        aggregate = measure.aggregator()
+        for values in per_query.values():
+            aggregate.add(values[str(measure)])
+        results[str(measure)] = float(aggregate.result())
+    return results
 
 
 def _table_cells(results: Mapping[str, Mapping[str, float]], digits: int) -> tuple[list[str], list[list[str]]]:
