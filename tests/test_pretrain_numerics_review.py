@@ -190,3 +190,12 @@ def test_skip_counts_count_the_corpus_once_over_several_epochs(tiny_bert, corpus
     assert (result.documents_used, result.steps) == (36, 9)
     summary = json.loads((tmp_path / "run" / "pretrain.json").read_text())
     assert (summary["empty_skipped"], summary["one_passage_skipped"], summary["distinct_documents"]) == (1, 2, 12)
+
+
+def test_a_streamed_corpus_is_read_again_until_max_steps(tiny_bert, corpus, tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "is_named_corpus", lambda source: True)  # as a streamed corpus: not counted
+    result = pretrain(corpus, tmp_path / "run", tiny_setup(tiny_bert, frozen_encoder=True, epochs=1, max_steps=7),
+                      device="cpu")
+    # 12 usable documents, batches of 4: 3 steps a pass; the schedule was made for 7 steps, and the run takes them
+    assert (result.steps, result.total_steps) == (7, 7)
+    assert [int(r["epoch"]) for r in read_log(tmp_path / "run")] == [0, 0, 0, 1, 1, 1, 2]

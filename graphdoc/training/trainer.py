@@ -235,14 +235,18 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def train(self) -> PretrainResult:
-        """Run until ``total_steps``, ``epochs`` or ``max_seconds``, checkpointing on the way; save the model."""
+        """Run until ``total_steps``, ``epochs`` or ``max_seconds``, checkpointing on the way; save the model.
+        A streamed corpus (a named one, of unknown length) is read again until ``max_steps``, whatever ``epochs``
+        says: its schedule was made for that many steps."""
         self.throughput = Throughput()  # the loop's own rates: model loading and counting are left out
         if self.step:
             self._check_time()  # a resumed run whose budget is already spent takes no step
+        streamed = any(data.is_named_corpus(s) for s in self.sources)
         with logging_redirect_tqdm(), progress_bar(total=self.total_steps, initial=self.step, desc="Pretraining",
                                                    unit="step", bar_format=BAR_FORMAT,
                                                    disable=not self.show_progress_bar) as bar:
-            while self.step < self.total_steps and self.position.epoch < self.cfg.epochs and not self.time_up:
+            while self.step < self.total_steps and (streamed or self.position.epoch < self.cfg.epochs) \
+                    and not self.time_up:
                 for batch in self._epoch_batches():
                     self.last_loss, self.last_mlm = self._train_step(batch)
                     self.step += 1
