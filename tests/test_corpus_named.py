@@ -190,6 +190,23 @@ def test_download_failure_is_one_line(monkeypatch):
         read_qrels("robust04")
 
 
+def test_a_failure_of_every_download_source_says_why_not_what_objects_it_held(monkeypatch):
+    class LocalDownload:  # ir_datasets' mirrors: their repr is no reason
+        pass
+
+    class Offline:
+        def qrels_iter(self):  # as ir_datasets.util.download raises it
+            raise RuntimeError("All download sources failed", [(LocalDownload(), FileNotFoundError("no local copy")),
+                                                                (LocalDownload(), OSError("Network is unreachable"))])
+
+    module = types.ModuleType("ir_datasets")
+    module.load = lambda name: Offline()
+    monkeypatch.setitem(sys.modules, "ir_datasets", module)
+    with pytest.raises(InputError, match=r"could not be downloaded \(All download sources failed: Network is "
+                                         r"unreachable\); "):
+        read_qrels("robust04")
+
+
 def test_existing_local_path_wins_over_a_name(tmp_path, monkeypatch, fake_ir_datasets):
     (tmp_path / "robust04").mkdir()
     (tmp_path / "robust04" / "a.txt").write_text("local", encoding="utf-8")

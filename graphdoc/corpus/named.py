@@ -108,7 +108,15 @@ def short_reason(err: BaseException, limit: int = MAX_REASON) -> str:
 
 
 def _first_line(err: BaseException) -> str:
-    """The first line of the message; one word alone (a path, a key) is named by the exception's type."""
+    """The first line of the message; one word alone (a path, a key) is named by the exception's type. An error
+    raised with a message and a list of the errors behind it (ir_datasets' ``RuntimeError('All download sources
+    failed', [(source, error), ...])``) is its message and the last of those, not the tuple's repr."""
+    if len(err.args) > 1 and isinstance(err.args[0], str):
+        behind = [e for arg in err.args[1:] if isinstance(arg, (list, tuple))
+                  for item in arg for e in (item if isinstance(item, tuple) else (item,))
+                  if isinstance(e, BaseException)]
+        if behind:
+            return f"{err.args[0]}: {_first_line(behind[-1])}"
     lines = str(err).strip().splitlines()
     if not lines:
         return type(err).__name__
