@@ -146,8 +146,14 @@ def test_search_queries_with_qrels_prints_the_measures(index, files, capsys) -> 
     assert cli("search", "--index-dir", index, "--queries", files["queries"], "--qrels", files["qrels"],
                "--mode", "bm25") == 0
     # each rare word is in its relevant document only, which BM25 ranks first and alone
-    assert capsys.readouterr().out == format_table(
+    captured = capsys.readouterr()
+    assert captured.out == format_table(
         {"bm25": {"nDCG@10": 1.0, "nDCG@20": 1.0, "P@20": 0.05, "RR@100": 1.0, "R@100": 1.0}}) + "\n"
+    assert "cutoff" not in captured.err
+    assert cli("search", "--index-dir", index, "--queries", files["queries"], "--qrels", files["qrels"],
+               "--mode", "bm25", "-k", "15") == 0
+    assert capsys.readouterr().err == ("WARNING graphdoc.cli: nDCG@20, P@20, RR@100, R@100 have a cutoff over -k 15: "
+                                       "computed over the 15 results a query keeps\n")
 
 
 def test_eval_prints_measures_of_a_run_file(files, tmp_path, capsys) -> None:

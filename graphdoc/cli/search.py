@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from graphdoc.cli.common import DEVICE_HELP, add_nprobe_argument, check_at_least_one
+from graphdoc.cli.common import DEVICE_HELP, add_nprobe_argument, check_at_least_one, logger
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import check_not_an_input, check_output_file
 
@@ -168,6 +168,11 @@ def run(args: argparse.Namespace) -> int:
         from graphdoc.cli.eval import read_judgements
 
         judgements = read_judgements(args.qrels, args.measures, args.split)
+        k = 100 if args.k is None else args.k
+        deeper = [str(m) for m in judgements.measures if (getattr(m, "params", {}).get("cutoff") or 0) > k]
+        if deeper:
+            logger.warning("%s %s a cutoff over -k %d: computed over the %d results a query keeps", ", ".join(deeper),
+                           "has" if len(deeper) == 1 else "have", k, k)
     with open_searcher(args) as searcher:
         fusion = fusion_config(searcher, args)
         if args.query is not None:
