@@ -227,3 +227,23 @@ def test_a_second_run_into_the_same_output_is_refused_while_the_first_writes(tin
     pretrain(corpus, out, setup, device="cpu")
     assert (out / "model").is_dir() and not (out / LOCK_NAME).exists()  # released at the end
     pretrain(corpus, out, setup, device="cpu", resume=True)  # and the same folder takes the next run
+
+
+def test_a_refused_second_run_leaves_what_the_first_wrote_meanwhile(tiny_bert, tmp_path, monkeypatch):
+    from graphdoc.fileio import writer_lock
+    from graphdoc.training import trainer
+
+    corpus, out = write_corpus(tmp_path / "corpus.jsonl"), tmp_path / "run"
+    cache = tmp_path / "cache"
+    setup = tiny_setup(tiny_bert, max_steps=2, frozen_encoder=True, cache_dir=str(cache))
+
+    def first_run_goes_on(folder):  # the first run writes its first files while the second one starts
+        (out / "pretrain_config.json").write_text("{}", encoding="utf-8")
+        cache.mkdir()
+        return writer_lock(folder)
+
+    monkeypatch.setattr(trainer, "writer_lock", first_run_goes_on)
+    with writer_lock(out):  # the first run holds the folder
+        with pytest.raises(GraphDocError, match="^another graphdoc process is writing"):
+            pretrain(corpus, out, setup, device="cpu")
+        assert (out / "pretrain_config.json").is_file() and cache.is_dir()  # the second run removed nothing

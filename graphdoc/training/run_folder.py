@@ -94,10 +94,11 @@ class RunFolder:
         self.setup, self.cfg, self.sources, self.output, self.ctx = setup, setup.pretrain, sources, output, ctx
         self.made, self.made_cache_dir = (False, False), False  # see _check_output, discard_new
 
-    def check(self, resume: bool) -> list[Path]:
-        """Check the sources and the folder and open every corpus; returns the checkpoints to resume from."""
+    def check(self, resume: bool, existed: bool | None = None) -> list[Path]:
+        """Check the sources and the folder and open every corpus; returns the checkpoints to resume from.
+        ``existed``: whether the output folder was there before this run's lock made it (default: now)."""
         self._check_sources()
-        found = self._check_output(resume)
+        found = self._check_output(resume, self.output.exists() if existed is None else existed)
         self._open_sources()
         return found
 
@@ -112,7 +113,7 @@ class RunFolder:
             for flag, folder in (("--output", self.output), ("--cache-dir", self.cfg.cache_dir)):
                 check_outside_corpus(source, folder, flag, "the run's files")
 
-    def _check_output(self, resume: bool) -> list[Path]:
+    def _check_output(self, resume: bool, existed: bool) -> list[Path]:
         """Before a model loads or a file is written, refuse an ``output`` that is neither new, empty nor a
         pretraining run, an entry of the wrong kind in it, a ``cache_dir`` that cannot be a folder, and a run met
         without ``resume`` (or a finished one with no checkpoint); returns the checkpoints to resume from."""
@@ -139,7 +140,7 @@ class RunFolder:
                                 "its first one); choose another --output")
         if resume and not found:
             logger.warning("nothing to resume in %s: starting from scratch", out)
-        self.made = (not out.exists(), not held)  # (folder made by this run, every file in it this run's)
+        self.made = (not existed, not held)  # (folder made by this run, every file in it this run's)
         return found
 
     def _check_cache_dir(self, frozen: bool) -> None:

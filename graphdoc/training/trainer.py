@@ -36,7 +36,7 @@ from graphdoc.config import check_precision
 from graphdoc.corpus import ReadStats
 from graphdoc.device import autocast_dtype
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import atomic_write, writer_lock
+from graphdoc.fileio import atomic_write, check_output_folder, writer_lock
 from graphdoc.progress import progress_bar, short_float
 from graphdoc.serialization import backbone_of, saved_backbone
 from graphdoc.training import checkpoint as ckpt
@@ -112,9 +112,12 @@ class Trainer:
         ``precision`` replaces the passage encoder's own (``passage_encoder.precision``), also on resume.
         """
         self.cfg.check_backbone(self.setup.backbone)
-        found = self.folder.check(resume)
-        if self.ctx.is_main:  # a second run into the same output stops here (until pretrain() releases it)
+        check_output_folder(self.output, "--output")  # (a file in the way: one line, before the lock's mkdir)
+        existed = self.output.exists()  # (before the lock makes it: whether this run made the folder)
+        if self.ctx.is_main and not self.output.is_file():  # a second run into the same output stops here, before
+            # it looks at the folder (what it finds may be the first run's), until pretrain() releases it
             self.lock.enter_context(writer_lock(self.output))
+        found = self.folder.check(resume, existed)
         barrier(self.ctx)  # every process has checked the output before process 0 writes in it
         self.corpus = corpus_identity(self.sources)
         if self.ctx.is_main and self.output.is_dir():
