@@ -391,6 +391,20 @@ def test_headings_in_code_and_html_are_not_sections_and_later_ones_are(text):
     assert titled(text)[1][1] == "## Usage\nRun it.\n"
 
 
+@pytest.mark.parametrize("text, titles", [
+    # a fence in a list item or quote ends with it (CommonMark), and the headings after it are headings
+    ("# Syntax\n\n- ``` opens a code block\n- ~~~ does too\n\n## Headings\n\nText.\n\n## Lists\n\nMore.\n",
+     ["Syntax", "Headings", "Lists"]),
+    ("> ```\n# A\n", ["", "A"]),  # (the untitled section: what comes before the first heading)
+    ("1. ```\n# A\n", ["", "A"]),
+    ("# G\n- ```\n  a\n\n  # still code\n  ```\n## U\n", ["G", "U"]),  # a blank line does not end the item
+    ("# A\n\n  ```\n  code\n     ```\n# B\n", ["A"]),  # 5 spaces: no closing fence, # B is code
+    ("Para\n\t***\n# H\n", ["", "H"]),  # a tab-indented *** is code, no break (so no setext either)
+])
+def test_fences_end_with_their_container_and_close_within_three_spaces(text, titles):
+    assert [title for title, _ in titled(text)] == titles
+
+
 def test_the_closing_hashes_of_an_atx_heading():
     from graphdoc.corpus.markup import _atx_heading
 

@@ -63,16 +63,17 @@ def front_matter_title(text: str) -> str:
 def _is_break(line: str) -> bool:
     """Whether ``line`` is a thematic break ('***', '- - -'; a '---' under no paragraph is one too): it ends what
     came before. (In Python: a regex backtracks quadratically on a long line of spaces between dashes.)"""
-    body = line.rstrip("\r\n")
+    body = line.rstrip("\r\n").expandtabs(4)  # (a tab indents 4 columns: "\t***" is code)
     if len(body) - len(body.lstrip(" ")) > 3:
         return False
     marks = body.replace(" ", "").replace("\t", "")
     return len(marks) >= 3 and marks[0] in "-*_" and marks == marks[0] * len(marks)
 
 
-def _fence(line: str) -> tuple[int, int, str, str] | None:
-    """``(column, indent, marker, rest of the line)`` of a line that may be a code fence, in list items and block
-    quotes too (``indent``: the spaces after their markers), or None."""
+def _fence(line: str) -> tuple[int, int, str, str, bool] | None:
+    """``(content column, indent, marker, rest of the line, quoted)`` of a line that may be a code fence, in list
+    items and block quotes too: the column where their markers end, the spaces after it, and whether a ``>`` is
+    among them; or None."""
     pos = 0
     while (container := _FENCE_CONTAINER.match(line, pos)) is not None and container.end() > pos:
         pos = container.end()
@@ -80,7 +81,15 @@ def _fence(line: str) -> tuple[int, int, str, str] | None:
     if match is None:
         return None
     indent, marker, rest = match.groups()
-    return pos + len(indent), len(indent), marker, rest
+    return pos, len(indent), marker, rest, ">" in line[:pos]
+
+
+def _continues(line: str, content: int, quoted: bool) -> bool:
+    """Whether ``line`` (not blank) goes on with the list item or block quote whose content starts at column
+    ``content``: a quote's lines start with ``>``, a list item's are indented to its content."""
+    if quoted:
+        return line.lstrip(" ")[:1] == ">" and len(line) - len(line.lstrip(" ")) <= 3
+    return len(line) - len(line.lstrip(" ")) >= content
 
 
 def _atx_heading(line: str) -> tuple[int, str] | None:
@@ -103,13 +112,18 @@ def markdown_headings(text: str) -> Iterator[tuple[int, int, str]]:
     break), a list item or block quote (and their lazy continuation lines), a heading or indented code.
     """
     offset = front_matter_end(text)
-    fence, fence_column, html_end, paragraph, paragraph_start, in_container = "", 0, None, [], 0, False
+    fence, fence_content, fence_quoted, html_end, paragraph, paragraph_start, in_container = \
+        "", 0, False, None, [], 0, False
     for line in text[offset:].splitlines(keepends=True):
-        column, indent, marker, rest = (None if html_end is not None else _fence(line)) or (0, 0, "", "")
+        if fence and (fence_content or fence_quoted) and line.strip() \
+                and not _continues(line, fence_content, fence_quoted):
+            fence = ""  # the list item or quote the fence was in has ended, and the fence with it
+        content, indent, marker, rest, quoted = (None if html_end is not None else _fence(line)) \
+            or (0, 0, "", "", False)
         if marker and not fence and indent <= 3 and not (marker[0] == "`" and "`" in rest):  # (```x``` is code)
-            fence, fence_column, paragraph, in_container = marker, column, [], False
+            fence, fence_content, fence_quoted, paragraph, in_container = marker, content, quoted, [], False
         elif marker and fence and marker[0] == fence[0] and len(marker) >= len(fence) and not rest.strip() \
-                and column <= fence_column + 3:
+                and 0 <= content + indent - fence_content <= 3:  # at most 3 spaces into the fence's container
             fence, paragraph, in_container = "", [], False
         elif html_end is not None:  # inside an HTML block
             if (html_end == "" and not line.strip()) or (html_end and html_end in line.lower()):
