@@ -209,27 +209,36 @@ def test_search_errors(index, tmp_path, tiny_roberta, capsys) -> None:
     assert error_line(capsys, "search").startswith(f"graphdoc search: error: index {index} was built with ")
 
 
-def test_search_refuses_an_incomplete_index(own_index, capsys) -> None:
+def test_search_refuses_an_incomplete_index(own_index, capsys, monkeypatch) -> None:
+    from graphdoc.retrieval import searcher
+
     capsys.readouterr()
     assert cli("search", "--index-dir", own_index, "zebra", "--mode", "bm25") == 0
     before = capsys.readouterr().out
     manifest = manifest_json(own_index)
-    # documents being added (a shard more, not in final/ yet): the last complete build is searched, with a warning
+    # an add finalising (a shard more, not in final/ yet): the last complete build is searched, with a warning
     updating = {**manifest, "finalized": False, "shards": [*manifest["shards"], "00009"]}
     (own_index / "manifest.json").write_text(json.dumps(updating), encoding="utf-8")
     assert cli("search", "--index-dir", own_index, "zebra", "--mode", "bm25") == 0
     captured = capsys.readouterr()
     assert captured.out == before
-    assert captured.err == (f"WARNING graphdoc.retrieval.searcher: index {own_index} is being added to, or an add was "
-                            f"interrupted: searching the {manifest['counts']['documents']} documents of its last "
-                            "complete build (rerun an interrupted build to finish it)\n")
+    assert captured.err == (f"WARNING graphdoc.retrieval.searcher: index {own_index} is being finalised after an add, "
+                            f"or its finalising was interrupted: searching the {manifest['counts']['documents']} "
+                            "documents of its last complete build (rerun an interrupted build to finish it)\n")
     incomplete = (f"graphdoc search: error: index {own_index} is incomplete: rerun the build that was interrupted "
                   "(the same build_index call or graphdoc index command)")
-    # final/ replaced by the add this very moment (its size is not the manifest's yet): incomplete, not damaged
     ids = own_index / "final" / "doc_ids.txt"
     ids.write_text(ids.read_text(encoding="utf-8") + "new-doc\n", encoding="utf-8")
+    # final/ put in place by the add as it was read (its sizes are not the manifest's yet): incomplete
+    stamps = iter([(1, 1), (2, 2)])
+    monkeypatch.setattr(searcher, "_identity", lambda folder: next(stamps))
     assert cli("search", "--index-dir", own_index, "zebra", "--mode", "bm25") == 1
     assert error_line(capsys, "search") == incomplete
+    monkeypatch.undo()
+    # the same sizes with final/ as it was: damage, said as damage
+    assert cli("search", "--index-dir", own_index, "zebra", "--mode", "bm25") == 1
+    assert error_line(capsys, "search").startswith(f"graphdoc search: error: index {own_index} is damaged: "
+                                                   "final/doc_ids.txt holds")
     # no build finished yet: nothing to search
     first = {**updating, "counts": {"encode_seconds": 1.0}}
     (own_index / "manifest.json").write_text(json.dumps(first), encoding="utf-8")

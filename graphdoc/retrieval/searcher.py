@@ -73,17 +73,18 @@ class Searcher:
             raise self._damaged(f"{FINAL_DIR}/ is missing")
         self.device = device
         self._model = None
+        before = _identity(final)
         try:  # nothing stays open when opening fails, the model included
             try:
                 self._open_final(final)
             except GraphDocError:
-                if self.updating:  # final/ is being replaced this very moment
+                if self.updating and _identity(final) != before:  # final/ was replaced as it was read
                     raise incomplete from None
                 raise
             if self.updating:
-                logger.warning("index %s is being added to, or an add was interrupted: searching the %d documents "
-                               "of its last complete build (rerun an interrupted build to finish it)",
-                               self.index_dir, len(self.doc_ids))
+                logger.warning("index %s is being finalised after an add, or its finalising was interrupted: "
+                               "searching the %d documents of its last complete build (rerun an interrupted build "
+                               "to finish it)", self.index_dir, len(self.doc_ids))
             self.fusion = FusionConfig.from_dict(self.manifest.fusion) if self.manifest.fusion else HYBRID_DEFAULT
             if model is not None:
                 self.model = model
@@ -322,3 +323,12 @@ def final_problem(index_dir: str | Path) -> str | None:
     except DamagedIndexError as exc:
         return exc.problem
     return None
+
+
+def _identity(folder: Path) -> tuple[int, int] | None:
+    """The folder's inode and change time: another when an add's finalising puts a new ``final/`` in its place."""
+    try:
+        stat = os.stat(folder)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_ctime_ns
