@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import numbers
 import os
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
 from graphdoc.errors import ArgumentTypeError, GraphDocError
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 #: passage pooling: sentence-transformers' ``Pooling`` modes, by its names
@@ -249,13 +252,17 @@ def builtin_configs() -> list[str]:
 
 def config_path(path: str | Path) -> Path:
     """The file ``path`` names: a file, else a built-in config by name (``section-graph``, ``section-graph.yaml``,
-    or ``graphdoc/configs/section-graph.yaml`` as the docs write it, from any folder); one clear error when neither."""
+    or, from any folder, ``configs/section-graph.yaml`` and ``graphdoc/configs/section-graph.yaml`` as earlier
+    docs and the checkout write it; said in a log line then, as a file of the user's may have been meant); one
+    clear error when neither."""
     path = Path(path)
     if path.is_file():
         return path
-    if path.parent in (Path("."), Path("configs")) and path.suffix in ("", ".yaml"):
+    if path.parent in (Path("."), Path("configs"), Path("graphdoc/configs")) and path.suffix in ("", ".yaml"):
         builtin = CONFIG_DIR / f"{path.stem if path.suffix else path.name}.yaml"
         if builtin.is_file():
+            if path.parent != Path("."):
+                logger.info("%s is no file here: reading graphdoc's built-in config %s", path, builtin.stem)
             return builtin
     raise GraphDocError(f"config file not found: {path} (built-in configs: {', '.join(builtin_configs())})")
 

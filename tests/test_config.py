@@ -141,7 +141,7 @@ def test_wrong_value_type_is_a_one_line_error() -> None:
     assert str(info.value) == "chunker.max_words must be an integer; got 'ten'"
 
 
-def test_built_in_configs_are_read_by_name_from_any_folder(tmp_path: Path, monkeypatch) -> None:
+def test_built_in_configs_are_read_by_name_from_any_folder(tmp_path: Path, monkeypatch, caplog) -> None:
     from graphdoc.config import CONFIG_DIR, builtin_configs
     from graphdoc.finetune import load_finetune_setup
     from graphdoc.training import load_setup
@@ -150,8 +150,13 @@ def test_built_in_configs_are_read_by_name_from_any_folder(tmp_path: Path, monke
     assert builtin_configs() == sorted(p.stem for p in ALL_CONFIGS) and "section-graph" in builtin_configs()
     expected = load_config_file(CONFIG_DIR / "section-graph.yaml")
     assert expected.graph.graph_type == "section"
-    for name in ("section-graph", "section-graph.yaml", "configs/section-graph.yaml"):
-        assert load_config_file(name) == expected
+    for name in ("section-graph", "section-graph.yaml", "configs/section-graph.yaml",
+                 "graphdoc/configs/section-graph.yaml"):
+        with caplog.at_level("INFO", logger="graphdoc.config"):
+            caplog.clear()
+            assert load_config_file(name) == expected
+        said = [f"{name} is no file here: reading graphdoc's built-in config section-graph"] if "/" in name else []
+        assert [r.getMessage() for r in caplog.records] == said  # a file of the user's may have been meant
     assert load_setup("pretrain-paper") == load_setup(CONFIG_DIR / "pretrain-paper.yaml")
     assert load_finetune_setup("finetune-ranking").ranking.hard_negatives == 4
     (tmp_path / "section-graph.yaml").write_text("graph:\n  num_layers: 5\n", encoding="utf-8")
