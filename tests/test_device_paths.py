@@ -20,7 +20,11 @@ def test_a_checkpoint_stored_in_half_precision_loads_in_float32(tiny_bert: Path,
     half = tmp_path / "half"
     shutil.copytree(tiny_bert, half)
     AutoModel.from_pretrained(tiny_bert).to(dtype).save_pretrained(half)
-    assert AutoModel.from_pretrained(half).dtype == dtype  # what transformers gives without being told
+    import transformers
+    from packaging.version import Version
+
+    if Version(transformers.__version__) >= Version("5"):  # what transformers 5 gives without being told
+        assert AutoModel.from_pretrained(half).dtype == dtype
     model = GraphDocEncoder.from_pretrained(str(half), device="cpu")
     assert {p.dtype for p in model.parameters()} == {torch.float32}  # its float32 GAT layers take the vectors
     vectors = model.encode(["A first passage. And a second one.", "Another document."])
@@ -89,10 +93,20 @@ def test_under_torchrun_one_named_gpu_for_every_process_is_refused(monkeypatch) 
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    with pytest.raises(GraphDocError, match=r"^--device cuda:0 under torchrun would put all 2 processes on one GPU: "
-                                            r"give --device cuda \(or none\), and each process takes the GPU of its "
-                                            r"local rank$"):
+    with pytest.raises(GraphDocError, match=r"^--device cuda:0 under torchrun would put all 2 processes of this "
+                                            r"machine on one GPU: give --device cuda \(or none\), and each process "
+                                            r"takes the GPU of its local rank$"):
         distributed.init_from_env("cuda:0")
+    monkeypatch.setenv("LOCAL_RANK", "2")  # three processes on a machine of two GPUs
+    with pytest.raises(GraphDocError, match=r"^process 0 has local rank 2 but sees 2 GPUs: start at most 2 processes "
+                                            r"a machine \(torchrun --nproc-per-node\)$"):
+        distributed.init_from_env("cuda")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # one process a machine (two machines): its cuda:1 is its own
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: None)
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 2)
+    assert str(distributed.init_from_env("cuda:1")[1]) == "cuda:1"
 
 
 def test_a_flat_models_graph_pointers_are_on_its_vectors_device(tiny_bert: Path, monkeypatch) -> None:

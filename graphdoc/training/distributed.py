@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.distributed as dist
@@ -55,12 +55,18 @@ def init_from_env(device: str | torch.device | None = None) -> tuple[DistContext
     if world_size <= 1:
         return DistContext(), resolve_device(device)
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))  # processes on this machine
     if torch.cuda.is_available() and (device is None or str(device) == "cuda"):
-        # the local rank's GPU, among those this process sees (a launcher may leave it one: CUDA_VISIBLE_DEVICES)
-        device = f"cuda:{local_rank % torch.cuda.device_count()}"
-    elif torch.cuda.is_available() and str(device).startswith("cuda:"):  # every process on the one GPU
-        raise GraphDocError(f"--device {device} under torchrun would put all {world_size} processes on one GPU: "
-                            "give --device cuda (or none), and each process takes the GPU of its local rank")
+        # the local rank's GPU; a launcher may leave each process one GPU (CUDA_VISIBLE_DEVICES): then that one
+        count = torch.cuda.device_count()
+        if count > 1 and local_rank >= count:
+            raise GraphDocError(f"process {rank} has local rank {local_rank} but sees {count} GPUs: start at most "
+                                f"{count} processes a machine (torchrun --nproc-per-node)")
+        device = f"cuda:{local_rank if count > 1 else 0}"
+    elif torch.cuda.is_available() and str(device).startswith("cuda:") and local_size > 1:
+        raise GraphDocError(f"--device {device} under torchrun would put all {local_size} processes of this machine "
+                            "on one GPU: give --device cuda (or none), and each process takes the GPU of its local "
+                            "rank")
     resolved = resolve_device(device or "cpu")
     if resolved.type == "cuda":
         torch.cuda.set_device(resolved)
@@ -128,6 +134,16 @@ def average_gradients(parameters: Iterable[torch.nn.Parameter], ctx: DistContext
         n = p.numel()
         p.grad = flat[offset:offset + n].view_as(p).clone()
         offset += n
+
+
+def from_main(compute: Callable[[], Any], ctx: DistContext) -> Any:
+    """``compute()`` run by process 0 alone, its result handed to every process (e.g. a digest of the corpus
+    files: one read of them, not one per process)."""
+    if not ctx.enabled:
+        return compute()
+    box = [compute() if ctx.is_main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def barrier(ctx: DistContext) -> None:

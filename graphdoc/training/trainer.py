@@ -46,6 +46,7 @@ from graphdoc.training.distributed import (
     DistContext,
     average_gradients,
     barrier,
+    from_main,
     gather_tensors,
     gather_with_grad,
 )
@@ -119,7 +120,7 @@ class Trainer:
             self.lock.enter_context(writer_lock(self.output))
         found = self.folder.check(resume, existed)
         barrier(self.ctx)  # every process has checked the output before process 0 writes in it
-        self.corpus = corpus_identity(self.sources)
+        self.corpus = from_main(lambda: corpus_identity(self.sources), self.ctx)  # (its digest reads every byte)
         if self.ctx.is_main and self.output.is_dir():
             ckpt.remove_stale(self.output)
         latest = found[-1] if found else None
