@@ -400,6 +400,9 @@ def test_headings_in_code_and_html_are_not_sections_and_later_ones_are(text):
     ("# G\n- ```\n  a\n\n  # still code\n  ```\n## U\n", ["G", "U"]),  # a blank line does not end the item
     ("# A\n\n  ```\n  code\n     ```\n# B\n", ["A"]),  # 5 spaces: no closing fence, # B is code
     ("Para\n\t***\n# H\n", ["", "H"]),  # a tab-indented *** is code, no break (so no setext either)
+    ("# A\n```\n- ```\n# not a heading\n```\n# B\n", ["A", "B"]),  # in code, "- ```" is code: no closing fence
+    ("# A\n\n<span>\n# in html\n\n# B\n", ["A", "B"]),  # a lone tag line: an HTML block to the blank line
+    ("# A\n- item\n<span>\n# B\n", ["A", "B"]),  # ... but not after a paragraph, or a list item's text
 ])
 def test_fences_end_with_their_container_and_close_within_three_spaces(text, titles):
     assert [title for title, _ in titled(text)] == titles

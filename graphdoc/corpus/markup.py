@@ -30,6 +30,9 @@ _HTML_BLOCK = re.compile(
     r"dt|fieldset|figcaption|figure|footer|form|frame|frameset|h[1-6]|head|header|hr|html|iframe|legend|li|link|"
     r"main|menu|menuitem|nav|noframes|ol|optgroup|option|p|param|search|section|summary|table|tbody|td|tfoot|th|"
     r"thead|title|tr|track|ul)(?:[\s/>]|\Z)", re.IGNORECASE)
+# any other tag alone on its line (CommonMark's HTML block 7: to a blank line; it cannot interrupt a paragraph)
+_HTML_TAG_LINE = re.compile(r" {0,3}(?:<[A-Za-z][A-Za-z0-9-]*(?:[ \t]+[^<>]*)?/?>|</[A-Za-z][A-Za-z0-9-]*[ \t]*>)"
+                            r"[ \t]*\r?\n?\Z")
 _WIKI_HEADING = re.compile(r"^(={1,6})(.+?)\1[ \t]*\r?$", re.MULTILINE)  # the title is stripped in Python
 # A setext underline: '=' or '-' only (no inner spaces), under a paragraph.
 _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*\r?\n?\Z")
@@ -123,7 +126,8 @@ def markdown_headings(text: str) -> Iterator[tuple[int, int, str]]:
         if marker and not fence and indent <= 3 and not (marker[0] == "`" and "`" in rest):  # (```x``` is code)
             fence, fence_content, fence_quoted, paragraph, in_container = marker, content, quoted, [], False
         elif marker and fence and marker[0] == fence[0] and len(marker) >= len(fence) and not rest.strip() \
-                and 0 <= content + indent - fence_content <= 3:  # at most 3 spaces into the fence's container
+                and (quoted if fence_quoted else content == 0) \
+                and 0 <= content + indent - fence_content <= 3:  # in the fence's container, at most 3 spaces in
             fence, paragraph, in_container = "", [], False
         elif html_end is not None:  # inside an HTML block
             if (html_end == "" and not line.strip()) or (html_end and html_end in line.lower()):
@@ -138,7 +142,7 @@ def markdown_headings(text: str) -> Iterator[tuple[int, int, str]]:
                 paragraph, in_container = [], False
             elif not line.strip() or _is_break(line):
                 paragraph, in_container = [], False
-            elif (html := _html_block_end(line)) is not None:
+            elif (html := _html_block_end(line, in_paragraph=bool(paragraph) or in_container)) is not None:
                 paragraph, in_container = [], False
                 html_end = None if html and html in line.lower()[line.index("<") + 4:] else html
             elif _CONTAINER.match(line):
@@ -150,14 +154,15 @@ def markdown_headings(text: str) -> Iterator[tuple[int, int, str]]:
         offset += len(line)
 
 
-def _html_block_end(line: str) -> str | None:
-    """What ends the HTML block ``line`` starts ("-->", an end tag, or "" for a blank line), or None."""
+def _html_block_end(line: str, in_paragraph: bool = False) -> str | None:
+    """What ends the HTML block ``line`` starts ("-->", an end tag, or "" for a blank line), or None (a lone tag
+    in a paragraph is part of it)."""
     if _HTML_COMMENT.match(line):
         return "-->"
     raw = _HTML_RAW.match(line)
     if raw:
         return f"</{raw.group(1).lower()}>"
-    return "" if _HTML_BLOCK.match(line) else None
+    return "" if _HTML_BLOCK.match(line) or (not in_paragraph and _HTML_TAG_LINE.match(line)) else None
 
 
 def markdown_sections(text: str) -> list[Section]:
