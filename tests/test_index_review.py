@@ -26,7 +26,7 @@ from graphdoc.errors import GraphDocError
 from graphdoc.retrieval import builder, progress
 from graphdoc.retrieval.bm25 import BM25Config
 from graphdoc.retrieval.builder import IndexSettings, build_index, open_manifest
-from graphdoc.retrieval.manifest import writer_lock
+from graphdoc.fileio import writer_lock
 from graphdoc.retrieval.merge import merge_indexes
 from graphdoc.retrieval.searcher import Searcher
 

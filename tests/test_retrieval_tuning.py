@@ -208,7 +208,7 @@ def test_tune_fusion_save_does_not_overwrite_what_another_writer_did(built_index
                                                                      capsys):
     import contextlib
 
-    from graphdoc.retrieval.manifest import writer_lock
+    from graphdoc.fileio import writer_lock
 
     index = own_index(built_index, tmp_path)
     held = contextlib.ExitStack()

@@ -123,7 +123,8 @@ def _save(searcher, index_dir: Path, result) -> None:
     if new == old:
         print(f"{where} already holds fusion {_describe(new)}; unchanged")
         return
-    from graphdoc.retrieval.manifest import Manifest, writer_lock
+    from graphdoc.fileio import writer_lock
+    from graphdoc.retrieval.manifest import Manifest
 
     with writer_lock(index_dir):  # not while `graphdoc index` or `merge` writes the folder
         manifest = Manifest.load(index_dir)  # as it is now: only its fusion changes

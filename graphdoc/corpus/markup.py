@@ -69,7 +69,7 @@ def _is_break(line: str) -> bool:
     body = line.rstrip("\r\n").expandtabs(4)  # (a tab indents 4 columns: "\t***" is code)
     if len(body) - len(body.lstrip(" ")) > 3:
         return False
-    marks = body.replace(" ", "").replace("\t", "")
+    marks = body.replace(" ", "")
     return len(marks) >= 3 and marks[0] in "-*_" and marks == marks[0] * len(marks)
 
 

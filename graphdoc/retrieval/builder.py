@@ -13,7 +13,7 @@ A killed run rerun with the same command skips the documents already in shards; 
 left unlisted in the manifest, and temporaries of a killed atomic write, are removed; a corpus that changed
 since such a run is refused (a run resumes by position). A corpus already indexed is not read again (a
 change to it is warned about). Adding a corpus to an existing index appends shards; an id already indexed is refused (``on_duplicate="error"``), skipped, or replaces the
-old document. One process at a time writes a folder (:func:`~graphdoc.retrieval.manifest.writer_lock`).
+old document. One process at a time writes a folder (:func:`~graphdoc.fileio.writer_lock`).
 """
 
 from __future__ import annotations
@@ -32,15 +32,15 @@ import numpy as np
 from graphdoc.config import check_count
 from graphdoc.corpus import ReadStats, check_outside_corpus
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import remove_stale_temporaries
+from graphdoc.fileio import LOCK_NAME, remove_stale_temporaries, writer_lock
 from graphdoc.progress import progress_bar
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config
 from graphdoc.retrieval.dense_searcher import DenseSettings
 from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig
 from graphdoc.retrieval.dense import METRICS, TrainingError, new_faiss_index, training_minimum
-from graphdoc.retrieval.manifest import (LOCK_NAME, MANIFEST_NAME, Manifest, SourceProgress, check_identity,
-                                         model_identity, normal_part, writer_lock)
+from graphdoc.retrieval.manifest import (MANIFEST_NAME, Manifest, SourceProgress, check_identity, model_identity,
+                                         normal_part)
 from graphdoc.retrieval.progress import (Cursor, check_read_part_unchanged, corpus_state, open_corpus,
                                          part_documents, report_complete)
 from graphdoc.retrieval.shards import read_shard, write_shard
@@ -357,15 +357,15 @@ def _encode_shard(model, docs: list, index_dir: Path, manifest: Manifest, settin
     # a flat model has no graph attention: its explanations carry attention null, not a uniform stand-in
     keep_attention = keep and backbone_of(model) == GRAPH
     for out in model.iter_forward(docs, batch_size=batch_size, return_attention_weights=keep):
-        out = out.cpu()  # read document by document below
+        out = out.cpu()  # float32, in the CPU's memory: read document by document below
         bar.update(len(out.documents))
-        doc_vectors.append(out.document_embeddings.float().cpu().numpy())
+        doc_vectors.append(out.document_embeddings.numpy())
         for i, prepared in enumerate(out.documents):
             if keep:
-                vectors = out.passage_embeddings(i).float().cpu().numpy()
+                vectors = out.passage_embeddings(i).numpy()
                 passage_vectors.append(vectors)
                 if keep_attention:
-                    attention.append(out.document_attention(i).float().cpu().numpy())
+                    attention.append(out.document_attention(i).numpy())
                 ptr.append(ptr[-1] + len(vectors))
             records.append(docstore.record(prepared.document, prepared.passages))
     name = f"{len(manifest.shards):05d}"

@@ -116,11 +116,9 @@ class DenseIndex:
         check_count("nprobe", value)
         if self._ivf is None:
             raise GraphDocError(f"nprobe is a setting of IVF indexes; this one is {self.factory!r}")
-        self._ivf.nprobe = value = min(int(value), self.nlist)
-        if self._gpu is not None and self._gpu[0] is not self.index and value <= GPU_MAX_K:  # the GPU copy
-            import faiss
-
-            faiss.GpuParameterSpace().set_index_parameter(self._gpu[0], "nprobe", value)
+        self._ivf.nprobe = min(int(value), self.nlist)
+        if self._gpu is not None:
+            self._set_gpu_nprobe()
 
     @classmethod
     def build(cls, vectors: np.ndarray, factory: str = "Flat", metric: str = "cosine",
@@ -153,11 +151,16 @@ class DenseIndex:
         """The index searches run on: the GPU copy (made now, the first time) or the CPU index."""
         if self._gpu is None:
             self._gpu = _to_gpu(self.index, self.device)
-            if self._gpu[0] is not self.index and self._ivf is not None and self.nprobe <= GPU_MAX_K:
-                import faiss
-
-                faiss.GpuParameterSpace().set_index_parameter(self._gpu[0], "nprobe", self.nprobe)
+            if self._ivf is not None:
+                self._set_gpu_nprobe()
         return self._gpu[0]
+
+    def _set_gpu_nprobe(self) -> None:
+        """Give the GPU copy the CPU index's ``nprobe`` (past :data:`GPU_MAX_K`, searches use the CPU index)."""
+        if self._gpu[0] is not self.index and self.nprobe <= GPU_MAX_K:
+            import faiss
+
+            faiss.GpuParameterSpace().set_index_parameter(self._gpu[0], "nprobe", self.nprobe)
 
     def save(self, path: str | Path) -> None:
         import faiss

@@ -11,11 +11,10 @@ from typing import Any
 
 from graphdoc.config import LEGACY_PASSAGE_ENCODER, TRANSIENT_ENCODER_SETTINGS
 from graphdoc.errors import GraphDocError, IndexMismatchError
-from graphdoc.fileio import LOCK_NAME, atomic_write, writer_lock  # noqa: F401 (the index's lock)
+from graphdoc.fileio import atomic_write
 from graphdoc.fingerprint import weights_fingerprint as model_fingerprint
 
 MANIFEST_NAME = "manifest.json"
-#: held (``flock``) by the one process writing an index folder; removed when it is done
 FORMAT = "graphdoc.index"
 FORMAT_VERSION = 1
 

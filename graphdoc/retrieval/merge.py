@@ -13,16 +13,14 @@ from pathlib import Path
 from typing import Sequence
 
 from graphdoc.errors import GraphDocError, IndexMismatchError
-from graphdoc.fileio import atomic_directory, remove_stale_temporaries
+from graphdoc.fileio import LOCK_NAME, atomic_directory, remove_stale_temporaries, writer_lock
 from graphdoc.retrieval.finalize import finalize
 from graphdoc.retrieval.manifest import (
-    LOCK_NAME,
     Manifest,
     SourceProgress,
     first_difference,
     part_number,
     split_of,
-    writer_lock,
 )
 from graphdoc.retrieval.shards import check_shard, read_shard
 

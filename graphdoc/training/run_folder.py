@@ -92,13 +92,12 @@ class RunFolder:
 
     def __init__(self, setup: PretrainSetup, sources: list[str], output: Path, ctx: DistContext) -> None:
         self.setup, self.cfg, self.sources, self.output, self.ctx = setup, setup.pretrain, sources, output, ctx
-        self.made, self.made_cache_dir = (False, False), False  # see _check_output, discard_new
+        self.all_ours, self.made_cache_dir = False, False  # see _check_output, discard_new
 
-    def check(self, resume: bool, existed: bool | None = None) -> list[Path]:
-        """Check the sources and the folder and open every corpus; returns the checkpoints to resume from.
-        ``existed``: whether the output folder was there before this run's lock made it (default: now)."""
+    def check(self, resume: bool) -> list[Path]:
+        """Check the sources and the folder and open every corpus; returns the checkpoints to resume from."""
         self._check_sources()
-        found = self._check_output(resume, self.output.exists() if existed is None else existed)
+        found = self._check_output(resume)
         self._open_sources()
         return found
 
@@ -113,7 +112,7 @@ class RunFolder:
             for flag, folder in (("--output", self.output), ("--cache-dir", self.cfg.cache_dir)):
                 check_outside_corpus(source, folder, flag, "the run's files")
 
-    def _check_output(self, resume: bool, existed: bool) -> list[Path]:
+    def _check_output(self, resume: bool) -> list[Path]:
         """Before a model loads or a file is written, refuse an ``output`` that is neither new, empty nor a
         pretraining run, an entry of the wrong kind in it, a ``cache_dir`` that cannot be a folder, and a run met
         without ``resume`` (or a finished one with no checkpoint); returns the checkpoints to resume from."""
@@ -129,7 +128,7 @@ class RunFolder:
         found = ckpt.list_checkpoints(out)
         finished = (out / SUMMARY_NAME).is_file() or is_graphdoc_model(out / ckpt.MODEL_DIR)
         held = bool(found) or finished or (out / CONFIG_NAME).is_file()
-        if not held and out.is_dir() and any(p.name != LOCK_NAME for p in out.iterdir()):  # (a killed run's lock)
+        if not held and out.is_dir() and any(p.name != LOCK_NAME for p in out.iterdir()):  # (the writer's lock)
             raise GraphDocError(f"--output {out} holds other files and no pretraining run: choose a new or empty "
                                 "folder")
         if held and not resume:
@@ -140,7 +139,7 @@ class RunFolder:
                                 "its first one); choose another --output")
         if resume and not found:
             logger.warning("nothing to resume in %s: starting from scratch", out)
-        self.made = (not existed, not held)  # (folder made by this run, every file in it this run's)
+        self.all_ours = not held  # every file in it this run's
         return found
 
     def _check_cache_dir(self, frozen: bool) -> None:
@@ -158,22 +157,19 @@ class RunFolder:
         (and a ``cache_dir`` it made): an error found late leaves nothing behind, and the same command runs again
         once the input is fixed. A folder holding a checkpoint, or a run from before, is kept. ``steps``: those
         taken, whose log goes too (said in a warning)."""
-        made_folder, all_ours = self.made
-        if not self.ctx.is_main or not all_ours or not self.output.is_dir() \
+        if not self.ctx.is_main or not self.all_ours or not self.output.is_dir() \
                 or ckpt.list_checkpoints(self.output):
             return
         if steps:
             logger.warning("removing %s: the run stopped at step %d, before its first checkpoint, so it cannot be "
                            "resumed", self.output, steps)
         for entry in self.output.iterdir():
-            if entry.name == LOCK_NAME:  # the writer's lock (this run's, gone with it; or another run's, kept)
+            if entry.name == LOCK_NAME:  # this run's lock: its release removes it, and the folder if it made it
                 continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
-        if made_folder and not (self.output / LOCK_NAME).exists():
-            self.output.rmdir()  # (else the lock's release removes it, when this run made it)
         if self.made_cache_dir and Path(self.cfg.cache_dir).is_dir():
             shutil.rmtree(self.cfg.cache_dir)
 

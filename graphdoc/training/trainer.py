@@ -114,11 +114,10 @@ class Trainer:
         """
         self.cfg.check_backbone(self.setup.backbone)
         check_output_folder(self.output, "--output")  # (a file in the way: one line, before the lock's mkdir)
-        existed = self.output.exists()  # (before the lock makes it: whether this run made the folder)
-        if self.ctx.is_main and not self.output.is_file():  # a second run into the same output stops here, before
-            # it looks at the folder (what it finds may be the first run's), until pretrain() releases it
+        if self.ctx.is_main:  # a second run into the same output stops here, before it looks at the folder (what
+            # it finds may be the first run's), until pretrain() releases it; the lock removes a folder it made
             self.lock.enter_context(writer_lock(self.output))
-        found = self.folder.check(resume, existed)
+        found = self.folder.check(resume)
         barrier(self.ctx)  # every process has checked the output before process 0 writes in it
         self.corpus = from_main(lambda: corpus_identity(self.sources), self.ctx)  # (its digest reads every byte)
         if self.ctx.is_main and self.output.is_dir():
