@@ -1,0 +1,73 @@
+"""Chunking time and memory against document size: a document of QMSum transcripts repeated to 1 to 50 MB.
+
+Each size runs in its own process, so that its peak RSS is its own; the figure of interest is the peak above
+the document itself (bytes a character) and the time a MB, which should stay flat as the size grows::
+
+    python benchmarks/chunk_scale.py [--sizes 1 5 20 50] [--max-words 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "qmsum" / "corpus.jsonl.gz"
+
+
+def peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def one(size_mb: float, max_words: int) -> dict:
+    from graphdoc.chunker import chunk_document
+    from graphdoc.documents import Document
+
+    with gzip.open(DATA, "rt", encoding="utf-8") as f:
+        transcripts = [json.loads(line)["text"] for line in f]
+    target, parts, total = int(size_mb * 1e6), [], 0
+    while total < target:
+        for text in transcripts:
+            parts.append(text)
+            total += len(text) + 1
+            if total >= target:
+                break
+    doc = Document("big", "\n".join(parts))
+    del parts, transcripts
+    before = peak_mib()
+    start = time.perf_counter()
+    passages = chunk_document(doc, max_words)
+    seconds = time.perf_counter() - start
+    return {"chars": len(doc.text), "passages": len(passages), "seconds": seconds,
+            "peak_above_mib": peak_mib() - before}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=float, nargs="+", default=[1, 5, 20, 50], help="document sizes in MB")
+    parser.add_argument("--max-words", type=int, default=100)
+    parser.add_argument("--one", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one is not None:
+        print(json.dumps(one(args.one, args.max_words)))
+        return
+    if not DATA.is_file():
+        sys.exit(f"chunk_scale: QMSum not found at {DATA} (see shared/data/README.md)")
+    print("| document | passages | seconds | s / MB | peak RSS above the document | bytes / char |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for size in args.sizes:
+        out = subprocess.run([sys.executable, __file__, "--one", str(size), "--max-words", str(args.max_words)],
+                             check=True, capture_output=True, text=True).stdout
+        r = json.loads(out)
+        mb = r["chars"] / 1e6
+        print(f"| {mb:.1f} M chars | {r['passages']:,} | {r['seconds']:.1f} | {r['seconds'] / mb:.2f} | "
+              f"{r['peak_above_mib']:.0f} MiB | {r['peak_above_mib'] * 2**20 / r['chars']:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

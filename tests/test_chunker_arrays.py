@@ -1,0 +1,171 @@
+"""The chunker on arrays: word offsets, sentences and packing computed with numpy give exactly the passages of
+the per-word Python reference (the chunker as it was before), and a book-length section is read by blingfire a
+window at a time, so that chunking a large document takes a few bytes a character, not ~75."""
+
+from __future__ import annotations
+
+import re
+from itertools import pairwise
+
+import blingfire
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from graphdoc import chunker  # noqa: E402
+from graphdoc.chunker import WORD, _sentence_ends, _words, chunk_document, sentence_word_spans  # noqa: E402
+from graphdoc.documents import Document  # noqa: E402
+
+
+# ------------------------------------------------------------------ the reference: one Python tuple a word
+def reference_sentences(text, start, end):
+    segment = text[start:end]
+    words = [(m.start(), m.end()) for m in WORD.finditer(segment)]
+    if not words:
+        return []
+    _, offsets = blingfire.text_to_sentences_and_offsets(segment)
+    ends = sorted({e for _, e in offsets})
+    sentences, boundary = [[]], 0
+    for w_start, w_end in words:
+        while boundary < len(ends) and w_start >= ends[boundary]:
+            boundary += 1
+            if sentences[-1]:
+                sentences.append([])
+        sentences[-1].append((start + w_start, start + w_end))
+    return [s for s in sentences if s]
+
+
+def reference_units(text, sentences, max_words):
+    units = []
+    for sentence in sentences:
+        if len(sentence) <= max_words:
+            units.append(sentence)
+            continue
+        lines = [[sentence[0]]]
+        for (_, prev_end), word in pairwise(sentence):
+            if re.search(f"[{chunker.LINE_BREAKS}]", text[prev_end:word[0]]):
+                lines.append([])
+            lines[-1].append(word)
+        units.extend(lines)
+    return units
+
+
+def reference_pack(units, max_words):
+    groups, current = [], []
+    for unit in units:
+        if current and len(current) + len(unit) > max_words:
+            groups.append(current)
+            current = []
+        while len(unit) > max_words:
+            if current:
+                groups.append(current)
+                current = []
+            groups.append(unit[:max_words])
+            unit = unit[max_words:]
+        current = current + unit
+    if current:
+        groups.append(current)
+    return groups
+
+
+def reference_chunks(doc, max_words):
+    out = []
+    for s, section in enumerate(doc.section_spans()):
+        units = reference_units(doc.text, reference_sentences(doc.text, section.start, section.end), max_words)
+        out.extend((s, g[0][0], g[-1][1]) for g in reference_pack(units, max_words))
+    return out
+
+
+def chunks(doc, max_words):
+    return [(p.section, p.start, p.end) for p in chunk_document(doc, max_words)]
+
+
+# every kind of character the word and line rules tell apart: Latin words and punctuation, ideographs and kana
+# (a word each, U+20000 beyond the BMP too), an emoji (not unspaced), spaces of several kinds, line breaks
+PIECES = st.sampled_from(["graph", "Dr.", "end.", "why?", "3.14", "café", "(x)", "日本語", "カナ", "\U00020000",
+                          "😀", " ", " ", "\t", "\u00a0", "\u3000", "\u2009", "\n", "\n\n", "\r\n", "\u2028", "\x85",
+                          "\x1c", ". ", "! "])
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(pieces=st.lists(PIECES, max_size=80), max_words=st.integers(1, 12))
+def test_passages_are_the_reference_ones(pieces, max_words):
+    text = "".join(pieces)
+    doc = Document("d", text)
+    assert chunks(doc, max_words) == reference_chunks(doc, max_words)
+    assert sentence_word_spans(text) == reference_sentences(text, 0, len(text))
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(parts=st.lists(st.lists(PIECES, max_size=30), min_size=1, max_size=4), max_words=st.integers(1, 12))
+def test_sections_are_the_reference_ones(parts, max_words):
+    doc = Document.from_dict({"_id": "s", "sections": [{"title": f"t{i}", "text": "".join(p)}
+                                                      for i, p in enumerate(parts)]})
+    assert chunks(doc, max_words) == reference_chunks(doc, max_words)
+
+
+def test_words_match_the_word_pattern_on_every_character_class():
+    text = "a\u00a0b\u3000日本 x\u200by 😀\U00020000z\x1c\u2028q"  # U+200B is no space to \\s: inside a word
+    starts, ends = _words(chunker._code_points(text))
+    assert list(zip(starts.tolist(), ends.tolist())) == [(m.start(), m.end()) for m in WORD.finditer(text)]
+    assert [text[m.start():m.end()] for m in WORD.finditer(text)] == \
+        ["a", "b", "日", "本", "x\u200by", "😀", "\U00020000", "z", "q"]
+
+
+def test_real_documents_chunk_as_the_reference(data_dir):
+    from graphdoc.corpus import read_corpus
+
+    for i, doc in enumerate(read_corpus(data_dir / "qmsum" / "corpus.jsonl.gz")):
+        if i == 3:
+            break
+        for max_words in (100, 7):
+            assert chunks(doc, max_words) == reference_chunks(doc, max_words)
+
+
+# ------------------------------------------------------------------ blingfire a window at a time
+def test_a_text_within_one_window_gets_blingfires_whole_answer():
+    text = "First sentence here. Second one follows! And a third? Yes. " * 20
+    _, offsets = blingfire.text_to_sentences_and_offsets(text)
+    assert _sentence_ends(text, window=len(text)).tolist() == sorted({e for _, e in offsets})
+
+
+def test_windows_end_where_their_last_whole_sentence_ends():
+    text = "".join(f"Sentence number {i} is here. " for i in range(200))
+    whole = _sentence_ends(text, window=len(text)).tolist()
+    assert len(whole) == 200
+    assert _sentence_ends(text, window=100).tolist() == whole  # ~3 sentences a window
+
+
+def test_a_window_without_a_sentence_end_is_cut_at_a_line_break_and_adds_no_end():
+    lines = [" ".join(f"w{i}x{j}" for j in range(9)) for i in range(300)]  # no punctuation: one sentence
+    text = "\n".join(lines)
+    assert len(_sentence_ends(text, window=len(text))) == 1
+    assert _sentence_ends(text, window=500).tolist() == [len(text)]
+    doc = Document("lines", text)
+    chunker_window = chunker.SENTENCE_WINDOW
+    try:
+        chunker.SENTENCE_WINDOW = 500
+        windowed = chunks(doc, 20)
+    finally:
+        chunker.SENTENCE_WINDOW = chunker_window
+    assert windowed == chunks(doc, 20) == reference_chunks(doc, 20)
+    assert windowed[:2] == [(0, 0, len("\n".join(lines[:2]))), (0, len("\n".join(lines[:2])) + 1,
+                                                                 len("\n".join(lines[:4])))]
+
+
+def test_a_window_of_one_token_is_cut_at_the_next_space_never_inside_a_word():
+    token = "x" * 5_000
+    text = f"{token} tail words here. More text follows."
+    assert _sentence_ends(text, window=1_000).tolist() == _sentence_ends(text, window=len(text)).tolist()
+    assert _sentence_ends(text, window=1_000).tolist()[-1] == len(text)
+
+
+def test_every_word_lands_in_one_passage_when_sections_are_read_in_windows(monkeypatch):
+    text = " ".join(f"Word{i} and more{i}." if i % 7 == 0 else f"word{i}" for i in range(5_000))
+    monkeypatch.setattr(chunker, "SENTENCE_WINDOW", 997)
+    passages = chunk_document(Document("w", text), 50)
+    assert [w for p in passages for w in p.text.split()] == text.split()
+    assert all(len(p.text.split()) <= 50 for p in passages)
+    assert [p.index for p in passages] == list(range(len(passages)))
