@@ -26,6 +26,7 @@ from graphdoc.errors import GraphDocError
 from graphdoc.retrieval import builder, progress
 from graphdoc.retrieval.bm25 import BM25Config
 from graphdoc.retrieval.builder import IndexSettings, build_index, open_manifest
+from graphdoc.retrieval.dense import DenseIndex, TrainingError
 from graphdoc.fileio import writer_lock
 from graphdoc.retrieval.merge import merge_indexes
 from graphdoc.retrieval.searcher import Searcher
@@ -66,9 +67,39 @@ def test_a_factory_needing_more_training_vectors_is_refused_before_encoding(corp
     capsys.readouterr()
     assert index_cli(corpus, tmp_path / "i", model_dir, "--faiss-factory", "IVF64,Flat") == 1
     assert error_line(capsys, "index") == (
-        f"graphdoc index: error: FAISS index 'IVF64,Flat' needs at least 64 documents to train on; {tmp_path / 'i'} "
+        f"graphdoc index: error: FAISS index 'IVF64,Flat' needs at least 64 documents to be built; {tmp_path / 'i'} "
         "would hold 4: choose a smaller one (Flat and HNSW32 need no training)")
     assert not (tmp_path / "i").exists()
+
+
+@pytest.mark.parametrize(("factory", "need"), [("HNSW32,PQ4", 256), ("NSG32,Flat", 101), ("OPQ4,IVF4,Flat", 256),
+                                               ("PCAR16,Flat", 16)])
+def test_factories_whose_need_hides_in_their_parts_are_refused_before_encoding(corpus, model_dir, tmp_path, capsys,
+                                                                                monkeypatch, factory, need) -> None:
+    no_encoding(monkeypatch)  # a graph index's PQ storage, NSG's graph, OPQ's quantizer, PCA: found after encoding
+    capsys.readouterr()
+    assert index_cli(corpus, tmp_path / "i", model_dir, "--faiss-factory", factory) == 1
+    assert error_line(capsys, "index") == (
+        f"graphdoc index: error: FAISS index {factory!r} needs at least {need} documents to be built; "
+        f"{tmp_path / 'i'} would hold 4: choose a smaller one (Flat and HNSW32 need no training)")
+    assert not (tmp_path / "i").exists()
+
+
+def test_a_pca_to_more_dimensions_than_the_model_gives_is_refused_before_encoding(corpus, model_dir, tmp_path,
+                                                                                 capsys, monkeypatch) -> None:
+    no_encoding(monkeypatch)
+    capsys.readouterr()
+    assert index_cli(corpus, tmp_path / "i", model_dir, "--faiss-factory", "PCA4096,Flat") == 1
+    assert error_line(capsys, "index").startswith(
+        "graphdoc index: error: FAISS index 'PCA4096,Flat': a PCA cannot turn ")
+    assert not (tmp_path / "i").exists()
+
+
+def test_an_index_faiss_cannot_fill_is_one_error_line():
+    vectors = np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32)
+    with pytest.raises(TrainingError, match=r"^cannot build FAISS index 'NSG32,Flat' from 50 vectors: .*NUM_EVAL"):
+        DenseIndex.build(vectors, "NSG32,Flat")
+    assert DenseIndex.build(np.tile(vectors, (3, 1)), "NSG32,Flat").size == 150
 
 
 @pytest.mark.parametrize("factory", ["IDMap,Flat", "IDMap2,HNSW32"])
@@ -86,8 +117,10 @@ def test_an_idmap_factory_is_refused_before_encoding(corpus, model_dir, tmp_path
 def test_a_factory_that_fails_to_train_keeps_the_shards_and_can_be_replaced(model, corpus, tmp_path, capsys,
                                                                             monkeypatch) -> None:
     index = tmp_path / "i"
-    with pytest.raises(GraphDocError) as info:  # HNSW32,PQ8 needs 256 vectors; the up-front check cannot tell
+    monkeypatch.setattr("graphdoc.retrieval.builder.training_minimum", lambda *_: 0)  # a need the check cannot see
+    with pytest.raises(GraphDocError) as info:
         build_index(model, str(corpus), index, IndexSettings(faiss_factory="HNSW32,PQ8"))
+    monkeypatch.undo()
     assert str(info.value).startswith("cannot train FAISS index 'HNSW32,PQ8' on 4 vectors: ")
     assert str(info.value).endswith("; the 4 documents encoded so far are kept: rerun with another FAISS factory "
                                     "(faiss_factory, --faiss-factory; Flat needs no training) to finish the index")

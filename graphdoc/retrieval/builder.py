@@ -267,7 +267,7 @@ def _check_training_size(index_dir: Path, manifest: Manifest, corpus: str, sourc
     new = part_documents(open_corpus(corpus), cursor, part_no, parts)
     have += sum(1 for _ in itertools.islice(new, max(need - have, 0)))
     if have < need:
-        raise GraphDocError(f"FAISS index {manifest.faiss_factory!r} needs at least {need} documents to train on; "
+        raise GraphDocError(f"FAISS index {manifest.faiss_factory!r} needs at least {need} documents to be built; "
                             f"{index_dir} would hold {have}: choose a smaller one (Flat and HNSW32 need no training)")
 
 

@@ -47,20 +47,41 @@ class TrainingError(GraphDocError):
     """A FAISS index that needs training could not be trained on the vectors given (too few, usually)."""
 
 
+#: NSG builds its graph by NNDescent, which needs more than this many vectors
+NSG_MINIMUM = 101
+#: the centroids an OPQ rotation's own product quantizer trains, for each part
+OPQ_CENTROIDS = 256
+
+
 def training_minimum(factory: str, dimension: int) -> int:
-    """The fewest vectors ``factory`` can be trained on: 0 when it needs no training, else the number of
-    IVF lists or product-quantizer centroids (at least 1); a bad string is a :class:`GraphDocError`."""
+    """The fewest vectors an index of ``factory`` can be built from: 0 when it needs no training and takes any
+    number (Flat, HNSW), else the most of: its IVF lists, its product quantizers' centroids (an IVF's, a graph
+    index's storage's, an OPQ rotation's), a PCA's output dimensions, and NSG's :data:`NSG_MINIMUM`. A bad string,
+    or a PCA to more dimensions than it is given, is a :class:`GraphDocError`."""
     import faiss
 
     index = new_faiss_index(factory, dimension)
-    if index.is_trained:
-        return 0
-    need = 1
+    need = 0 if index.is_trained else 1
+    base = faiss.downcast_index(index)
+    if isinstance(base, faiss.IndexPreTransform):
+        for i in range(base.chain.size()):
+            transform = faiss.downcast_VectorTransform(base.chain.at(i))
+            if isinstance(transform, faiss.PCAMatrix):
+                if transform.d_out > transform.d_in:
+                    raise GraphDocError(f"FAISS index {factory!r}: a PCA cannot turn {transform.d_in} dimensions "
+                                        f"into {transform.d_out}: give it at most {transform.d_in}")
+                need = max(need, int(transform.d_out))  # as many vectors as the dimensions it keeps
+            elif isinstance(transform, faiss.OPQMatrix):
+                need = max(need, OPQ_CENTROIDS)
+        base = faiss.downcast_index(base.index)
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None:
         need = max(need, int(ivf.nlist))
-    base = index.index if isinstance(index, faiss.IndexPreTransform) else index
-    for part in (ivf, faiss.downcast_index(base)):
+    if isinstance(base, faiss.IndexNSG):
+        need = max(need, NSG_MINIMUM)
+    parts = [ivf, base] + [faiss.downcast_index(getattr(base, name)) for name in ("storage", "base_index")
+                           if getattr(base, name, None) is not None]
+    for part in parts:
         pq = getattr(part, "pq", None) if part is not None else None
         if pq is not None:
             need = max(need, int(pq.ksub))  # k-means needs as many points as centroids
@@ -134,7 +155,11 @@ class DenseIndex:
             except RuntimeError as exc:
                 raise TrainingError(f"cannot train FAISS index {factory!r} on {len(sample)} vectors: "
                                     f"{str(exc).strip().splitlines()[-1]}") from None
-        index.add(data)
+        try:
+            index.add(data)
+        except RuntimeError as exc:
+            raise TrainingError(f"cannot build FAISS index {factory!r} from {len(data)} vectors: "
+                                f"{str(exc).strip().splitlines()[-1]}") from None
         return cls(index, metric, factory)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
