@@ -215,6 +215,18 @@ def test_a_label_that_is_not_a_string_or_an_integer_is_refused_naming_file_and_l
     assert str(err.value) == f"{path}:2: document 'b' {problem}{suffix}"
 
 
+def test_a_label_that_is_not_valid_unicode_is_refused_naming_file_and_line(tmp_path):
+    from graphdoc.errors import InputError
+    from graphdoc.finetune.classification import read_labelled
+
+    path = tmp_path / "t.jsonl"  # JSON's escape of a lone surrogate: it crashed the run's fingerprint, after encoding
+    path.write_text('{"_id": "a", "text": "one", "label": "x"}\n{"_id": "b", "text": "two", "label": "\\ud800"}\n',
+                    encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        read_labelled(path, "train")
+    assert str(err.value) == f"{path}:2: document 'b' has a 'label' that is not valid Unicode (lone surrogate \\ud800)"
+
+
 def test_integer_labels_are_their_string_form(tmp_path):
     from graphdoc.finetune.classification import labels_of, read_labelled
 

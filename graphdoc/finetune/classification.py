@@ -22,7 +22,7 @@ from graphdoc.corpus import read_corpus
 from graphdoc.corpus.files import has_suffix
 from graphdoc.corpus.formats import JSONL_SUFFIXES
 from graphdoc.corpus.jsonl import JSON_TYPE_NAMES, iter_json_objects
-from graphdoc.documents import Document
+from graphdoc.documents import Document, lone_surrogate
 from graphdoc.errors import GraphDocError, InputError
 from graphdoc.finetune.classifier import DocumentClassifier
 from graphdoc.finetune.config import ClassificationConfig
@@ -57,7 +57,10 @@ def label_problem(label) -> str | None:
     """Why ``label`` cannot be a class label (``None`` when it can: a non-empty string or an integer)."""
     if label is None or (isinstance(label, str) and not label.strip()):
         return "has no 'label'"
-    if isinstance(label, str) or (isinstance(label, int) and not isinstance(label, bool)):
+    if isinstance(label, str):
+        surrogate = lone_surrogate(label)
+        return f"has a 'label' that is not valid Unicode (lone surrogate {surrogate})" if surrogate else None
+    if isinstance(label, int) and not isinstance(label, bool):
         return None
     kind = {**JSON_TYPE_NAMES, dict: "an object", float: "a non-integer number"}.get(type(label), type(label).__name__)
     return f"has a 'label' that is {kind}; a label is a string or an integer"

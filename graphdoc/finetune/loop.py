@@ -40,7 +40,8 @@ OPERATIONAL = ("cache_dir", "repeats")
 
 def data_fingerprint(data: Any) -> str:
     """A digest of what a run trains on (ids, labels, judgements: anything JSON), checked on resume."""
-    return hashlib.sha256(json.dumps(data, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+    text = json.dumps(data, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def model_identity(model: torch.nn.Module) -> dict[str, Any]:
