@@ -10,7 +10,7 @@ import dataclasses
 import importlib
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,30 +149,42 @@ class BM25Index:
             return np.zeros(self.num_docs, dtype=np.float32)
         return np.asarray(self.backend.scores(query_tokens), dtype=np.float32)
 
-    def search(self, queries: list[str], k: int = 10, n_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
-        """Top-`k` rows per query, best first (ties by row), `k` clipped to the corpus size.
+    def search(self, queries: list[str], k: int = 10, n_threads: int = 1,
+               tie_rank: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-`k` rows per query, best first (ties in the order of ``tie_rank[row]``, else by row), `k` clipped
+        to the corpus size.
 
         Documents that hold no query term (score 0) are left out; rows with fewer than `k`
         matches are padded with index -1 and score 0.0.
 
         Shapes: -> (indices int64 [q, k], scores float32 [q, k]).
         """
+        indices, scores, _ = self.search_scoring(queries, k, None, n_threads, tie_rank)
+        return indices, scores
+
+    def search_scoring(self, queries: list[str], k: int, rows: Sequence[np.ndarray] | None, n_threads: int = 1,
+                       tie_rank: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """:meth:`search`, and each query's scores of its ``rows`` (e.g. another retriever's candidates) from
+        the same scoring of the corpus: ``(indices, scores, [float32 [len(rows[i])], ...])``."""
         if isinstance(queries, str):
             raise GraphDocError("search expects a list of query strings, got a single string")
         k = max(0, min(int(k), self.num_docs))
         query_tokens = tokenize(list(queries), self.config)
+        wanted = [None] * len(query_tokens) if rows is None else list(rows)
 
-        def one(tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
-            return top_k_array(self._scores(tokens), k)
+        def one(item) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+            tokens, rows_i = item
+            scores = self._scores(tokens)
+            return (*top_k_array(scores, k, tie_rank), None if rows_i is None else scores[rows_i])
 
         if n_threads > 1 and len(query_tokens) > 1:
             with ThreadPoolExecutor(max_workers=n_threads) as pool:
-                hits = list(pool.map(one, query_tokens))
+                hits = list(pool.map(one, zip(query_tokens, wanted)))
         else:
-            hits = [one(tokens) for tokens in query_tokens]
+            hits = [one(item) for item in zip(query_tokens, wanted)]
         if not hits:
-            return np.zeros((0, k), dtype=np.int64), np.zeros((0, k), dtype=np.float32)
-        return np.stack([h[0] for h in hits]), np.stack([h[1] for h in hits])
+            return np.zeros((0, k), dtype=np.int64), np.zeros((0, k), dtype=np.float32), []
+        return np.stack([h[0] for h in hits]), np.stack([h[1] for h in hits]), [h[2] for h in hits]
 
     def save(self, path: str | Path) -> None:
         """Write the index to folder `path` (created if needed); ``config.json`` is written last."""

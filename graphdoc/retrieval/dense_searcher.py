@@ -7,6 +7,8 @@ document vectors and over passage vectors; every candidate is then scored exactl
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +20,11 @@ from graphdoc.retrieval.dense import DenseIndex, prepare_vectors
 
 
 PASSAGE_DEPTH_FACTOR = 4
+#: the share of all passages from which a search scores a query's candidates from its scores of all passages
+FULL_PRODUCT_SHARE = 0.25
+#: the most memory those scores take for a block of queries, and the most queries in a block
+FULL_PRODUCT_BYTES = 64 * 2**20
+QUERY_BLOCK = 256
 
 
 @dataclass
@@ -46,12 +53,12 @@ class DenseSearcher:
         self.settings = settings or DenseSettings()
         with reading(folder / "dense.faiss"):
             self.doc_index = DenseIndex.load(folder / "dense.faiss", metric, factory, device=device)
-        self.doc_vectors = _load_array(folder / "doc_vectors.npy")
+        self.doc_vectors = np.asarray(_load_array(folder / "doc_vectors.npy"))  # mapped, without memmap's overhead
         self.has_passages = (folder / "passage_vectors.npy").is_file()
         if self.has_passages:
             with reading(folder / "passages.faiss"):
                 self.passage_index = DenseIndex.load(folder / "passages.faiss", metric, factory, device=device)
-            self.passage_vectors = _load_array(folder / "passage_vectors.npy")
+            self.passage_vectors = np.asarray(_load_array(folder / "passage_vectors.npy"))
             self.passage_ptr = _load_array(folder / "passage_ptr.npy", mmap=False)
         elif self.settings.passage_weight > 0:
             self.settings = DenseSettings(0.0)  # the index kept no passage vectors
@@ -100,19 +107,77 @@ class DenseSearcher:
 
     def score(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Exact dense scores of one ``[d]`` query (already prepared) against document ``rows``."""
-        rows = np.asarray(rows, dtype=np.int64)
+        return self._scores(query, np.asarray(rows, dtype=np.int64))
+
+    def _scores(self, query: np.ndarray, rows: np.ndarray, all_passages: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`score`; ``all_passages``: the query's scores of every passage, when already computed."""
         doc_scores = np.asarray(self.doc_vectors[rows] @ query, dtype=np.float64)
         w = self.settings.passage_weight
         if w == 0 or len(rows) == 0:
             return doc_scores
-        return (1 - w) * doc_scores + w * self.max_passage_scores(query, rows)
+        return (1 - w) * doc_scores + w * self.max_passage_scores(query, rows, all_passages)
 
-    def max_passage_scores(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        starts, ends = self.passage_ptr[rows], self.passage_ptr[rows + 1]
-        lengths = ends - starts
-        flat = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends)])
-        scores = np.asarray(self.passage_vectors[flat] @ query, dtype=np.float64)
-        return np.maximum.reduceat(scores, np.concatenate([[0], np.cumsum(lengths)[:-1]]))
+    def max_passage_scores(self, query: np.ndarray, rows: np.ndarray,
+                           all_passages: np.ndarray | None = None) -> np.ndarray:
+        """The best passage score of each document of ``rows`` (each has one passage or more), from the query's
+        scores of every passage when given (``all_passages``, ``[passages]``), else from its candidates'."""
+        flat, firsts = self._passages_of(rows)
+        if all_passages is not None:
+            scores = np.asarray(all_passages[flat], dtype=np.float64)
+        else:
+            scores = np.asarray(self.passage_vectors[flat] @ query, dtype=np.float64)
+        return np.maximum.reduceat(scores, firsts)
+
+    def _passages_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The passage rows of documents ``rows``, in one flat list, and where each document's start in it."""
+        starts = self.passage_ptr[rows]
+        lengths = self.passage_ptr[rows + 1] - starts
+        firsts = np.cumsum(lengths) - lengths
+        return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - firsts, lengths), firsts
+
+    def _all_passage_scores(self, queries: np.ndarray, candidates: list[np.ndarray]) -> list[np.ndarray | None]:
+        """Per query, its scores of every passage, for the queries whose candidates hold
+        :data:`FULL_PRODUCT_SHARE` of all passages or more (long documents: a QMSum query's candidates hold most
+        of them), where one matrix product over the block's such queries costs less than gathering their
+        candidates' vectors query by query; ``None`` for the others."""
+        out: list[np.ndarray | None] = [None] * len(queries)
+        if not self.has_passages or self.settings.passage_weight == 0 or not len(self.passage_vectors):
+            return out
+        ptr = self.passage_ptr
+        full = [i for i, rows in enumerate(candidates)
+                if int((ptr[rows + 1] - ptr[rows]).sum()) >= FULL_PRODUCT_SHARE * len(self.passage_vectors)]
+        if full:
+            product = queries[full] @ self.passage_vectors.T  # [queries, passages]
+            for j, i in enumerate(full):
+                out[i] = product[j]
+        return out
+
+    @property
+    def block_size(self) -> int:
+        """How many queries a search takes at a time: their scores of all passages fit in
+        :data:`FULL_PRODUCT_BYTES`."""
+        passages = len(self.passage_vectors) if self.has_passages else 0
+        return max(1, min(QUERY_BLOCK, FULL_PRODUCT_BYTES // max(4 * passages, 1)))
+
+    def search_blocks(self, queries: np.ndarray, depth: int, tie_rank: np.ndarray | None = None
+                      ) -> Iterator[list[tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], np.ndarray]]]]:
+        """:meth:`search` a block of queries at a time: per query ``(rows, scores, score_more)``, where
+        ``score_more(rows)`` scores other documents for that query as its candidates were (from its scores of all
+        passages while the block is current)."""
+        prepared = prepare_vectors(queries, self.metric)
+        for start in range(0, len(prepared), self.block_size):
+            block = prepared[start:start + self.block_size]
+            candidates = self.candidates(block, depth)
+            results = []
+            for query, rows, all_passages in zip(block, candidates, self._all_passage_scores(block, candidates)):
+                scores = self._scores(query, rows, all_passages)
+                order = np.lexsort((rows if tie_rank is None else tie_rank[rows], -scores))[:depth]
+                more = functools.partial(self._scores_of, query, all_passages=all_passages)
+                results.append((rows[order], scores[order], more))
+            yield results
+
+    def _scores_of(self, query: np.ndarray, rows: np.ndarray, all_passages: np.ndarray | None) -> np.ndarray:
+        return self._scores(query, np.asarray(rows, dtype=np.int64), all_passages)
 
     def passage_scores(self, query: np.ndarray, row: int) -> np.ndarray:
         """Scores of every passage of document ``row`` (empty if the index kept no passages)."""
@@ -120,15 +185,11 @@ class DenseSearcher:
             return np.zeros(0)
         return np.asarray(self.passage_vectors[self.passage_ptr[row]:self.passage_ptr[row + 1]] @ query)
 
-    def search(self, queries: np.ndarray, depth: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per query, ``(rows, scores)`` of its candidates, best first, at most ``depth``."""
-        prepared = prepare_vectors(queries, self.metric)
-        results = []
-        for query, rows in zip(prepared, self.candidates(prepared, depth)):
-            scores = self.score(query, rows)
-            order = np.lexsort((rows, -scores))[:depth]
-            results.append((rows[order], scores[order]))
-        return results
+    def search(self, queries: np.ndarray, depth: int,
+               tie_rank: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query, ``(rows, scores)`` of its candidates, best first, at most ``depth``; equal scores in the
+        order of ``tie_rank[row]`` (the rank of each row's document id), else by row."""
+        return [(rows, scores) for block in self.search_blocks(queries, depth, tie_rank) for rows, scores, _ in block]
 
 
 def _load_array(path: Path, mmap: bool = True) -> np.ndarray:

@@ -161,6 +161,30 @@ def fuse(
     return fused if k is None else dict(list(fused.items())[: max(k, 0)])
 
 
+def fuse_arrays(dense: np.ndarray, sparse: np.ndarray, config: FusionConfig, tie_rank: np.ndarray,
+                k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`fuse` on one query's candidates given as aligned arrays (both retrievers scored every candidate;
+    ``tie_rank``: the rank of each candidate's document id): ``(positions, fused scores)`` of the top ``k``, best
+    first, ties by ``tie_rank``. The same scores and order as :func:`fuse` over dicts keyed by document id, without
+    building them. Shapes: ``[n]`` each -> ``[min(k, n)]``."""
+    dense = np.asarray(dense, dtype=np.float64)
+    sparse = np.asarray(sparse, dtype=np.float64)
+    if config.method == "weighted":
+        fused = (config.alpha * normalize(dense, config.normalization)
+                 + (1.0 - config.alpha) * normalize(sparse, config.normalization))
+    else:  # rrf: ranks from 1, ties by document id; the sparse side ranks the documents it matched
+        _check_number("RRF k", config.rrf_k, 0)
+        fused = np.zeros(len(dense))
+        fused[np.lexsort((tie_rank, -dense))] = 1.0 / (config.rrf_k + np.arange(1, len(dense) + 1))
+        matched_at = np.flatnonzero(sparse != 0)
+        ranks = np.empty(len(matched_at))
+        ranks[np.lexsort((tie_rank[matched_at], -sparse[matched_at]))] = np.arange(1, len(matched_at) + 1)
+        fused[matched_at] += 1.0 / (config.rrf_k + ranks)
+    order = np.lexsort((tie_rank, -fused))
+    order = order if k is None else order[:max(k, 0)]
+    return order, fused[order]
+
+
 def fuse_runs(
     dense_run: Mapping[str, Mapping[str, float]],
     sparse_run: Mapping[str, Mapping[str, float]],

@@ -39,10 +39,11 @@ def truncate_run(run: Mapping[str, Mapping[str, float]], k: int | None) -> Run:
     return {qid: top_k(docs, k) for qid, docs in run.items()}
 
 
-def top_k_array(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def top_k_array(scores: np.ndarray, k: int, tie_rank: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Indices and scores of the `k` best *non-zero* entries of a score vector (BM25's 0 is "no match").
 
-    Order: score desc, then index asc. Entries with score 0 are left out (a negative score, from rank_bm25's
+    Order: score desc, then ``tie_rank[index]`` asc (e.g. the rank of each row's document id), else index asc.
+    Entries with score 0 are left out (a negative score, from rank_bm25's
     idf floor, is a match, ranked below the positive ones); when fewer than `k` remain the row is padded with
     index -1 and score 0.0 (FAISS's convention for missing results).
 
@@ -53,10 +54,10 @@ def top_k_array(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     values = np.zeros(k, dtype=np.float32)
     candidates = np.flatnonzero(scores != 0)
     if candidates.size > k > 0:
-        # k-th largest value; keep everything >= it so that ties at the cut are broken by index
+        # k-th largest value; keep everything >= it so that ties at the cut are broken as the order says
         kth = np.partition(scores[candidates], candidates.size - k)[candidates.size - k]
         candidates = candidates[scores[candidates] >= kth]
-    order = np.lexsort((candidates, -scores[candidates]))[:k]
+    order = np.lexsort((candidates if tie_rank is None else tie_rank[candidates], -scores[candidates]))[:k]
     chosen = candidates[order]
     indices[: chosen.size] = chosen
     values[: chosen.size] = scores[chosen]

@@ -8,7 +8,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from graphdoc.fileio import UnreadableFileError, reading
 from graphdoc.retrieval.dense_searcher import DenseSearcher, DenseSettings
 from graphdoc.retrieval.docstore import DocStore, offsets_path
 from graphdoc.retrieval.finalize import FINAL_DIR
-from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig, fuse
+from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig, fuse_arrays
 from graphdoc.retrieval.manifest import Manifest, check_identity, model_identity
 from graphdoc.retrieval.queries import check_query, split_queries
 
@@ -162,6 +162,14 @@ class Searcher:
         """Document id -> row number (built once, on first use)."""
         return {doc_id: row for row, doc_id in enumerate(self.doc_ids)}
 
+    @functools.cached_property
+    def name_rank(self) -> np.ndarray:
+        """Each row's rank among the document ids in sorted order: equal scores rank by document id, whatever the
+        rows' order (built once, on first use)."""
+        ranks = np.empty(len(self.doc_ids), dtype=np.int64)
+        ranks[sorted(range(len(self.doc_ids)), key=self.doc_ids.__getitem__)] = np.arange(len(self.doc_ids))
+        return ranks
+
     @property
     def model(self):
         if self._model is None:
@@ -232,51 +240,58 @@ class Searcher:
         fusion = self._fusion(fusion)
         if query_vectors is not None:
             query_vectors = self._query_vectors(query_vectors, len(texts))
-        dense = sparse = None
-        if mode != "bm25":
+        if mode == "hybrid":
             vectors = self.encode_queries(texts) if query_vectors is None else query_vectors
-            dense = self.dense.search(np.asarray(vectors), depth)
-        if mode != "dense":
-            rows, scores = self.bm25.search(texts, depth)
-            sparse = list(zip(rows, scores))
-        run = {}
-        for i, qid in enumerate(qids):
-            if mode == "dense":
-                run[qid] = self._named(*dense[i], k)
-            elif mode == "bm25":
-                run[qid] = self._named(*sparse[i], k)
-            else:
-                run[qid] = self._fuse(texts[i], vectors[i], dense[i], sparse[i], fusion, k)
-        return run
+            run = {}
+            for qid, (union, dense_scores, sparse_scores) in zip(qids, self._components(texts, vectors, depth)):
+                order, fused = fuse_arrays(dense_scores, sparse_scores, fusion, self.name_rank[union], k)
+                run[qid] = self._named(union[order], fused, k)
+            return run
+        if mode == "dense":
+            vectors = self.encode_queries(texts) if query_vectors is None else query_vectors
+            ranked = self.dense.search(np.asarray(vectors), depth, self.name_rank)
+        else:
+            ranked = zip(*self.bm25.search(texts, depth, tie_rank=self.name_rank))
+        return {qid: self._named(rows, scores, k) for qid, (rows, scores) in zip(qids, ranked)}
 
     def component_runs(self, queries: Mapping[str, str], depth: int = 100) -> tuple[dict, dict]:
         """Dense and BM25 runs, each scored over the union of both top ``depth`` (for fusion tuning)."""
         check_count("depth", depth)
         qids, texts = split_queries(queries)
-        vectors = self.encode_queries(texts)
-        dense = self.dense.search(vectors, depth)
-        rows, _ = self.bm25.search(texts, depth)
         dense_run, sparse_run = {}, {}
-        for i, qid in enumerate(qids):
-            union = np.unique(np.concatenate([dense[i][0], rows[i][rows[i] >= 0]])).astype(np.int64)
-            query = prepare_vectors(vectors[i][None, :], self.manifest.metric)[0]
-            names = [self.doc_ids[r] for r in union]
-            dense_run[qid] = dict(zip(names, self.dense.score(query, union).tolist()))
-            sparse_run[qid] = dict(zip(names, self.bm25.get_scores(texts[i])[union].tolist()))
+        for qid, (union, dense_scores, sparse_scores) in zip(qids, self._components(texts, self.encode_queries(texts),
+                                                                                     depth)):
+            names = [self.doc_ids[r] for r in union.tolist()]
+            dense_run[qid] = dict(zip(names, dense_scores.tolist()))
+            sparse_run[qid] = dict(zip(names, sparse_scores.tolist()))
         return dense_run, sparse_run
 
-    def _named(self, rows: np.ndarray, scores: np.ndarray, k: int) -> dict[str, float]:
-        return {self.doc_ids[int(r)]: float(s) for r, s in list(zip(rows, scores))[:k] if r >= 0}
+    def _components(self, texts: list[str], vectors: np.ndarray,
+                    depth: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per query, the union of both retrievers' top ``depth`` (rows, ascending) and both scores of each: the
+        dense search's scores of its own candidates and BM25's of the corpus, each computed once; only the BM25
+        candidates the dense top missed are scored densely on their own (a block of queries at a time)."""
+        start = 0
+        for block in self.dense.search_blocks(np.asarray(vectors), depth, self.name_rank):
+            rows, scores, at_dense = self.bm25.search_scoring(texts[start:start + len(block)], depth,
+                                                              [d_rows for d_rows, _, _ in block],
+                                                              tie_rank=self.name_rank)
+            start += len(block)
+            for i, (d_rows, d_scores, score_more) in enumerate(block):
+                found = rows[i] >= 0
+                s_rows, s_scores = rows[i][found], scores[i][found]
+                union = np.union1d(d_rows, s_rows).astype(np.int64)
+                extra = np.setdiff1d(s_rows, d_rows)
+                dense_scores, sparse_scores = np.empty(len(union)), np.zeros(len(union), dtype=np.float32)
+                dense_scores[np.searchsorted(union, d_rows)] = d_scores
+                dense_scores[np.searchsorted(union, extra)] = score_more(extra)
+                sparse_scores[np.searchsorted(union, d_rows)] = at_dense[i]
+                sparse_scores[np.searchsorted(union, s_rows)] = s_scores
+                yield union, dense_scores, sparse_scores
 
-    def _fuse(self, text: str, vector: np.ndarray, dense, sparse, fusion: FusionConfig, k: int) -> dict[str, float]:
-        d_rows, s_rows = dense[0], np.asarray(sparse[0])
-        union = np.unique(np.concatenate([d_rows, s_rows[s_rows >= 0]])).astype(np.int64)
-        query = prepare_vectors(vector[None, :], self.manifest.metric)[0]
-        dense_scores = self.dense.score(query, union)
-        bm25_all = self.bm25.get_scores(text)
-        names = [self.doc_ids[r] for r in union]
-        return fuse(dict(zip(names, dense_scores.tolist())), dict(zip(names, bm25_all[union].tolist())),
-                    fusion, k)
+    def _named(self, rows: np.ndarray, scores: np.ndarray, k: int) -> dict[str, float]:
+        """``{doc id: score}`` of the first ``k`` rows (-1 padding left out), in their order."""
+        return {self.doc_ids[r]: s for r, s in zip(rows[:k].tolist(), scores[:k].tolist()) if r >= 0}
 
     # ----------------------------------------------------------------- readable hits
     def search(self, query: str, k: int = 10, mode: str = "hybrid",
