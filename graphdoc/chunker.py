@@ -7,13 +7,14 @@ cut at line breaks first, its lines packed like sentences, and a line longer tha
 Every word of every section lands in exactly one passage, in order, and each passage records its character
 offsets into the document text.
 
-Words, sentences and lines are found as numpy arrays of offsets (a few bytes a character: a 20 MB document
-chunks in ~8 s and ~260 MB, where a Python tuple a word took ~30 s and ~1.5 GB), and blingfire reads a section
-:data:`SENTENCE_WINDOW` characters at a time.
+Words, sentences and lines are found as numpy arrays of offsets, and blingfire's library reads a section
+:data:`SENTENCE_WINDOW` characters at a time: a 20 MB document chunks in ~1.6 s and ~240 MiB, where a Python tuple
+a word and blingfire's Python wrapper took ~22 s and ~1.3 GB (``benchmarks/chunk_scale.py``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import re
 from itertools import pairwise
@@ -86,18 +87,17 @@ def _sentence_ends(text: str, window: int | None = None) -> np.ndarray:
     windows: 8 of 26,036 chunkings differ from the whole-text ones).
     """
     window = window or SENTENCE_WINDOW
-    ends: list[int] = []
+    ends: list[np.ndarray] = []
     position = 0
     while True:
         stop = position + window
         if stop >= len(text):
-            _, offsets = blingfire.text_to_sentences_and_offsets(text[position:])
-            ends.extend(position + e for _, e in offsets)
-            return np.unique(np.array(ends, dtype=np.int64))
-        _, offsets = blingfire.text_to_sentences_and_offsets(text[position:stop])
-        if len(offsets) > 1:
-            ends.extend(position + e for _, e in offsets[:-1])
-            position += offsets[-2][1]
+            ends.append(position + _blingfire_ends(text[position:]))
+            return np.unique(np.concatenate(ends))
+        found = _blingfire_ends(text[position:stop])
+        if len(found) > 1:
+            ends.append(position + found[:-1])
+            position += int(found[-2])
             continue
         cut = _LAST_LINE_BREAK(text, position, stop)
         if cut <= position:
@@ -106,6 +106,28 @@ def _sentence_ends(text: str, window: int | None = None) -> np.ndarray:
             found = _SPACE_CHARACTER.search(text, stop)
             cut = found.start() if found else len(text)
         position = cut
+
+
+def _blingfire_ends(text: str) -> np.ndarray:
+    """Where blingfire ends the sentences of ``text`` (character offsets, in order): the ends of
+    ``blingfire.text_to_sentences_and_offsets``, from the library's own function, without that wrapper's Python
+    loop over every byte (a third of indexing time on QMSum) and its lists of offsets."""
+    function = getattr(getattr(blingfire, "blingfire", None), "TextToSentencesWithOffsets", None)
+    if function is None:  # a blingfire without its library handle where 0.1.8 keeps it: the public wrapper
+        return np.array([end for _, end in blingfire.text_to_sentences_and_offsets(text)[1]], dtype=np.int64)
+    data = text.encode("utf-8")
+    size = 2 * len(data)  # the wrapper's sizes: blingfire writes the sentences, one a line, and two offsets each
+    out = ctypes.create_string_buffer(size)
+    starts, last_bytes = (ctypes.c_int32 * size)(), (ctypes.c_int32 * size)()
+    written = function(ctypes.c_char_p(data), ctypes.c_int(len(data)), ctypes.byref(out), ctypes.byref(starts),
+                       ctypes.byref(last_bytes), ctypes.c_int(size))
+    if written == -1 or written > size or not out.value.strip():  # an error, or a text without a word: no sentences
+        return np.zeros(0, dtype=np.int64)
+    last = np.frombuffer(last_bytes, dtype=np.int32, count=out.value.count(b"\n") + 1).astype(np.int64)
+    if len(data) == len(text):  # ASCII: a byte a character
+        return last + 1
+    # a sentence ends after the character whose last byte blingfire gives: count the characters up to it
+    return np.cumsum((np.frombuffer(data, dtype=np.uint8) & 0xC0) != 0x80)[last]
 
 
 def _last(pattern: re.Pattern) -> Callable[[str, int, int], int]:

@@ -6,16 +6,24 @@ from __future__ import annotations
 
 import re
 from itertools import pairwise
+from types import SimpleNamespace
 
 import blingfire
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from graphdoc import chunker  # noqa: E402
-from graphdoc.chunker import WORD, _sentence_ends, _words, chunk_document, sentence_word_spans  # noqa: E402
+from graphdoc.chunker import (  # noqa: E402
+    WORD,
+    _blingfire_ends,
+    _sentence_ends,
+    _words,
+    chunk_document,
+    sentence_word_spans,
+)
 from graphdoc.documents import Document  # noqa: E402
 
 
@@ -122,6 +130,23 @@ def test_real_documents_chunk_as_the_reference(data_dir):
             break
         for max_words in (100, 7):
             assert chunks(doc, max_words) == reference_chunks(doc, max_words)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(pieces=st.lists(PIECES, min_size=1, max_size=60))
+def test_blingfire_called_directly_gives_its_wrappers_sentence_ends(pieces):
+    text = "".join(pieces)
+    assume(WORD.search(text))  # a text without a word has no sentence to end (the wrapper makes up an offset)
+    want = [end for _, end in blingfire.text_to_sentences_and_offsets(text)[1]]
+    assert _blingfire_ends(text).tolist() == want
+
+
+def test_without_blingfires_library_handle_its_wrapper_is_used(monkeypatch):
+    text = "Café first. 日本語の文。 Last one"
+    want = _blingfire_ends(text).tolist()
+    monkeypatch.setattr(chunker, "blingfire", SimpleNamespace(  # a blingfire keeping its library elsewhere
+        text_to_sentences_and_offsets=blingfire.text_to_sentences_and_offsets))
+    assert _blingfire_ends(text).tolist() == want == [11, 18, 27]
 
 
 # ------------------------------------------------------------------ blingfire a window at a time
