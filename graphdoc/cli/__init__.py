@@ -147,6 +147,12 @@ def _quiet_third_party(verbose: bool, handler: logging.Handler) -> None:
     logging.getLogger("faiss").setLevel(logging.WARNING)  # eight INFO lines on which CPU build it loads
     # bm25s sets its logger to DEBUG when imported (lazily, after any level set here): filter its records instead
     handler.addFilter(lambda record: record.levelno >= logging.WARNING or not record.name.startswith("bm25s"))
+    if "transformers" not in sys.modules:
+        # a command that loads no model (BM25 search, eval) need not import transformers (~2 s) to quiet it: it
+        # reads these when a model's loading imports it (an explicit setting of the user's stands)
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        return
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
