@@ -129,7 +129,8 @@ class GraphDocEncoder(nn.Module):
         """A query is a single-node graph: one passage (the query prompt and the text), truncated to the
         encoder's limit."""
         ids = self.passage_encoder.tokenize([self.passage_encoder.query_prompt + text], truncate=True)
-        return PreparedDocument(Document(query_id, text), [Passage(query_id, 0, 0, "", 0, len(text), text)], ids)
+        return PreparedDocument(Document(query_id, text), [Passage(query_id, 0, 0, "", 0, len(text), text)], ids,
+                                query=True)
 
     # ----------------------------------------------------------------- forward
     def forward(self, prepared: Sequence[PreparedDocument], return_attention_weights: bool = False) -> GraphOutput:

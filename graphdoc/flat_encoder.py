@@ -89,6 +89,17 @@ class FlatEncoder(nn.Module):
         """FirstP's text: the whole document as one passage, titled as the first passage is."""
         return self.passage_input(document, Passage(document.id, 0, 0, "", 0, len(document.text), document.text))
 
+    def _first_ids(self, prepared: Sequence[PreparedDocument]) -> list[list[int]]:
+        """FirstP's input ids of each document: its text tokenized whole (truncated); a query's own input, which
+        carries the query prompt."""
+        documents = [i for i, doc in enumerate(prepared) if not doc.query]
+        ids = [doc.token_ids[0] if doc.query else [] for doc in prepared]
+        tokenized = self.passage_encoder.tokenize([self.first_input(prepared[i].document) for i in documents],
+                                                  truncate=True)
+        for i, document_ids in zip(documents, tokenized):
+            ids[i] = document_ids
+        return ids
+
     def forward(self, prepared: Sequence[PreparedDocument], return_attention_weights: bool = False) -> GraphOutput:
         """Document vectors, with passage vectors when the mode needs them or attention is asked for.
 
@@ -98,8 +109,7 @@ class FlatEncoder(nn.Module):
         """
         mean = self.config.graph.document == "mean"
         with_passages = mean or return_attention_weights
-        first_ids = [] if mean else self.passage_encoder.tokenize(
-            [self.first_input(doc.document) for doc in prepared], truncate=True)
+        first_ids = [] if mean else self._first_ids(prepared)
         passage_ids = [ids for doc in prepared for ids in doc.token_ids] if with_passages else []
         vectors = self.passage_encoder.encode_ids(first_ids + passage_ids)  # one length-sorted pass: [B' + P, d]
         if not with_passages:  # each document a single node

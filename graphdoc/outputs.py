@@ -17,6 +17,9 @@ class PreparedDocument:
     document: Document
     passages: list[Passage]
     token_ids: list[list[int]]
+    #: a query (:meth:`GraphDocEncoder.prepare_query`): its one input carries the query prompt, which a model
+    #: reading the text itself (flat FirstP) must keep
+    query: bool = False
 
     @property
     def section_ids(self) -> list[int]:

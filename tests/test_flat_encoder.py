@@ -79,6 +79,24 @@ def test_queries_are_the_encoders_own_vectors(tiny_bert: Path, document: str) ->
     assert model.encode_queries("q").shape == (32,)
 
 
+@pytest.mark.parametrize("document", ["first", "mean"])
+def test_queries_carry_the_query_prompt_and_documents_the_passage_prompt(tiny_bert: Path, document: str) -> None:
+    prompts = PassageEncoderConfig(query_prompt="query: ", passage_prompt="passage: ")
+    config = FlatModelConfig(passage_encoder=prompts, chunker=ChunkerConfig(max_words=20),
+                             graph=FlatConfig(document=document))
+    model = FlatEncoder.from_pretrained(str(tiny_bert), config=config, device="cpu").eval()
+    queries = ["graph attention", "long documents"]  # FirstP read a query as a document: "passage: graph ..."
+    expected = encoder_vectors(model, [f"query: {q}" for q in queries], truncate=True)
+    assert torch.allclose(model.encode_queries(queries, convert_to_tensor=True), expected, atol=1e-6)
+    if document == "first":
+        doc = Document("d", "graph attention")
+        assert torch.allclose(model.encode([doc], convert_to_tensor=True),
+                              encoder_vectors(model, ["passage: graph attention"], truncate=True), atol=1e-6)
+        mixed = model([model.prepare_query("graph attention"), model.prepare(doc)]).document_embeddings
+        assert torch.allclose(mixed, encoder_vectors(model, ["query: graph attention", "passage: graph attention"],
+                                                     truncate=True), atol=1e-6)
+
+
 def test_first_mode_encodes_passages_only_when_the_index_asks(tiny_bert: Path, monkeypatch) -> None:
     model = flat(tiny_bert)
     counts = []
