@@ -165,7 +165,12 @@ def _load_saved(cls, path: Path, device) -> "GraphDocEncoder":
     if not weights.is_file():
         raise ModelLoadError(f"{path} has no {WEIGHTS_NAME}")
     state = read_safetensors(weights)
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # a weight of another shape (strict=False still refuses those)
+        shapes = [line.strip() for line in str(exc).splitlines() if "size mismatch" in line]
+        raise ModelLoadError(f"{weights} does not match its config.json: "
+                             f"{shapes[0] if shapes else str(exc).strip().splitlines()[0]}") from None
     missing = [k for k in missing if not k.startswith("passage_encoder.")]
     if missing or unexpected:
         raise ModelLoadError(f"{weights} does not match its config.json: "

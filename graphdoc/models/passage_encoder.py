@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -57,6 +58,9 @@ class PassageEncoder(nn.Module):
         self.pooling = config.pooling or "cls"
         self.normalize = bool(config.normalize)
         self.max_seq_length = config.max_seq_length or 512
+        #: rows of the encoder's token embedding table (``None`` when it has no plain one): a token id past them
+        #: is a tokenizer that is not the model's
+        self.vocabulary_rows = embedding_rows(model)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.query_prompt, self.passage_prompt = config.query_prompt or "", config.passage_prompt or ""
         #: tokens the passage prompt takes of every passage input (titles get half of what is left)
@@ -96,6 +100,10 @@ class PassageEncoder(nn.Module):
                 model = _load_encoder(name_or_path)
         except (OSError, ValueError, SafetensorError) as exc:
             raise ModelLoadError(_load_error(name_or_path, exc)) from None
+        rows = embedding_rows(model)
+        if rows is not None and len(tokenizer) * 10 < rows:  # transformers makes a tokenizer of its special tokens
+            raise ModelLoadError(f"{name_or_path}: its tokenizer knows {len(tokenizer)} tokens, the model {rows}: "
+                                 "its tokenizer files are missing or are not the model's")
         folder = st_files.settings_folder(name_or_path)
         resolved = resolve_settings(name_or_path, config, tokenizer, model.config, position_limit(model), folder)
         dense = st_files.dense_modules(folder, int(model.config.hidden_size)) if folder is not None else []
@@ -187,6 +195,10 @@ class PassageEncoder(nn.Module):
     def pad(self, seqs: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Right-padded ``input_ids`` and ``attention_mask``, ``[B, longest]`` each."""
         longest = max(len(s) for s in seqs)
+        top = max((max(s) for s in seqs if s), default=0)
+        if self.vocabulary_rows is not None and top >= self.vocabulary_rows:
+            raise GraphDocError(f"the tokenizer gave token id {top}, past the {self.vocabulary_rows} rows of the "
+                                "encoder's token embeddings: the tokenizer is not the model's")
         input_ids = torch.full((len(seqs), longest), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(seqs), longest), dtype=torch.long)
         for row, seq in enumerate(seqs):
@@ -305,12 +317,21 @@ def _load_encoder(name_or_path: str) -> nn.Module:
     # (a T5 encoder saved alone, as sentence-transformers saves it, has is_encoder_decoder false)
     encoder_class = ENCODER_ONLY_CLASSES.get(model_config.model_type)
     if encoder_class is None and not getattr(model_config, "is_encoder_decoder", False):
-        return AutoModel.from_pretrained(name_or_path, **full_precision())
+        return AutoModel.from_pretrained(name_or_path, use_safetensors=True, **full_precision())
     if encoder_class is None:
         raise ModelLoadError(f"{name_or_path} is an encoder-decoder model ({model_config.model_type}): use an "
                              "encoder-only model, or a T5-family one "
                              f"({', '.join(sorted(ENCODER_ONLY_CLASSES))}), whose encoder graphdoc runs alone")
-    return getattr(transformers, encoder_class).from_pretrained(name_or_path, **full_precision())
+    return getattr(transformers, encoder_class).from_pretrained(name_or_path, use_safetensors=True, **full_precision())
+
+
+def embedding_rows(model: nn.Module) -> int | None:
+    """The rows of an encoder's token embedding table; ``None`` when it has no plain one."""
+    try:
+        table = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    return table.num_embeddings if isinstance(table, nn.Embedding) else None
 
 
 def position_limit(model: nn.Module) -> int | None:
@@ -324,6 +345,10 @@ def position_limit(model: nn.Module) -> int | None:
     return table.num_embeddings - (table.padding_idx + 1 if table.padding_idx is not None else 0)
 
 
+#: weight files that are Python pickles (torch.save's), which graphdoc never loads
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
 def _check_local_path(name_or_path: str) -> None:
     """A file, or a folder without ``config.json``, holds no Hugging Face model: say so before the loaders try."""
     path = Path(name_or_path)
@@ -333,6 +358,20 @@ def _check_local_path(name_or_path: str) -> None:
         inner = [p for p in (path / "model", path / "encoder") if (p / "config.json").is_file()]
         hint = f"; did you mean {inner[0]}?" if inner else ""  # a pretrain/finetune run's folder, or a classifier's
         raise ModelLoadError(f"no model in {name_or_path} (no config.json){hint}")
+    if path.is_dir():
+        try:
+            settings = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ModelLoadError(f"cannot load local folder {name_or_path!r}: config.json cannot be read ({exc})") \
+                from None
+        if not isinstance(settings, dict):
+            raise ModelLoadError(f"cannot load local folder {name_or_path!r}: its config.json is not a JSON object")
+        weights = [p for p in path.iterdir() if p.name.endswith((".safetensors", ".safetensors.index.json"))]
+        pickles = [p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES]
+        if pickles and not weights:
+            raise ModelLoadError(f"{name_or_path} holds its weights only as pickle ({', '.join(sorted(pickles))}), "
+                                 "which graphdoc does not load: save them as safetensors (a model's "
+                                 "save_pretrained writes model.safetensors)")
 
 
 def _longest_prefix(text: str, max_tokens: int, count: Callable[[str], int]) -> str:

@@ -56,7 +56,7 @@ class MaskedLMHead(nn.Module):
                 else:
                     with no_transformers_bar():
                         mlm, info = AutoModelForMaskedLM.from_pretrained(str(source), output_loading_info=True,
-                                                                         **full_precision())
+                                                                         use_safetensors=True, **full_precision())
                     missing = set(info["missing_keys"])
             except (OSError, ValueError) as exc:
                 raise ModelLoadError(f"cannot load a masked-language-model head for {source or 'the encoder'} "

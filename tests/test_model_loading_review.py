@@ -1,0 +1,97 @@
+"""Model folders that loaded wrongly or crashed: pickle-only weights (refused, not unpickled), a folder without
+tokenizer files (transformers made an empty tokenizer: every word [UNK]), a tokenizer bigger than the model's
+embedding table, a config.json that is not an object, graph weights of another shape than the config says."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from graphdoc.encoder import GraphDocEncoder
+from graphdoc.errors import GraphDocError, ModelLoadError
+
+
+def copy_of(folder: Path, tmp_path: Path, name: str = "copy") -> Path:
+    return Path(shutil.copytree(folder, tmp_path / name))
+
+
+def test_weights_only_as_pickle_are_refused_not_unpickled(tiny_bert: Path, tmp_path: Path) -> None:
+    folder = copy_of(tiny_bert, tmp_path)
+    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(ModelLoadError) as info:
+        GraphDocEncoder.from_pretrained(str(folder), device="cpu")
+    assert str(info.value) == (f"{folder} holds its weights only as pickle (pytorch_model.bin), which graphdoc does "
+                               "not load: save them as safetensors (a model's save_pretrained writes "
+                               "model.safetensors)")
+
+
+def test_a_saved_model_whose_encoder_weights_are_pickle_is_refused(tiny_bert: Path, tmp_path: Path) -> None:
+    saved = tmp_path / "saved"
+    GraphDocEncoder.from_pretrained(str(tiny_bert), device="cpu").save_pretrained(saved)
+    encoder = saved / "passage_encoder"
+    torch.save(load_file(encoder / "model.safetensors"), encoder / "pytorch_model.bin")
+    (encoder / "model.safetensors").unlink()
+    with pytest.raises(ModelLoadError, match=r"holds its weights only as pickle \(pytorch_model.bin\)"):
+        GraphDocEncoder.from_pretrained(saved, device="cpu")
+
+
+def test_a_pickle_next_to_safetensors_is_left_alone(tiny_bert: Path, tmp_path: Path) -> None:
+    folder = copy_of(tiny_bert, tmp_path)
+    torch.save({"step": 1}, folder / "training_args.bin")  # as a trainer leaves one
+    assert GraphDocEncoder.from_pretrained(str(folder), device="cpu").dimension == 32
+
+
+def test_a_folder_without_tokenizer_files_is_refused(tiny_bert: Path, tmp_path: Path) -> None:
+    folder = copy_of(tiny_bert, tmp_path)
+    for file in folder.iterdir():
+        if file.name not in ("config.json", "model.safetensors"):
+            file.unlink()
+    with pytest.raises(ModelLoadError) as info:
+        GraphDocEncoder.from_pretrained(str(folder), device="cpu")
+    assert str(info.value).startswith(f"{folder}: its tokenizer knows ")
+    assert str(info.value).endswith(": its tokenizer files are missing or are not the model's")
+
+
+def test_a_tokenizer_past_the_embedding_table_is_one_error_line(tiny_bert: Path, tmp_path: Path) -> None:
+    folder = copy_of(tiny_bert, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    rows = config["vocab_size"]
+    state = load_file(folder / "model.safetensors")
+    from safetensors.torch import save_file
+
+    small = 100  # more than a tenth of the tokenizer: loads; most words' ids lie past it
+    state["embeddings.word_embeddings.weight"] = state["embeddings.word_embeddings.weight"][:small].contiguous()
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps({**config, "vocab_size": small}))
+    assert small * 10 >= rows
+    model = GraphDocEncoder.from_pretrained(str(folder), device="cpu")
+    with pytest.raises(GraphDocError, match=r"^the tokenizer gave token id \d+, past the 100 rows of the encoder's "
+                                            r"token embeddings: the tokenizer is not the model's$"):
+        model.encode(["graph attention networks read long documents"])
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "{not json"])
+def test_a_config_json_that_is_not_an_object_is_one_error_line(tiny_bert: Path, tmp_path: Path, text: str) -> None:
+    folder = copy_of(tiny_bert, tmp_path)
+    (folder / "config.json").write_text(text)
+    with pytest.raises(ModelLoadError, match=f"^cannot load local folder {str(folder)!r}: "):
+        GraphDocEncoder.from_pretrained(str(folder), device="cpu")
+
+
+def test_graph_weights_of_another_shape_are_one_error_line(tiny_bert: Path, tmp_path: Path) -> None:
+    saved = tmp_path / "saved"
+    GraphDocEncoder.from_pretrained(str(tiny_bert), device="cpu").save_pretrained(saved)
+    payload = json.loads((saved / "config.json").read_text())
+    payload["model"]["graph"]["heads"] = 4
+    (saved / "config.json").write_text(json.dumps(payload))
+    with pytest.raises(ModelLoadError) as info:
+        GraphDocEncoder.from_pretrained(saved, device="cpu")
+    assert str(info.value).startswith(f"{saved / 'model.safetensors'} does not match its config.json: size mismatch "
+                                      "for graph.")
+    assert "\n" not in str(info.value)
