@@ -114,7 +114,9 @@ def test_a_seed_out_of_range_is_one_line(model_dir, tmp_path, capsys, cli_state,
 
 
 @pytest.mark.parametrize("vectors", [np.ones((4, 32)), np.zeros((5, 8)),
-                                     np.ones((4, 32)) + np.arange(32) * 1e-9])  # equal to float32 precision
+                                     np.ones((4, 32)) + np.arange(32) * 1e-9,  # equal to float32 precision
+                                     # one text encoded in other batches: its vectors differ in their last bits
+                                     np.full((3, 32), 0.05) + np.random.default_rng(0).normal(0, 2e-7, (3, 32))])
 def test_identical_embeddings_are_refused_before_tsne(no_tsne, vectors) -> None:
     with pytest.raises(GraphDocError, match=f"all {len(vectors)} document embeddings are identical"):
         project_2d(vectors, "tsne")
@@ -134,6 +136,13 @@ def test_a_corpus_of_identical_documents_is_one_line(model_dir, tmp_path, capsys
                "--method", "tsne") == 1
     assert "all 4 document embeddings are identical" in error_line(capsys, "plot")
     assert not (tmp_path / "m.png").exists()
+
+
+def test_labels_from_titles_all_blank_say_so(model_dir, tmp_path, capsys, cli_state) -> None:
+    corpus = write_jsonl(tmp_path / "blank.jsonl", [{"_id": c, "title": "", "text": f"text {c}"} for c in "abc"])
+    assert cli("plot", "embeddings", "--corpus", corpus, "--output", tmp_path / "m.png", "--model", model_dir,
+               "--labels-field", "title") == 1
+    assert error_line(capsys, "plot") == f"graphdoc plot: error: no document of {corpus} has a title"
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])

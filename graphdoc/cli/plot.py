@@ -75,7 +75,8 @@ def run_embeddings(args: argparse.Namespace) -> int:
     field = args.labels_field
     labels = [label_of(d, field) for d in docs] if field else None
     if labels is not None and all(label is None for label in labels):
-        raise GraphDocError(f"no document of {args.corpus} has a {field!r} field")
+        what = "a title" if field == "title" else f"a {field!r} field"  # a blank title is no title
+        raise GraphDocError(f"no document of {args.corpus} has {what}")
     vectors = load_model(args).encode(docs, batch_size=args.batch_size, show_progress_bar=not args.quiet)
     note = replacing(args.output)
     args.output.parent.mkdir(parents=True, exist_ok=True)

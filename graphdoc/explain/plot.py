@@ -71,6 +71,10 @@ def check_seed(seed: int, name: str = "seed") -> None:
         raise GraphDocError(f"{name} must be in 0..{MAX_SEED}; got {seed}")
 
 
+#: embeddings none of which lies further from their mean than this share of the longest one are identical
+IDENTICAL = 1e-5
+
+
 def project_2d(vectors: np.ndarray, method: str = "auto", seed: int = 0) -> tuple[np.ndarray, str]:
     """``[n, d] -> [n, 2]`` with t-SNE or UMAP; returns the coordinates and the method used."""
     if method not in METHODS:
@@ -81,10 +85,12 @@ def project_2d(vectors: np.ndarray, method: str = "auto", seed: int = 0) -> tupl
         raise GraphDocError(f"a map needs at least 3 documents; got {len(vectors)}")
     if not np.isfinite(vectors).all():
         raise GraphDocError("the document embeddings hold NaN or infinite values")
-    # identical rows leave t-SNE's PCA start with zero spread: NaN coordinates, and scikit-learn crashes
-    if np.isclose(vectors, vectors[0], rtol=1e-6, atol=0).all():
-        raise GraphDocError(f"all {len(vectors)} document embeddings are identical: a map needs documents "
-                            "whose vectors differ")
+    # identical rows leave t-SNE's PCA start with zero spread: NaN coordinates, and scikit-learn crashes; rows
+    # of one text encoded in other batches differ in their last bits (~1e-7), and a map of that is of noise
+    spread = np.linalg.norm(vectors - vectors.mean(axis=0), axis=1).max()
+    if spread <= IDENTICAL * np.linalg.norm(vectors, axis=1).max():
+        raise GraphDocError(f"all {len(vectors)} document embeddings are identical (to float rounding): a map "
+                            "needs documents whose vectors differ")
     if method == "auto":
         method = "umap" if importlib.util.find_spec("umap") is not None else "tsne"
     if method == "umap":
