@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -272,7 +273,8 @@ class GraphDocEncoder(nn.Module):
         """Load a saved graphdoc model, or build an untrained one on any Hugging Face encoder.
 
         ``None`` (or ``"all-MiniLM-L6-v2"``) is the built-in default model. ``config`` sets the
-        chunker, graph and pooling settings of a model built on a plain encoder.
+        chunker, graph and pooling settings of a model built on a plain encoder: a :class:`ModelConfig`, or a
+        config file or built-in config's name (``"section-graph"``).
         """
         return load_pretrained(cls, name_or_path, config, device)
 
@@ -297,6 +299,8 @@ def load_pretrained(cls: type, name_or_path: str | Path | None, config, device):
     A device that is not there is reported before anything loads; a saved model without its passage
     encoder folder is reported as such (loading that folder's path would otherwise try it as a hub id).
     """
+    if isinstance(config, (str, os.PathLike)):
+        config = config_from_file(cls, config)
     if config is not None:
         check_config_type(cls, config)
     resolve_device(device)
@@ -308,13 +312,24 @@ def load_pretrained(cls: type, name_or_path: str | Path | None, config, device):
     return serialization.load(cls, name_or_path, config, device)
 
 
+def config_from_file(cls: type, name_or_path: str | os.PathLike):
+    """The model settings of a config file, or of a built-in config named (``"section-graph"``), as ``cls``'s
+    configuration: a model config is all model settings; a pretrain or finetune config holds them in its
+    ``model`` section."""
+    from graphdoc.config import from_dict, read_config_file
+
+    data = read_config_file(name_or_path)
+    if isinstance(data, dict) and isinstance(data.get("model"), dict):
+        data = data["model"]
+    return from_dict(serialization.config_class_of(cls), data)
+
+
 def check_config_type(cls: type, config: Any) -> None:
     """Refuse, in one line, a ``config`` that is not the model class's own configuration dataclass (a dict, a
     file name, another backbone's config): it would fail later, or save a model that cannot be loaded."""
     expected = serialization.config_class_of(cls)
     if not isinstance(config, expected):
-        hint = f" (build one with {expected.__name__}.from_dict)" if isinstance(config, Mapping) else \
-            " (read a file with graphdoc.config.load_config_file)" if isinstance(config, (str, Path)) else ""
+        hint = f" (build one with {expected.__name__}.from_dict)" if isinstance(config, Mapping) else ""
         raise TypeError(f"{cls.__name__} takes a {expected.__name__} as config; got a {type(config).__name__}{hint}")
 
 

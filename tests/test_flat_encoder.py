@@ -245,8 +245,13 @@ def test_loading_the_wrong_backbone_is_refused(tiny_bert: Path, tmp_path: Path) 
     with pytest.raises(TypeError, match=r"^GraphDocEncoder takes a ModelConfig as config; got a dict \(build one with "
                                         r"ModelConfig.from_dict\)$"):
         GraphDocEncoder.from_config({"chunker": {"max_words": 50}})
-    with pytest.raises(TypeError, match=r"got a str \(read a file with graphdoc.config.load_config_file\)$"):
-        FlatEncoder.from_pretrained(str(tiny_bert), config="configs/docsplit-minilm.yaml")
+    # a config file, or a built-in config by name: its model settings (a pretrain config's model section)
+    flat_model = FlatEncoder.from_pretrained(str(tiny_bert), config="docsplit-minilm", device="cpu")
+    assert (flat_model.config.graph.document, flat_model.config.chunker.max_words) == ("first", 100)
+    assert GraphDocEncoder.from_pretrained(str(tiny_bert), config="section-graph",
+                                           device="cpu").config.graph.graph_type == "section"
+    with pytest.raises(TypeError, match=r"^FlatEncoder takes a FlatModelConfig as config; got a int$"):
+        FlatEncoder.from_pretrained(str(tiny_bert), config=3)
 
 
 def test_config_errors_name_the_setting() -> None:
