@@ -160,3 +160,24 @@ def test_bm25_search_and_eval_import_neither_torch_nor_transformers(searcher, tm
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("hub_logging", ["import huggingface_hub.utils.logging", "pass"])
+def test_huggingface_hub_records_print_once(tmp_path, hub_logging):
+    """huggingface_hub prints its records (retries on an unreachable hub: 22 lines) with a handler of its own once
+    its logging is set up (transformers does); graphdoc's handler printed each a second time."""
+    import subprocess
+    import sys
+
+    script = (
+        f"import logging\n{hub_logging}\nimport graphdoc.cli.eval as command\nfrom graphdoc.cli import main\n"
+        "def run(args):\n"
+        "    logging.getLogger('huggingface_hub.utils._http').warning('Retrying in 1s [Retry 1/5].')\n"
+        "    logging.getLogger('graphdoc.cli').warning('a warning of graphdoc')\n"
+        "    return 0\n"
+        "command.run = run\n"
+        "raise SystemExit(main(['eval', '--run', 'r', '--qrels', 'q']))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("Retrying in 1s [Retry 1/5].") == 1
+    assert "WARNING graphdoc.cli: a warning of graphdoc" in done.stderr

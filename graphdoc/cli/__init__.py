@@ -105,6 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     handler = logging.StreamHandler()
+    # huggingface_hub prints its records with a handler of its own once its logging is set up (its retries on an
+    # unreachable hub): not a second time here
+    handler.addFilter(lambda record: not record.name.startswith("huggingface_hub")
+                      or not logging.getLogger("huggingface_hub").handlers)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", handlers=[handler], force=True)
     _quiet_third_party(args.verbose, handler)
     try:
