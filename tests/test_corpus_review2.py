@@ -21,6 +21,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from _chunker_reference import reference_pack
+
 from graphdoc.chunker import _pack, chunk_document, sentence_word_spans
 from graphdoc.cli import main
 from graphdoc.corpus import ReadStats, corpus_files, markdown_sections, read_corpus, read_qrels, read_queries
@@ -118,26 +120,6 @@ def test_embed_with_an_empty_corpus_argument_is_one_error_line(tmp_path, monkeyp
 
 
 # ------------------------------------------------------------------ 3. linear packing, same output
-def old_pack(sentences, max_words):
-    """The packing before the review, kept as the reference: whole sentences up to ``max_words``; an
-    over-long sentence cut into runs of ``max_words`` words (quadratic: it copied the rest each time)."""
-    groups, current = [], []
-    for sentence in sentences:
-        if current and len(current) + len(sentence) > max_words:
-            groups.append(current)
-            current = []
-        while len(sentence) > max_words:
-            if current:
-                groups.append(current)
-                current = []
-            groups.append(sentence[:max_words])
-            sentence = sentence[max_words:]
-        current = current + sentence
-    if current:
-        groups.append(current)
-    return groups
-
-
 def spans(lengths: list[int]) -> list[list[tuple[int, int]]]:
     """Sentences of the given lengths, as consecutive one-character word spans."""
     out, pos = [], 0
@@ -151,7 +133,7 @@ def spans(lengths: list[int]) -> list[list[tuple[int, int]]]:
 @given(lengths=st.lists(st.integers(1, 40), max_size=12), max_words=st.integers(1, 12))
 def test_pack_gives_what_the_old_packing_gave(lengths, max_words):
     sentences = spans(lengths)
-    assert _pack(sentences, max_words) == old_pack(sentences, max_words)
+    assert _pack(sentences, max_words) == reference_pack(sentences, max_words)
 
 
 def test_pack_is_linear_in_the_words():
@@ -184,7 +166,7 @@ def test_prose_within_the_limit_chunks_exactly_as_before(text, max_words):
     sentences = sentence_word_spans(text)
     # blingfire may join sentences; such a text is no test of unchanged prose
     assume(all(len(s) <= max_words for s in sentences))
-    expected = [(g[0][0], g[-1][1]) for g in old_pack(sentences, max_words)]
+    expected = [(g[0][0], g[-1][1]) for g in reference_pack(sentences, max_words)]
     assert [(p.start, p.end) for p in chunk_document(Document("p", text), max_words)] == expected
 
 
@@ -195,7 +177,7 @@ def test_ordinary_prose_chunks_exactly_as_before():
     sentences = sentence_word_spans(text)
     assert max(len(s) for s in sentences) == 17  # a hard-wrapped sentence: within all these limits
     for max_words in (17, 20, 40, 100):
-        expected = [(g[0][0], g[-1][1]) for g in old_pack(sentences, max_words)]
+        expected = [(g[0][0], g[-1][1]) for g in reference_pack(sentences, max_words)]
         assert [(p.start, p.end) for p in chunk_document(Document("p", text), max_words)] == expected
 
 

@@ -61,38 +61,30 @@ def test_a_bad_stemmer_is_refused_before_the_model_loads_and_nothing_is_written(
         BM25Config(stemmer="klingon")
 
 
-def test_a_factory_needing_more_training_vectors_is_refused_before_encoding(corpus, model_dir, tmp_path, capsys,
-                                                                            monkeypatch) -> None:
+def refused_before_encoding(corpus, model_dir, tmp_path, capsys, monkeypatch, factory: str) -> str:
+    """Index with ``factory``: it must fail before encoding, leaving no folder; the error line."""
     no_encoding(monkeypatch)
     capsys.readouterr()
-    assert index_cli(corpus, tmp_path / "i", model_dir, "--faiss-factory", "IVF64,Flat") == 1
-    assert error_line(capsys, "index") == (
-        f"graphdoc index: error: FAISS index 'IVF64,Flat' needs at least 64 documents to be built; {tmp_path / 'i'} "
-        "would hold 4: choose a smaller one (Flat and HNSW32 need no training)")
-    assert not (tmp_path / "i").exists()
-
-
-@pytest.mark.parametrize(("factory", "need"), [("HNSW32,PQ4", 256), ("NSG32,Flat", 101), ("OPQ4,IVF4,Flat", 256),
-                                               ("PCAR16,Flat", 16)])
-def test_factories_whose_need_hides_in_their_parts_are_refused_before_encoding(corpus, model_dir, tmp_path, capsys,
-                                                                                monkeypatch, factory, need) -> None:
-    no_encoding(monkeypatch)  # a graph index's PQ storage, NSG's graph, OPQ's quantizer, PCA: found after encoding
-    capsys.readouterr()
     assert index_cli(corpus, tmp_path / "i", model_dir, "--faiss-factory", factory) == 1
-    assert error_line(capsys, "index") == (
+    line = error_line(capsys, "index")
+    assert not (tmp_path / "i").exists()
+    return line
+
+
+# a graph index's PQ storage, NSG's graph, OPQ's quantizer, PCA: they were found after encoding
+@pytest.mark.parametrize(("factory", "need"), [("IVF64,Flat", 64), ("HNSW32,PQ4", 256), ("NSG32,Flat", 101),
+                                               ("OPQ4,IVF4,Flat", 256), ("PCAR16,Flat", 16)])
+def test_a_factory_needing_more_documents_is_refused_before_encoding(corpus, model_dir, tmp_path, capsys,
+                                                                     monkeypatch, factory, need) -> None:
+    assert refused_before_encoding(corpus, model_dir, tmp_path, capsys, monkeypatch, factory) == (
         f"graphdoc index: error: FAISS index {factory!r} needs at least {need} documents to be built; "
         f"{tmp_path / 'i'} would hold 4: choose a smaller one (Flat and HNSW32 need no training)")
-    assert not (tmp_path / "i").exists()
 
 
 def test_a_pca_to_more_dimensions_than_the_model_gives_is_refused_before_encoding(corpus, model_dir, tmp_path,
                                                                                  capsys, monkeypatch) -> None:
-    no_encoding(monkeypatch)
-    capsys.readouterr()
-    assert index_cli(corpus, tmp_path / "i", model_dir, "--faiss-factory", "PCA4096,Flat") == 1
-    assert error_line(capsys, "index").startswith(
+    assert refused_before_encoding(corpus, model_dir, tmp_path, capsys, monkeypatch, "PCA4096,Flat").startswith(
         "graphdoc index: error: FAISS index 'PCA4096,Flat': a PCA cannot turn ")
-    assert not (tmp_path / "i").exists()
 
 
 def test_an_index_faiss_cannot_fill_is_one_error_line():
@@ -105,13 +97,10 @@ def test_an_index_faiss_cannot_fill_is_one_error_line():
 @pytest.mark.parametrize("factory", ["IDMap,Flat", "IDMap2,HNSW32"])
 def test_an_idmap_factory_is_refused_before_encoding(corpus, model_dir, tmp_path, capsys, monkeypatch,
                                                      factory) -> None:
-    no_encoding(monkeypatch)  # it was a traceback from FAISS's add() once the whole corpus was encoded
-    capsys.readouterr()
-    assert index_cli(corpus, tmp_path / "i", model_dir, "--faiss-factory", factory) == 1
-    assert error_line(capsys, "index") == (
+    # it was a traceback from FAISS's add() once the whole corpus was encoded
+    assert refused_before_encoding(corpus, model_dir, tmp_path, capsys, monkeypatch, factory) == (
         f"graphdoc index: error: FAISS index {factory!r}: graphdoc keeps documents by row and adds no ids, so an "
         f"IDMap cannot be filled; leave '{factory.split(',')[0]},' out")
-    assert not (tmp_path / "i").exists()
 
 
 def test_a_factory_that_fails_to_train_keeps_the_shards_and_can_be_replaced(model, corpus, tmp_path, capsys,
