@@ -127,6 +127,7 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
     from graphdoc.finetune.inputs import open_cache
     from graphdoc.finetune.loop import MODEL_DIR, check_run_folder, check_start_model, run_kind
     from graphdoc.finetune.ranking_trainer import RankingTrainer
+    from graphdoc.retrieval.trec import unwritable_ids
     from graphdoc.retrieval.tuning import assign_folds
     from graphdoc.serialization import check_save_target
 
@@ -143,6 +144,10 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
     if folds is not None:  # more folds than judged queries: one line now, as cross_validate would say it
         assign_folds([q for q, judged in train.items() if any(r > 0 for r in judged.values())], folds,
                      config.fold_seed)
+        bad = unwritable_ids([d.id for d in sources.documents])  # the runs it writes name every document
+        if bad:
+            raise GraphDocError(f"{_name(corpus) or 'the corpus'}: {len(bad)} document id(s) cannot go into the "
+                                f"TREC runs cross-validation writes (empty or with whitespace), e.g. {bad[0]!r}")
     check_run_folder(output, run_kind("ranking", folds=folds), resume)
     if folds is None:  # the run ends by saving there: a folder of the user's is refused now, not after training
         check_save_target(output / MODEL_DIR)

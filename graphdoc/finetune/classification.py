@@ -211,9 +211,9 @@ class ClassificationTrainer:
             shown = f"accuracy {dev['accuracy']:.4f}, macro-F1 {dev['macro_f1']:.4f}" if dev else "-"
             logger.info("epoch %d/%d: loss %.4f, dev %s", epoch + 1, self.cfg.epochs, np.mean(losses), shown)
             terms = dict(zip(("supcon", "probe"), np.mean(self.terms, axis=0).tolist())) if self.terms else {}
-            improved = self.loop.end_epoch({"loss": float(np.mean(losses)), **terms, **dev}, dev.get("accuracy"))
-            if improved or not dev:
+            if self.loop.keeps(dev.get("accuracy")):
                 self.classifier.save_pretrained(self.output / "model")
+            self.loop.end_epoch({"loss": float(np.mean(losses)), **terms, **dev}, dev.get("accuracy"))
         return self.loop.summary({"train": len(self.train_keys), "dev": len(self.dev_keys),
                                   "model_dir": str(self.output / "model")})
 

@@ -124,6 +124,12 @@ class RankingConfig(TrainingConfig):
         if self.hard_negatives < 0:
             raise GraphDocError(f"{self._key('hard_negatives')} must be >= 0; got {self.hard_negatives!r}")
         _check_seed(self._key("fold_seed"), self.fold_seed)
+        from graphdoc.retrieval.evaluation import check_computable, parse_measures
+
+        try:  # before any training: the dev score of the first epoch needs it
+            check_computable(parse_measures([self.eval_measure]))
+        except GraphDocError as exc:
+            raise GraphDocError(f"{self._key('eval_measure')}: {exc}") from None
         for name in ("passage_weight", "fusion_alpha", "fold_dev_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise GraphDocError(f"{self._key(name)} must be in [0, 1]; got {getattr(self, name)!r}")

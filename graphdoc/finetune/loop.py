@@ -271,6 +271,13 @@ class EpochLoop:
             self.bar.close()
             self.bar = None
 
+    def keeps(self, score: float | None) -> bool:
+        """Whether the epoch that scored ``score`` (``None``: no dev set) is the model to keep in ``OUTPUT/model``:
+        the best yet, or the latest without a dev set. The trainer saves it *before* :meth:`end_epoch`
+        checkpoints the epoch: a run killed between the two redoes the epoch on resume and saves it again,
+        where the other order left an older model behind as the run's own."""
+        return score is None or self.state["best"] is None or score > self.state["best"]
+
     def end_epoch(self, row: dict[str, Any], score: float | None) -> bool:
         """Record the epoch, checkpoint it (only the latest is kept); True when ``score`` is the best yet."""
         self._close_bar()

@@ -65,8 +65,12 @@ class RankingTrainer:
                                         "documents": list(data.doc_ids)})
         self.loop = EpochLoop(model, config, self.output, config.epochs * self.steps_per_epoch, data=fingerprint,
                               show_progress_bar=show_progress_bar)
-        # an index of the saved model scores as training and dev selection did
-        model.search_defaults = {"dense": {"passage_weight": config.passage_weight},
+        # an index of the saved model embeds and scores as training and dev selection did: the documents cut to
+        # the same number of passages, and the passage weight the training graphs had (a flat FirstP document is
+        # a single node: its vector alone; its index keeps passage vectors, for explaining hits)
+        model.config.chunker.max_passages = config.max_passages
+        single_node = getattr(model.config.graph, "document", None) == "first"
+        model.search_defaults = {"dense": {"passage_weight": 0.0 if single_node else config.passage_weight},
                                  "fusion": self.fusion().to_dict(),
                                  "metric": "ip" if config.similarity == "dot" else "cosine"}
         self.negatives: dict[str, dict[str, list[str]]] = {}
@@ -129,8 +133,9 @@ class RankingTrainer:
             score = self.evaluate_dev() if self.dev_qrels else None
             logger.info("epoch %d/%d: loss %.4f, negatives %s, dev %s", epoch + 1, self.cfg.epochs, loss, source,
                         "-" if score is None else f"{score:.4f}")
-            if self.loop.end_epoch({"loss": loss, "negatives": source, "dev": score}, score) or score is None:
+            if self.loop.keeps(score):
                 self.model.save_pretrained(self.output / "model")
+            self.loop.end_epoch({"loss": loss, "negatives": source, "dev": score}, score)
         return self.loop.summary({"pairs": len(self.pairs), "model_dir": str(self.output / "model")})
 
     def _epoch(self, epoch: int, source: str) -> float:
