@@ -152,6 +152,21 @@ def test_best_passage_scores_are_the_same_either_way(searcher, monkeypatch, shar
         np.testing.assert_allclose(score_more(others), searcher.dense.score(query, others), rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize(("share", "blocks"), [(0.0, [1, 1, 1, 1]), (2.0, [4])])
+def test_only_queries_scored_from_all_passages_are_cut_to_the_memory_budget(searcher, monkeypatch, share, blocks):
+    """FAISS takes its blocks of queries whatever the passages; a block is cut where its queries' scores of every
+    passage would pass the budget (here one query's), and nowhere else."""
+    vectors = searcher.encode_queries(QUERIES)
+    want = searcher.dense.search(vectors, 8)
+    monkeypatch.setattr(dense_searcher, "FULL_PRODUCT_SHARE", share)
+    monkeypatch.setattr(dense_searcher, "FULL_PRODUCT_BYTES", 4 * len(searcher.dense.passage_vectors))
+    got = list(searcher.dense.search_blocks(vectors, 8))
+    assert [len(block) for block in got] == blocks
+    for (rows, scores, _), (want_rows, want_scores) in zip([r for b in got for r in b], want):
+        np.testing.assert_array_equal(rows, want_rows)
+        np.testing.assert_allclose(scores, want_scores, rtol=0, atol=1e-6)
+
+
 def test_bm25_search_and_eval_import_neither_torch_nor_transformers(searcher, tmp_path):
     """They load no model: importing torch and transformers took ~2.5 s of a one-query BM25 search's 2.8 s."""
     import subprocess

@@ -135,46 +135,48 @@ class DenseSearcher:
         firsts = np.cumsum(lengths) - lengths
         return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - firsts, lengths), firsts
 
-    def _all_passage_scores(self, queries: np.ndarray, candidates: list[np.ndarray]) -> list[np.ndarray | None]:
-        """Per query, its scores of every passage, for the queries whose candidates hold
+    def _needs_all_passages(self, candidates: list[np.ndarray]) -> list[bool]:
+        """Which queries are scored from their scores of every passage: those whose candidates hold
         :data:`FULL_PRODUCT_SHARE` of all passages or more (long documents: a QMSum query's candidates hold most
-        of them), where one matrix product over the block's such queries costs less than gathering their
-        candidates' vectors query by query; ``None`` for the others."""
-        out: list[np.ndarray | None] = [None] * len(queries)
+        of them), where one matrix product over such queries costs less than gathering their candidates' vectors
+        query by query."""
         if not self.has_passages or self.settings.passage_weight == 0 or not len(self.passage_vectors):
-            return out
-        ptr = self.passage_ptr
-        full = [i for i, rows in enumerate(candidates)
-                if int((ptr[rows + 1] - ptr[rows]).sum()) >= FULL_PRODUCT_SHARE * len(self.passage_vectors)]
-        if full:
-            product = queries[full] @ self.passage_vectors.T  # [queries, passages]
-            for j, i in enumerate(full):
-                out[i] = product[j]
-        return out
+            return [False] * len(candidates)
+        ptr, share = self.passage_ptr, FULL_PRODUCT_SHARE * len(self.passage_vectors)
+        return [int((ptr[rows + 1] - ptr[rows]).sum()) >= share for rows in candidates]
 
     @property
-    def block_size(self) -> int:
-        """How many queries a search takes at a time: their scores of all passages fit in
-        :data:`FULL_PRODUCT_BYTES`."""
-        passages = len(self.passage_vectors) if self.has_passages else 0
-        return max(1, min(QUERY_BLOCK, FULL_PRODUCT_BYTES // max(4 * passages, 1)))
+    def full_block(self) -> int:
+        """How many queries' scores of every passage fit in :data:`FULL_PRODUCT_BYTES` (at least one)."""
+        return max(1, FULL_PRODUCT_BYTES // max(4 * len(self.passage_vectors), 1)) if self.has_passages else 1
 
     def search_blocks(self, queries: np.ndarray, depth: int, tie_rank: np.ndarray | None = None
                       ) -> Iterator[list[tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], np.ndarray]]]]:
         """:meth:`search` a block of queries at a time: per query ``(rows, scores, score_more)``, where
         ``score_more(rows)`` scores other documents for that query as its candidates were (from its scores of all
-        passages while the block is current)."""
+        passages while the block is current). FAISS takes :data:`QUERY_BLOCK` queries at a time; a block is cut
+        further where its queries' scores of every passage would pass :data:`FULL_PRODUCT_BYTES`."""
         prepared = prepare_vectors(queries, self.metric)
-        for start in range(0, len(prepared), self.block_size):
-            block = prepared[start:start + self.block_size]
+        for start in range(0, len(prepared), QUERY_BLOCK):
+            block = prepared[start:start + QUERY_BLOCK]
             candidates = self.candidates(block, depth)
-            results = []
-            for query, rows, all_passages in zip(block, candidates, self._all_passage_scores(block, candidates)):
-                scores = self._scores(query, rows, all_passages)
-                order = np.lexsort((rows if tie_rank is None else tie_rank[rows], -scores))[:depth]
-                more = functools.partial(self._scores_of, query, all_passages=all_passages)
-                results.append((rows[order], scores[order], more))
-            yield results
+            needs = self._needs_all_passages(candidates)
+            cuts = [0]  # sub-blocks of at most full_block queries that need all their passages' scores
+            for i in range(len(block)):
+                if needs[i] and sum(needs[cuts[-1]:i + 1]) > self.full_block:
+                    cuts.append(i)
+            for first, last in zip(cuts, cuts[1:] + [len(block)]):
+                full = [i for i in range(first, last) if needs[i]]
+                product = block[full] @ self.passage_vectors.T if full else None  # [queries, passages]
+                all_passages = {i: product[j] for j, i in enumerate(full)}
+                results = []
+                for i in range(first, last):
+                    query, rows = block[i], candidates[i]
+                    scores = self._scores(query, rows, all_passages.get(i))
+                    order = np.lexsort((rows if tie_rank is None else tie_rank[rows], -scores))[:depth]
+                    more = functools.partial(self._scores_of, query, all_passages=all_passages.get(i))
+                    results.append((rows[order], scores[order], more))
+                yield results
 
     def _scores_of(self, query: np.ndarray, rows: np.ndarray, all_passages: np.ndarray | None) -> np.ndarray:
         return self._scores(query, np.asarray(rows, dtype=np.int64), all_passages)
