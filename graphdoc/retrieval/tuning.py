@@ -10,7 +10,7 @@ import numpy as np
 
 from graphdoc.errors import GraphDocError
 from graphdoc.retrieval.evaluation import Qrels, RunLike, evaluate_per_query, parse_measures
-from graphdoc.retrieval.fusion import FusionConfig, fuse_runs
+from graphdoc.retrieval.fusion import FusionConfig, fuse, fuse_runs
 from graphdoc.retrieval.runs import Run, run_from_hits
 
 DEFAULT_ALPHAS = tuple(round(i * 0.1, 1) for i in range(11))  # 0.0, 0.1, ..., 1.0
@@ -130,10 +130,11 @@ def tune_alpha(
     groups = assign_folds(qids, folds, seed)
     dense = {q: dense_run[q] for q in qids if q in dense_run}
     sparse = {q: sparse_run[q] for q in qids if q in sparse_run}
-    fused = [fuse_runs(dense, sparse, FusionConfig(alpha=a, normalization=normalization)) for a in alphas]
-    per_query = [
-        {q: v[name] for q, v in evaluate_per_query(run, qrels, [name]).items()} for run in fused
-    ]  # per_query[i][qid]: the measure for alphas[i]
+    per_query = []  # per_query[i][qid]: the measure for alphas[i]; one fused run held at a time
+    for a in alphas:
+        fused = fuse_runs(dense, sparse, FusionConfig(alpha=a, normalization=normalization))
+        per_query.append({q: v[name] for q, v in evaluate_per_query(fused, qrels, [name]).items()})
+    del fused
     fold_results, chosen = [], {}  # chosen[qid]: index of the alpha applied to that query
     for f, test in enumerate(groups):
         train = [q for g, group in enumerate(groups) if g != f for q in group]
@@ -149,5 +150,7 @@ def tune_alpha(
         mean_test_score=float(np.mean([per_query[chosen[q]][q] for q in qids])),
         folds=fold_results,
         scores_by_alpha={a: float(np.mean([pq[q] for q in qids])) for a, pq in zip(alphas, per_query)},
-        run={q: fused[chosen[q]][q] for q in qids if q in fused[chosen[q]]},
+        run={q: fuse(dense.get(q, {}), sparse.get(q, {}), FusionConfig(alpha=alphas[chosen[q]],
+                                                                        normalization=normalization))
+             for q in qids if q in dense or q in sparse},
     )
