@@ -78,3 +78,21 @@ def test_a_bad_eval_measure_is_a_config_error():
     with pytest.raises(GraphDocError, match=r"^ranking.eval_measure: unknown measure 'nDGC@10'; use ir_measures names"):
         RankingConfig(eval_measure="nDGC@10")
     assert RankingConfig(eval_measure="RR@10").eval_measure == "RR@10"
+
+
+def test_a_resume_with_a_precision_of_other_numerics_is_refused(tiny_bert, tmp_path, monkeypatch):
+    """Pretraining refused it already; fine-tuning resumed, its epochs then training on other cached vectors."""
+    from _finetune_helpers import ranking_interrupted_in_epoch
+
+    monkeypatch.setattr("graphdoc.device.cpu_supports_bf16", lambda: True)  # bf16 computes other numbers here
+    files = ranking_files(tmp_path)
+    args = (files["corpus"], files["queries"], files["qrels"], tmp_path / "run")
+    config = RankingConfig(**{**BASE, "epochs": 2})
+    ranking_interrupted_in_epoch(monkeypatch, 1, lambda: finetune_ranking(*args, config=config, model=str(tiny_bert),
+                                                                          precision="fp32"))
+    with pytest.raises(GraphDocError, match=r"^cannot resume with precision bf16 \(--precision or model\."
+                                            r"passage_encoder\.precision\): the run was started with fp32, which "
+                                            r"computes other numbers$"):
+        finetune_ranking(*args, config=config, model=str(tiny_bert), precision="bf16", resume=True)
+    # fp16 on a CPU runs in fp32: the same numbers, so it resumes
+    assert finetune_ranking(*args, config=config, model=str(tiny_bert), precision="fp16", resume=True)["epochs"] == 2

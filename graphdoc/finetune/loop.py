@@ -60,6 +60,12 @@ def _check_encoder_settings(saved: torch.nn.Module, model: torch.nn.Module) -> N
         if key not in TRANSIENT_ENCODER_SETTINGS and was.get(key) != value:
             raise GraphDocError(f"cannot resume with model.passage_encoder.{key}={value!r}: the run was started "
                                 f"with {was.get(key)!r}")
+    # a precision of other numerics on this device: other (cached) passage vectors from then on, as in pretraining
+    device = next(model.parameters()).device
+    started, wanted = was.get("precision") or "auto", now.get("precision") or "auto"
+    if autocast_dtype(device, started) != autocast_dtype(device, wanted):
+        raise GraphDocError(f"cannot resume with precision {wanted} (--precision or model.passage_encoder."
+                            f"precision): the run was started with {started}, which computes other numbers")
 
 
 def run_kind(task: str, folds: int | None = None, shots: int | None = None) -> dict[str, Any]:
