@@ -96,3 +96,15 @@ def test_a_resume_with_a_precision_of_other_numerics_is_refused(tiny_bert, tmp_p
         finetune_ranking(*args, config=config, model=str(tiny_bert), precision="bf16", resume=True)
     # fp16 on a CPU runs in fp32: the same numbers, so it resumes
     assert finetune_ranking(*args, config=config, model=str(tiny_bert), precision="fp16", resume=True)["epochs"] == 2
+
+
+def test_the_training_retrievers_bm25_ranks_ties_by_document_id():
+    """Hard negatives and dev scores come from the training-time ranker: it ranked BM25 ties by row."""
+    from graphdoc.finetune.retriever import CorpusRanker
+    from graphdoc.retrieval.bm25 import BM25Index
+
+    texts = ["alpha beta gamma", "alpha beta gamma", "something else"]
+    ranker = CorpusRanker(None, ["zz", "aa", "mm"], BM25Index.build(texts))
+    run = ranker.bm25_run(["q"], ["alpha"], depth=1)
+    assert list(run["q"]) == ["aa"]
+    assert list(ranker.bm25_run(["q"], ["alpha"], depth=5)["q"]) == ["aa", "zz"]  # "mm" does not match

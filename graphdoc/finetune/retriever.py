@@ -18,7 +18,7 @@ from graphdoc.finetune.inputs import GraphInputs
 from graphdoc.finetune.scoring import graph_scores
 from graphdoc.retrieval.bm25 import BM25Config, BM25Index
 from graphdoc.retrieval.fusion import FusionConfig, fuse_runs
-from graphdoc.retrieval.runs import Run
+from graphdoc.retrieval.runs import Run, top_k_array
 
 QUERY_CHUNK = 64
 
@@ -43,6 +43,9 @@ class CorpusRanker:
         self.documents, self.doc_ids = documents, list(doc_ids)
         self.bm25 = bm25
         self.passage_weight, self.similarity = passage_weight, similarity
+        # equal scores rank by document id, as the index's search ranks them
+        self.name_rank = np.empty(len(self.doc_ids), dtype=np.int64)
+        self.name_rank[sorted(range(len(self.doc_ids)), key=self.doc_ids.__getitem__)] = np.arange(len(self.doc_ids))
 
     @classmethod
     def build_bm25(cls, texts: Sequence[str], config: BM25Config | None = None) -> BM25Index:
@@ -62,22 +65,21 @@ class CorpusRanker:
         scores = self.dense_scores(query_vectors)
         dense, union_dense, union_sparse = {}, {}, {}
         for i, qid in enumerate(query_ids):
-            top = np.lexsort((np.arange(len(self.doc_ids)), -scores[i]))[:depth]
+            top = np.lexsort((self.name_rank, -scores[i]))[:depth]
             dense[qid] = {self.doc_ids[r]: float(scores[i, r]) for r in top}
             if self.bm25 is None:
                 continue
             sparse_all = self.bm25.get_scores(query_texts[i])
-            s_top = np.argsort(-sparse_all, kind="stable")[:depth]
-            union = np.unique(np.concatenate([top, s_top[sparse_all[s_top] > 0]]))
+            s_top, _ = top_k_array(sparse_all, depth, self.name_rank)  # BM25's matches (a negative score is one)
+            union = np.unique(np.concatenate([top, s_top[s_top >= 0]]))
             union_dense[qid] = {self.doc_ids[r]: float(scores[i, r]) for r in union}
             union_sparse[qid] = {self.doc_ids[r]: float(sparse_all[r]) for r in union}
         return ComponentRuns(dense, union_dense, union_sparse)
 
     def bm25_run(self, query_ids: Sequence[str], query_texts: Sequence[str], depth: int = 100) -> Run:
-        """BM25 alone: the top ``depth`` documents with a positive score."""
+        """BM25 alone: the top ``depth`` documents that match the query, as the index's BM25 search gives them."""
         run = {}
         for qid, text in zip(query_ids, query_texts):
-            scores = self.bm25.get_scores(text)
-            top = np.argsort(-scores, kind="stable")[:depth]
-            run[qid] = {self.doc_ids[r]: float(scores[r]) for r in top if scores[r] > 0}
+            rows, scores = top_k_array(self.bm25.get_scores(text), depth, self.name_rank)
+            run[qid] = {self.doc_ids[r]: float(s) for r, s in zip(rows.tolist(), scores.tolist()) if r >= 0}
         return run
