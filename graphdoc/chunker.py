@@ -8,7 +8,7 @@ Every word of every section lands in exactly one passage, in order, and each pas
 offsets into the document text.
 
 Words, sentences and lines are found as numpy arrays of offsets, and blingfire's library reads a section
-:data:`SENTENCE_WINDOW` characters at a time: a 20 MB document chunks in ~1.6 s and ~240 MiB, where a Python tuple
+:data:`SENTENCE_WINDOW` characters at a time: a 20 MB document chunks in ~1.5 s and ~240 MiB, where a Python tuple
 a word and blingfire's Python wrapper took ~22 s and ~1.3 GB (``benchmarks/chunk_scale.py``).
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import re
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from typing import Callable, Iterable, Sequence
 
 import blingfire
@@ -121,9 +121,10 @@ def _blingfire_ends(text: str) -> np.ndarray:
     starts, last_bytes = (ctypes.c_int32 * size)(), (ctypes.c_int32 * size)()
     written = function(ctypes.c_char_p(data), ctypes.c_int(len(data)), ctypes.byref(out), ctypes.byref(starts),
                        ctypes.byref(last_bytes), ctypes.c_int(size))
-    if written == -1 or written > size or not out.value.strip():  # an error, or a text without a word: no sentences
+    sentences = out.value if written != -1 and written <= size else b""
+    if not sentences.strip():  # an error, or a text without a word: no sentences
         return np.zeros(0, dtype=np.int64)
-    last = np.frombuffer(last_bytes, dtype=np.int32, count=out.value.count(b"\n") + 1).astype(np.int64)
+    last = np.frombuffer(last_bytes, dtype=np.int32, count=sentences.count(b"\n") + 1).astype(np.int64)
     if len(data) == len(text):  # ASCII: a byte a character
         return last + 1
     # a sentence ends after the character whose last byte blingfire gives: count the characters up to it
@@ -219,12 +220,6 @@ def _pack_sizes(sizes: Sequence[int], max_words: int) -> list[tuple[int, int]]:
     return groups
 
 
-def _pack(units: list[list[Span]], max_words: int) -> list[list[Span]]:
-    """:func:`_pack_sizes` on units given as lists of word spans: the groups of spans."""
-    words = [w for unit in units for w in unit]
-    return [words[a:b] for a, b in _pack_sizes([len(u) for u in units], max_words)]
-
-
 def chunk_section(doc: Document, section_index: int, section: Section, max_words: int) -> list[Passage]:
     """The passages of one section (indices restart at 0; :func:`chunk_document` renumbers them)."""
     words = _Words(doc.text, section.start, section.end)
@@ -264,7 +259,7 @@ def split_passage(doc_text: str, passage: Passage) -> tuple[Passage, Passage]:
     if len(words) >= 2:
         mid = len(words) // 2
         sentences = sentence_word_spans(doc_text, passage.start, passage.end)
-        ends = [sum(map(len, sentences[:i])) for i in range(1, len(sentences))]  # words before each sentence
+        ends = list(accumulate(map(len, sentences)))[:-1]  # words before each sentence but the first
         near = [n for n in ends if len(words) / 4 <= n <= 3 * len(words) / 4]
         if near:
             mid = min(near, key=lambda n: (abs(n - mid), n))

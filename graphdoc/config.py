@@ -333,6 +333,17 @@ def _check_no_duplicate_keys(text: str) -> None:
             stack += node.value
 
 
+def model_section(path: str | Path) -> tuple[Any, str | None]:
+    """The model settings a config file (or a built-in config named) holds, and the backbone it names: a model
+    config is all model settings; a ``pretrain``/``finetune`` config holds them in its ``model`` section (and may
+    name a ``backbone``)."""
+    data = read_config_file(path)
+    if isinstance(data, dict) and isinstance(data.get("model"), dict):
+        logger.info("using the model section of %s", path)
+        return data["model"], data.get("backbone")
+    return data, None
+
+
 def load_config_file(path: str | Path, cls: type[T] = ModelConfig) -> T:
     """Read a JSON or YAML config file into ``cls``."""
     return from_dict(cls, read_config_file(path))

@@ -316,12 +316,9 @@ def config_from_file(cls: type, name_or_path: str | os.PathLike):
     """The model settings of a config file, or of a built-in config named (``"section-graph"``), as ``cls``'s
     configuration: a model config is all model settings; a pretrain or finetune config holds them in its
     ``model`` section."""
-    from graphdoc.config import from_dict, read_config_file
+    from graphdoc.config import from_dict, model_section
 
-    data = read_config_file(name_or_path)
-    if isinstance(data, dict) and isinstance(data.get("model"), dict):
-        data = data["model"]
-    return from_dict(serialization.config_class_of(cls), data)
+    return from_dict(serialization.config_class_of(cls), model_section(name_or_path)[0])
 
 
 def check_config_type(cls: type, config: Any) -> None:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from _chunker_reference import reference_pack
 
-from graphdoc.chunker import _pack, chunk_document, sentence_word_spans
+from graphdoc.chunker import _pack_sizes, chunk_document, sentence_word_spans
 from graphdoc.cli import main
 from graphdoc.corpus import ReadStats, corpus_files, markdown_sections, read_corpus, read_qrels, read_queries
 from graphdoc.corpus.markup import markdown_title, wikitext_sections
@@ -120,6 +120,12 @@ def test_embed_with_an_empty_corpus_argument_is_one_error_line(tmp_path, monkeyp
 
 
 # ------------------------------------------------------------------ 3. linear packing, same output
+def _pack(units, max_words):
+    """:func:`_pack_sizes` on units given as lists of word spans: the groups of spans."""
+    words = [w for unit in units for w in unit]
+    return [words[a:b] for a, b in _pack_sizes([len(u) for u in units], max_words)]
+
+
 def spans(lengths: list[int]) -> list[list[tuple[int, int]]]:
     """Sentences of the given lengths, as consecutive one-character word spans."""
     out, pos = [], 0

@@ -47,7 +47,7 @@ def test_equal_scores_rank_by_document_id_not_by_row(twins):
 
 def test_dense_ties_rank_by_document_id(twins, monkeypatch):
     """Where the dense scores are equal (here: forced), the document id decides, not the row."""
-    monkeypatch.setattr(twins.dense, "_scores", lambda query, rows, all_passages=None: np.ones(len(rows)))
+    monkeypatch.setattr(twins.dense, "score", lambda query, rows, all_passages=None: np.ones(len(rows)))
     assert list(twins.batch_search({"q": "alpha"}, k=3, mode="dense")["q"]) == ["aa", "mm", "zz"]
 
 

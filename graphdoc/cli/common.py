@@ -7,7 +7,7 @@ import logging
 from dataclasses import replace
 
 from graphdoc.backbones import BACKBONES, DEFAULT_BACKBONE, FLAT
-from graphdoc.config import PRECISIONS, check_count, from_dict, read_config_file
+from graphdoc.config import PRECISIONS, check_count, from_dict, model_section
 from graphdoc.errors import GraphDocError
 from graphdoc.flat_config import DOCUMENT_MODES, FlatModelConfig
 
@@ -64,7 +64,7 @@ def load_model(args: argparse.Namespace):
     if getattr(args, "ignored_batch_size", None) is not None:
         logger.warning("--batch-size is ignored: this command embeds one document or one pair, not batches")
     saved = saved_backbone(args.model)
-    section, file_backbone = _model_section(args.config) if args.config else (None, None)
+    section, file_backbone = model_section(args.config) if args.config else (None, None)
     chosen = args.backbone or (file_backbone if saved is None else None)
     backbone = chosen or saved or DEFAULT_BACKBONE
     config = None
@@ -85,17 +85,6 @@ def load_model(args: argparse.Namespace):
     if getattr(args, "precision", None) is not None:
         model.passage_encoder.config.precision = args.precision
     return model
-
-
-def _model_section(path: str):
-    """The model settings a config file holds, and the backbone it names: a model config is all model
-    settings; a ``pretrain``/``finetune`` config holds them in its ``model`` section (and may name a
-    ``backbone``)."""
-    data = read_config_file(path)
-    if isinstance(data, dict) and isinstance(data.get("model"), dict):
-        logger.info("using the model section of %s", path)
-        return data["model"], data.get("backbone")
-    return data, None
 
 
 def _config_file(path: str, data, backbone: str, guessed: bool):

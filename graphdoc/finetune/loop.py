@@ -287,7 +287,7 @@ class EpochLoop:
     def end_epoch(self, row: dict[str, Any], score: float | None) -> bool:
         """Record the epoch, checkpoint it (only the latest is kept); True when ``score`` is the best yet."""
         self._close_bar()
-        improved = score is not None and (self.state["best"] is None or score > self.state["best"])
+        improved = score is not None and self.keeps(score)
         if improved:
             self.state["best"] = score
             self.state["best_epoch"] = self.state["epoch"] + 1

@@ -18,7 +18,7 @@ from graphdoc.finetune.inputs import GraphInputs
 from graphdoc.finetune.scoring import graph_scores
 from graphdoc.retrieval.bm25 import BM25Config, BM25Index
 from graphdoc.retrieval.fusion import FusionConfig, fuse_runs
-from graphdoc.retrieval.runs import Run, top_k_array
+from graphdoc.retrieval.runs import Run, id_ranks, top_k_array
 
 QUERY_CHUNK = 64
 
@@ -43,9 +43,7 @@ class CorpusRanker:
         self.documents, self.doc_ids = documents, list(doc_ids)
         self.bm25 = bm25
         self.passage_weight, self.similarity = passage_weight, similarity
-        # equal scores rank by document id, as the index's search ranks them
-        self.name_rank = np.empty(len(self.doc_ids), dtype=np.int64)
-        self.name_rank[sorted(range(len(self.doc_ids)), key=self.doc_ids.__getitem__)] = np.arange(len(self.doc_ids))
+        self.name_rank = id_ranks(self.doc_ids)  # equal scores rank by document id, as the index's search ranks them
 
     @classmethod
     def build_bm25(cls, texts: Sequence[str], config: BM25Config | None = None) -> BM25Index:

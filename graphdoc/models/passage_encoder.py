@@ -58,9 +58,10 @@ class PassageEncoder(nn.Module):
         self.pooling = config.pooling or "cls"
         self.normalize = bool(config.normalize)
         self.max_seq_length = config.max_seq_length or 512
-        #: rows of the encoder's token embedding table (``None`` when it has no plain one): a token id past them
-        #: is a tokenizer that is not the model's
-        self.vocabulary_rows = embedding_rows(model)
+        #: rows of the encoder's token embedding table when its tokenizer knows more tokens (``None`` otherwise): a
+        #: token id past them is a tokenizer that is not the model's, checked per batch only then
+        rows = embedding_rows(model)
+        self.vocabulary_rows = rows if rows is not None and len(tokenizer) > rows else None
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.query_prompt, self.passage_prompt = config.query_prompt or "", config.passage_prompt or ""
         #: tokens the passage prompt takes of every passage input (titles get half of what is left)
@@ -195,10 +196,11 @@ class PassageEncoder(nn.Module):
     def pad(self, seqs: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Right-padded ``input_ids`` and ``attention_mask``, ``[B, longest]`` each."""
         longest = max(len(s) for s in seqs)
-        top = max((max(s) for s in seqs if s), default=0)
-        if self.vocabulary_rows is not None and top >= self.vocabulary_rows:
-            raise GraphDocError(f"the tokenizer gave token id {top}, past the {self.vocabulary_rows} rows of the "
-                                "encoder's token embeddings: the tokenizer is not the model's")
+        if self.vocabulary_rows is not None:
+            top = max((max(s) for s in seqs if s), default=0)
+            if top >= self.vocabulary_rows:
+                raise GraphDocError(f"the tokenizer gave token id {top}, past the {self.vocabulary_rows} rows of the "
+                                    "encoder's token embeddings: the tokenizer is not the model's")
         input_ids = torch.full((len(seqs), longest), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(seqs), longest), dtype=torch.long)
         for row, seq in enumerate(seqs):
@@ -366,9 +368,9 @@ def _check_local_path(name_or_path: str) -> None:
                 from None
         if not isinstance(settings, dict):
             raise ModelLoadError(f"cannot load local folder {name_or_path!r}: its config.json is not a JSON object")
-        weights = [p for p in path.iterdir() if p.name.endswith((".safetensors", ".safetensors.index.json"))]
-        pickles = [p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES]
-        if pickles and not weights:
+        names = [p.name for p in path.iterdir()]
+        pickles = [name for name in names if name.endswith(PICKLE_SUFFIXES)]
+        if pickles and not any(name.endswith((".safetensors", ".safetensors.index.json")) for name in names):
             raise ModelLoadError(f"{name_or_path} holds its weights only as pickle ({', '.join(sorted(pickles))}), "
                                  "which graphdoc does not load: save them as safetensors (a model's "
                                  "save_pretrained writes model.safetensors)")

@@ -105,12 +105,10 @@ class DenseSearcher:
                 found[i] = np.unique(np.concatenate([found[i], docs]))
         return found
 
-    def score(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Exact dense scores of one ``[d]`` query (already prepared) against document ``rows``."""
-        return self._scores(query, np.asarray(rows, dtype=np.int64))
-
-    def _scores(self, query: np.ndarray, rows: np.ndarray, all_passages: np.ndarray | None = None) -> np.ndarray:
-        """:meth:`score`; ``all_passages``: the query's scores of every passage, when already computed."""
+    def score(self, query: np.ndarray, rows: np.ndarray, all_passages: np.ndarray | None = None) -> np.ndarray:
+        """Exact dense scores of one ``[d]`` query (already prepared) against document ``rows``; ``all_passages``:
+        the query's scores of every passage, when already computed."""
+        rows = np.asarray(rows, dtype=np.int64)
         doc_scores = np.asarray(self.doc_vectors[rows] @ query, dtype=np.float64)
         w = self.settings.passage_weight
         if w == 0 or len(rows) == 0:
@@ -157,14 +155,17 @@ class DenseSearcher:
         passages while the block is current). FAISS takes :data:`QUERY_BLOCK` queries at a time; a block is cut
         further where its queries' scores of every passage would pass :data:`FULL_PRODUCT_BYTES`."""
         prepared = prepare_vectors(queries, self.metric)
+        most = self.full_block
         for start in range(0, len(prepared), QUERY_BLOCK):
             block = prepared[start:start + QUERY_BLOCK]
             candidates = self.candidates(block, depth)
             needs = self._needs_all_passages(candidates)
-            cuts = [0]  # sub-blocks of at most full_block queries that need all their passages' scores
-            for i in range(len(block)):
-                if needs[i] and sum(needs[cuts[-1]:i + 1]) > self.full_block:
+            cuts, held = [0], 0  # sub-blocks of at most `most` queries that need all their passages' scores
+            for i in np.flatnonzero(needs).tolist():
+                if held == most:
                     cuts.append(i)
+                    held = 0
+                held += 1
             for first, last in zip(cuts, cuts[1:] + [len(block)]):
                 full = [i for i in range(first, last) if needs[i]]
                 product = block[full] @ self.passage_vectors.T if full else None  # [queries, passages]
@@ -172,14 +173,11 @@ class DenseSearcher:
                 results = []
                 for i in range(first, last):
                     query, rows = block[i], candidates[i]
-                    scores = self._scores(query, rows, all_passages.get(i))
+                    scores = self.score(query, rows, all_passages.get(i))
                     order = np.lexsort((rows if tie_rank is None else tie_rank[rows], -scores))[:depth]
-                    more = functools.partial(self._scores_of, query, all_passages=all_passages.get(i))
+                    more = functools.partial(self.score, query, all_passages=all_passages.get(i))
                     results.append((rows[order], scores[order], more))
                 yield results
-
-    def _scores_of(self, query: np.ndarray, rows: np.ndarray, all_passages: np.ndarray | None) -> np.ndarray:
-        return self._scores(query, np.asarray(rows, dtype=np.int64), all_passages)
 
     def passage_scores(self, query: np.ndarray, row: int) -> np.ndarray:
         """Scores of every passage of document ``row`` (empty if the index kept no passages)."""

@@ -173,7 +173,6 @@ def fuse_arrays(dense: np.ndarray, sparse: np.ndarray, config: FusionConfig, tie
         fused = (config.alpha * normalize(dense, config.normalization)
                  + (1.0 - config.alpha) * normalize(sparse, config.normalization))
     else:  # rrf: ranks from 1, ties by document id; the sparse side ranks the documents it matched
-        _check_number("RRF k", config.rrf_k, 0)
         fused = np.zeros(len(dense))
         fused[np.lexsort((tie_rank, -dense))] = 1.0 / (config.rrf_k + np.arange(1, len(dense) + 1))
         matched_at = np.flatnonzero(sparse != 0)

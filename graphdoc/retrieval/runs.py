@@ -39,6 +39,14 @@ def truncate_run(run: Mapping[str, Mapping[str, float]], k: int | None) -> Run:
     return {qid: top_k(docs, k) for qid, docs in run.items()}
 
 
+def id_ranks(ids: Sequence[str]) -> np.ndarray:
+    """Each id's rank among ``ids`` in sorted order (``[n]`` int64): the order ties take, by document id, whatever
+    the order the documents are stored in."""
+    ranks = np.empty(len(ids), dtype=np.int64)
+    ranks[sorted(range(len(ids)), key=ids.__getitem__)] = np.arange(len(ids))
+    return ranks
+
+
 def top_k_array(scores: np.ndarray, k: int, tie_rank: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Indices and scores of the `k` best *non-zero* entries of a score vector (BM25's 0 is "no match").
 

@@ -23,6 +23,7 @@ from graphdoc.retrieval.finalize import FINAL_DIR
 from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig, fuse_arrays
 from graphdoc.retrieval.manifest import Manifest, check_identity, model_identity
 from graphdoc.retrieval.queries import check_query, split_queries
+from graphdoc.retrieval.runs import id_ranks
 
 logger = logging.getLogger(__name__)
 
@@ -166,9 +167,7 @@ class Searcher:
     def name_rank(self) -> np.ndarray:
         """Each row's rank among the document ids in sorted order: equal scores rank by document id, whatever the
         rows' order (built once, on first use)."""
-        ranks = np.empty(len(self.doc_ids), dtype=np.int64)
-        ranks[sorted(range(len(self.doc_ids)), key=self.doc_ids.__getitem__)] = np.arange(len(self.doc_ids))
-        return ranks
+        return id_ranks(self.doc_ids)
 
     @property
     def model(self):
