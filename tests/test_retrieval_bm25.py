@@ -157,3 +157,44 @@ def test_rank_bm25_negative_scores_are_matches_and_ranked():
     indices, values = index.search(["apple", "zebra"], k=4)
     assert indices.tolist() == [[1, 0, 2, -1], [-1, -1, -1, -1]] and values[0, 3] == 0
     np.testing.assert_array_equal(values[0, :3], scores[[1, 0, 2]])
+
+
+@pytest.mark.parametrize("stemmer", [None, "english"])
+def test_build_in_batches_scores_as_one_tokenisation_of_every_text(monkeypatch, stemmer):
+    """The index is built from texts tokenised TOKENIZE_BATCH at a time (each batch with its own bm25s vocabulary)
+    into one flat array of term ids: every document's score must be what bm25s gives for the whole corpus's
+    term lists, whatever the batch size, and a generator is read once."""
+    import bm25s
+
+    from graphdoc.retrieval import bm25 as bm25_module
+
+    texts = [f"running runner {w} the {w}s of document {i} runs" for i, w in enumerate(
+        ["apple", "pear", "apple", "plum", "", "pear", "grape", "apple", "kiwi"])] + ["the of and", "plums plum"]
+    config = BM25Config(stemmer=stemmer)
+    reference = bm25s.BM25(k1=config.k1, b=config.b, method=config.method)
+    reference.index(bm25_module.tokenize(texts, config), create_empty_token=False, show_progress=False)
+    for batch in (1, 2, 3, 100):
+        monkeypatch.setattr(bm25_module, "TOKENIZE_BATCH", batch)
+        read = []
+        index = BM25Index.build((read.append(t) or t for t in texts), config)
+        assert read == texts
+        assert index.num_docs == len(texts)
+        for query in ("apple", "plum runs", "runner kiwi grape", "document 3"):
+            ids = reference.get_tokens_ids(bm25_module.tokenize([query], config)[0])
+            expected = reference.get_scores_from_ids(ids)
+            np.testing.assert_array_equal(index.get_scores(query), expected)
+
+
+def test_term_ids_give_back_every_documents_terms():
+    from graphdoc.retrieval.bm25 import TermIds, tokenize
+
+    texts = ["alpha beta alpha", "", "the gamma", "beta delta epsilon"]
+    corpus = TermIds.from_texts(iter(texts), BM25Config())
+    assert corpus.flat.dtype == np.int32 and corpus.ptr.tolist() == [0, 3, 3, 4, 7]
+    assert corpus.terms() == tokenize(texts, BM25Config())
+    assert [[sorted(corpus.vocab, key=corpus.vocab.get)[i] for i in doc] for doc in corpus] == corpus.terms()
+
+
+def test_build_refuses_a_single_string():
+    with pytest.raises(TypeError, match="expects an iterable of texts, got a single string"):
+        BM25Index.build("apple pear")

@@ -17,7 +17,7 @@ import numpy as np
 from graphdoc.errors import GraphDocError, InputError
 
 if TYPE_CHECKING:
-    from graphdoc.retrieval.bm25 import BM25Config
+    from graphdoc.retrieval.bm25 import BM25Config, TermIds
 
 logger = logging.getLogger(__name__)
 
@@ -50,13 +50,15 @@ class BM25sBackend:
         self.num_docs = int(retriever.scores["num_docs"])
 
     @classmethod
-    def build(cls, corpus_tokens: list[list[str]], config: BM25Config) -> BM25sBackend:
+    def build(cls, corpus: TermIds, config: BM25Config) -> BM25sBackend:
         bm25s = import_backend_module("bm25s", "bm25s")
         retriever = bm25s.BM25(
             k1=config.k1, b=config.b, delta=config.delta, method=config.method, idf_method=config.idf_method
         )
-        # create_empty_token=False: bm25s would add "" to the vocabulary without a matrix column
-        retriever.index(corpus_tokens, create_empty_token=False, show_progress=False)
+        # bm25s reads an object with ids and vocab as (documents' term ids, term -> id); create_empty_token=False:
+        # it would add "" to the vocabulary without a matrix column
+        tokenized = bm25s.tokenization.Tokenized(ids=corpus, vocab=corpus.vocab)
+        retriever.index(tokenized, create_empty_token=False, show_progress=False)
         return cls(retriever)
 
     def scores(self, query_tokens: list[str]) -> np.ndarray:
@@ -100,8 +102,8 @@ class RankBM25Backend:
         self.num_docs = len(corpus_tokens)
 
     @classmethod
-    def build(cls, corpus_tokens: list[list[str]], config: BM25Config) -> RankBM25Backend:
-        return cls(corpus_tokens, config)
+    def build(cls, corpus: TermIds, config: BM25Config) -> RankBM25Backend:
+        return cls(corpus.terms(), config)
 
     def scores(self, query_tokens: list[str]) -> np.ndarray:
         return np.asarray(self.model.get_scores(query_tokens), dtype=np.float32)
