@@ -8,7 +8,7 @@ import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from graphdoc.errors import GraphDocError, InputError
+from graphdoc.errors import ArgumentTypeError, GraphDocError, InputError
 
 ID_KEYS = ("_id", "id", "docid", "doc_id")
 TEXT_KEYS = ("text", "contents", "body")
@@ -199,7 +199,7 @@ def query_names(ids: Sequence[Any] | None, count: int) -> list[str]:
 def check_query_text(text: Any, name: str) -> str:
     """One query: a str of valid Unicode; ``name`` (``"query 'q1'"``, ``"the query"``) says which in messages."""
     if not isinstance(text, str):
-        raise GraphDocError(f"{name} is of type {type(text).__name__}, not str: {reprlib.repr(text)}")
+        raise ArgumentTypeError(f"{name} is of type {type(text).__name__}, not str: {reprlib.repr(text)}")
     surrogate = lone_surrogate(text)
     if surrogate:
         raise GraphDocError(f"{name} is not valid Unicode (lone surrogate {surrogate})")

@@ -19,9 +19,10 @@ from graphdoc.chunker import Chunker, fit_to_token_limit
 from graphdoc.config import ModelConfig, check_count
 from graphdoc.device import resolve_device
 from graphdoc.documents import Document, Passage, as_document, check_query_text, query_names
-from graphdoc.errors import GraphDocError, ModelLoadError
+from graphdoc.errors import ArgumentTypeError, GraphDocError, ModelLoadError
 from graphdoc.graph import document_graph
 from graphdoc.models import DocumentGraphEncoder, PassageEncoder, Projection
+from graphdoc.modes import eval_mode
 from graphdoc.outputs import GraphOutput, PreparedDocument
 from graphdoc.progress import progress_bar
 from graphdoc import serialization
@@ -50,6 +51,7 @@ class GraphDocEncoder(nn.Module):
     def __init__(self, passage_encoder: PassageEncoder, config: ModelConfig | None = None,
                  device: str | torch.device | None = None) -> None:
         super().__init__()
+        check_passage_encoder(type(self), passage_encoder)
         self.config = replace(config or ModelConfig(), passage_encoder=passage_encoder.config)
         self.chunker = Chunker(self.config.chunker)
         self.passage_encoder = passage_encoder
@@ -168,9 +170,7 @@ class GraphDocEncoder(nn.Module):
         text it never encodes.
         """
         check_count("batch_size", batch_size)
-        was_training = self.training
-        self.eval()
-        try:
+        with eval_mode(self):
             batch: list[PreparedDocument] = []
             for i, item in enumerate(documents):
                 batch.append(self.prepare_for_inference(as_document(item, i), max_passages,
@@ -180,8 +180,6 @@ class GraphDocEncoder(nn.Module):
                     batch = []
             if batch:
                 yield self._infer(batch, return_attention_weights)
-        finally:
-            self.train(was_training)
 
     def prepare_for_inference(self, document: Document, max_passages: int | None,
                               document_only: bool) -> PreparedDocument:
@@ -232,16 +230,12 @@ class GraphDocEncoder(nn.Module):
         names = ["the query"] if single else query_names(ids, len(texts))
         for name, text in zip(names, texts):
             check_query_text(text, name)
-        was_training = self.training
-        self.eval()
         chunks = []
-        try:
+        with eval_mode(self):
             for start in progress_bar(range(0, len(texts), batch_size), desc="Queries",
                                       disable=not _show(show_progress_bar)):
                 prepared = [self.prepare_query(t) for t in texts[start:start + batch_size]]
                 chunks.append(self._infer(prepared, False).document_embeddings)
-        finally:
-            self.train(was_training)
         return _finish(chunks, self.dimension, self.device, single, normalize_embeddings,
                        convert_to_numpy and not convert_to_tensor)
 
@@ -345,10 +339,21 @@ def check_heads(heads: int, size: int, source: str) -> None:
         raise GraphDocError(f"graph.heads must divide the node size {size} ({source}): one of {valid}; got {heads}")
 
 
+def check_passage_encoder(cls: type, passage_encoder: Any) -> None:
+    """A model is built on a PassageEncoder; a name or path is what ``from_pretrained`` takes."""
+    if not isinstance(passage_encoder, PassageEncoder):
+        hint = (f"; to load {passage_encoder!r} use {cls.__name__}.from_pretrained({passage_encoder!r})"
+                if isinstance(passage_encoder, (str, os.PathLike)) else "")
+        raise ArgumentTypeError(f"{cls.__name__} is built on a graphdoc PassageEncoder, got "
+                                f"{type(passage_encoder).__name__}{hint}")
+
+
 def _iterable(items: Any, name: str, one: str) -> Iterable:
     """``items`` if it can be iterated as a collection of them (bytes and None cannot), else a TypeError."""
-    if items is None or isinstance(items, (bytes, bytearray)) or not isinstance(items, Iterable):
-        raise TypeError(f"{name} must be {one} or an iterable of them; got {type(items).__name__}")
+    if items is None or isinstance(items, (bytes, bytearray)) or not isinstance(items, Iterable) or \
+            (isinstance(items, np.ndarray) and items.ndim == 0):
+        got = "a 0-d array" if isinstance(items, np.ndarray) else type(items).__name__
+        raise TypeError(f"{name} must be {one} or an iterable of them; got {got}")
     return items
 
 

@@ -13,7 +13,7 @@ from graphdoc.backbones import FLAT
 from graphdoc.chunker import Chunker
 from graphdoc.device import resolve_device
 from graphdoc.documents import Document, Passage
-from graphdoc.encoder import GraphDocEncoder, check_config_type, load_pretrained
+from graphdoc.encoder import GraphDocEncoder, check_config_type, check_passage_encoder, load_pretrained
 from graphdoc.flat_config import FlatModelConfig
 from graphdoc.models import PassageEncoder
 from graphdoc.outputs import GraphOutput, PreparedDocument
@@ -45,6 +45,7 @@ class FlatEncoder(nn.Module):
     def __init__(self, passage_encoder: PassageEncoder, config: FlatModelConfig | None = None,
                  device: str | torch.device | None = None) -> None:
         super().__init__()
+        check_passage_encoder(type(self), passage_encoder)
         self.config = replace(config or FlatModelConfig(), passage_encoder=passage_encoder.config)
         self.chunker = Chunker(self.config.chunker)
         self.passage_encoder = passage_encoder

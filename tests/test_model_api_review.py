@@ -254,3 +254,22 @@ def test_index_warns_when_the_passage_cap_cuts_a_document(tiny_bert: Path, tmp_p
     assert [r.getMessage() for r in caplog.records] == [
         "1 document(s) had more than 2 passages: their first 2 were embedded and 3 passages left out "
         "(chunker.max_passages sets the cap; null for none)"]
+
+
+@pytest.mark.parametrize("backbone", ["graph", "flat"])
+def test_overlapping_inference_calls_run_in_eval_mode_and_give_back_train_mode(tiny_bert: Path, backbone: str) -> None:
+    """Two threads encoding with one model in train mode overlap as the generators below do: A enters, B
+    enters, A leaves, B runs on. B must still run without dropout, and the model ends in train mode."""
+    cls = GraphDocEncoder if backbone == "graph" else graphdoc.FlatEncoder
+    model = cls.from_pretrained(str(tiny_bert), device="cpu")
+    docs = [f"Sentence number {i} is here. " * (3 + 5 * i) for i in range(4)]
+    reference = torch.cat([out.document_embeddings for out in model.iter_forward(docs, batch_size=1)])
+    model.train()
+    a, b = model.iter_forward(docs, batch_size=1), model.iter_forward(docs, batch_size=1)
+    next(a)
+    first_b = next(b).document_embeddings
+    list(a)
+    rest_b = [out.document_embeddings for out in b]
+    torch.testing.assert_close(torch.cat([first_b, *rest_b]), reference, rtol=0, atol=0)
+    assert model.training
+    assert model.passage_encoder.training

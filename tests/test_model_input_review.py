@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -344,6 +345,27 @@ def test_encode_queries_checks_its_input(tiny_bert, queries, message):
     with pytest.raises(GraphDocError) as info:
         model.encode_queries(queries)
     assert str(info.value) == message
+    # a query of the wrong type is a TypeError, as a document of the wrong type is in encode()
+    assert isinstance(info.value, TypeError) == ("of type" in message)
+
+
+@pytest.mark.parametrize("cls", ["GraphDocEncoder", "FlatEncoder"])
+def test_a_model_constructed_from_a_name_points_to_from_pretrained(cls):
+    import graphdoc
+
+    with pytest.raises(TypeError, match=rf"^{cls} is built on a graphdoc PassageEncoder, got str; to load "
+                                        rf"'all-MiniLM-L6-v2' use {cls}.from_pretrained\('all-MiniLM-L6-v2'\)$"):
+        getattr(graphdoc, cls)("all-MiniLM-L6-v2")
+    with pytest.raises(TypeError, match=rf"^{cls} is built on a graphdoc PassageEncoder, got NoneType$"):
+        getattr(graphdoc, cls)(None)
+
+
+def test_encode_refuses_a_0_d_array(tiny_bert):
+    model = GraphDocEncoder.from_pretrained(tiny_bert, device="cpu")
+    with pytest.raises(TypeError, match="^documents must be a str, a dict, a Document or an iterable of them; "
+                                        "got a 0-d array$"):
+        model.encode(np.array("text"))
+    assert model.encode(np.array(["text", "more"])).shape == (2, model.dimension)
 
 
 @pytest.mark.parametrize("value", ['"abc"', "[1]", "3.5", "0"])

@@ -28,6 +28,7 @@ from graphdoc.documents import Document, as_document
 from graphdoc.errors import GraphDocError, ModelLoadError
 from graphdoc.fileio import atomic_directory, check_replaceable
 from graphdoc.models.classification_head import ClassificationHead
+from graphdoc.modes import eval_mode
 
 ENCODER_DIR, HEAD_WEIGHTS, HEAD_CONFIG, LABELS = "encoder", "head.safetensors", "head_config.json", "labels.json"
 
@@ -73,16 +74,12 @@ class DocumentClassifier(nn.Module):
                             f"{type(documents).__name__}")
         documents = list(documents)
         max_passages = max_passages if max_passages is not None else self.max_passages
-        was_training = self.training
-        self.eval()
-        try:
+        with eval_mode(self):
             out = []
             for start in range(0, len(documents), batch_size):
                 chunk = [as_document(d, start + i) for i, d in enumerate(documents[start:start + batch_size])]
                 vectors = self.encoder([self.encoder.prepare(d, max_passages) for d in chunk]).document_embeddings
                 out.append(torch.softmax(self.logits(vectors).float(), dim=-1).cpu())
-        finally:
-            self.train(was_training)
         return torch.cat(out) if out else torch.zeros((0, len(self.labels)))
 
     @staticmethod
