@@ -69,3 +69,27 @@ def test_markdown_suffix_is_read_like_md(tmp_path):
     assert docs[0].sections == [Section("Guide", 0, 14), Section("Install", 14, 32)]
     [single] = read_corpus(tmp_path / "guide.markdown")
     assert single.sections == docs[0].sections
+
+
+def test_data_files_in_a_folder_are_named_not_silently_left_out(tmp_path, caplog):
+    """JSON lines shards next to a README: the folder corpus reads the README only, and says which data files
+    it did not read; with no text file at all, the error names them."""
+    import gzip
+    import logging
+
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    (folder / "part-0001.jsonl").write_text('{"_id": "a", "text": "hello"}\n', encoding="utf-8")
+    (folder / "part-0002.jsonl.gz").write_bytes(gzip.compress(b'{"_id": "b", "text": "world"}\n'))
+    (folder / "logo.png").write_bytes(b"\x89PNG")
+    with pytest.raises(InputError, match=r"^.*shards: folder has no \.markdown/\.md/\.txt files \(and no "
+                       r"corpus\.jsonl\[\.gz\] of a BEIR folder\); it holds 2 data file\(s\) \(part-0001\.jsonl, "
+                       r"part-0002\.jsonl\.gz\): give one as the corpus itself$"):
+        list(read_corpus(folder))
+    (folder / "README.md").write_text("# My dataset\n\nTwo shards.\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="graphdoc"):
+        docs = list(read_corpus(folder))
+    assert [d.id for d in docs] == ["README"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{folder}: read its 1 .markdown/.md/.txt file(s), not its 2 data file(s) (part-0001.jsonl, "
+        "part-0002.jsonl.gz): give a data file as the corpus itself to read it"]

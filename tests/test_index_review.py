@@ -217,6 +217,42 @@ def test_a_rerun_does_not_read_an_indexed_corpus_again_and_warns_if_it_changed(m
     assert sorted(doc_ids(index)) == sorted(d["_id"] for d in docs[:4])
 
 
+@pytest.mark.parametrize("change", ["rename", "older copy", "old manifest"])
+def test_a_file_renamed_or_restored_in_an_indexed_folder_is_a_change(model, tmp_path, caplog, change) -> None:
+    """A file's name is its document id: renamed (same count, bytes and latest time) or replaced by an older copy
+    of the same size, the folder is not what was indexed. A manifest from before the state kept a digest of the
+    files compares on its three figures."""
+    docs = make_docs(3)
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for d in docs:
+        (folder / f"{d['_id']}.txt").write_text(d["text"], encoding="utf-8")
+    index = tmp_path / "i"
+    build_index(model, str(folder), index)
+    first = folder / f"{docs[0]['_id']}.txt"
+    if change == "rename":
+        first.rename(folder / "renamed.txt")
+    elif change == "older copy":
+        stat = first.stat()
+        first.write_text(first.read_text(encoding="utf-8")[::-1], encoding="utf-8")
+        os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns - 10**9))
+    else:
+        manifest = json.loads((index / "manifest.json").read_text(encoding="utf-8"))
+        [source] = manifest["sources"]
+        assert len(source["state"]) == 4
+        source["state"] = source["state"][:3]
+        (index / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    with caplog.at_level(logging.INFO, logger="graphdoc"):
+        build_index(model, str(folder), index)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= 30]
+    if change == "old manifest":
+        assert "is already in the index" in caplog.text and not warnings
+    else:
+        assert warnings == [f"{folder} changed since it was indexed; the index keeps the 3 documents read from it "
+                            "then. To add documents, put them in another file and index that; to pick up changes, "
+                            "build a new index"]
+
+
 def test_a_beir_folder_changed_only_in_its_qrels_is_not_a_changed_corpus(model, tmp_path, caplog) -> None:
     folder = tmp_path / "beir"
     folder.mkdir()

@@ -22,6 +22,10 @@ TEXT_FILE_TYPES: dict[str, tuple[Callable[[str], list[Section]], Callable[[str],
 }
 
 
+#: Names of files that hold a corpus of their own, which a folder corpus does not read (it says so).
+DATA_SUFFIXES = (".jsonl", ".json", ".xml", ".tsv", ".csv", ".parquet", ".gz", ".bz2", ".xz", ".zip", ".tar")
+
+
 def is_text_file(path: Path) -> bool:
     """Whether ``path`` is a file with one of the :data:`TEXT_FILE_TYPES` suffixes."""
     return path.is_file() and path.suffix.lower() in TEXT_FILE_TYPES
@@ -42,12 +46,13 @@ def read_folders(folder: Path) -> list[str]:
     return _walk(folder)[2]
 
 
-def _walk(folder: Path) -> tuple[list[Path], list[Path], list[str]]:
-    """``(text files, broken links, resolved folders walked)`` under ``folder``, the first two sorted by relative
-    path; hidden ones left out."""
+def _walk(folder: Path) -> tuple[list[Path], list[Path], list[str], list[Path]]:
+    """``(text files, broken links, resolved folders walked, data files)`` under ``folder``, all but the folders
+    sorted by relative path; hidden ones left out. Data files (:data:`DATA_SUFFIXES`: JSON lines, XML dumps,
+    archives...) are not read, and are listed to say so."""
     root = os.path.realpath(folder)
     found: dict[Path, str] = {}  # path -> resolved path
-    broken, walked = [], set()
+    broken, walked, data = [], set(), []
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
         real = os.path.realpath(dirpath)
         through_link = real != os.path.normpath(os.path.join(root, os.path.relpath(dirpath, folder)))
@@ -64,7 +69,10 @@ def _walk(folder: Path) -> tuple[list[Path], list[Path], list[str]]:
                 found[path] = os.path.realpath(path) if path.is_symlink() else os.path.join(real, name)
             elif path.is_symlink() and not path.exists():
                 broken.append(path)
-    return _once_each(folder, root, found), _by_relative_path(folder, broken), sorted(walked)
+            elif name.lower().endswith(DATA_SUFFIXES):
+                data.append(path)
+    return (_once_each(folder, root, found), _by_relative_path(folder, broken), sorted(walked),
+            _by_relative_path(folder, data))
 
 
 def _by_relative_path(folder: Path, paths: Iterable[Path]) -> list[Path]:
@@ -123,17 +131,25 @@ def read_text_folder(folder: Path) -> Iterator[Document]:
     """Documents from the text files under ``folder``; the id is the relative path without suffix.
 
     The folder is listed at once (an error if it holds no text file); files are read as they are consumed.
-    Broken links are named in a warning when the folder has been read to the end (or holds no text file).
+    Broken links, and data files (JSON lines, dumps: read when given as the corpus, not in a folder), are named in
+    a warning when the folder has been read to the end (or in the error if it holds no text file).
     """
-    files, broken, _ = _walk(folder)
+    files, broken, _, data = _walk(folder)
     if not files:
         _warn_broken(folder, broken)
+        held = f"; it holds {_data_files(folder, data)}: give one as the corpus itself" if data else ""
         raise InputError(f"{folder}: folder has no {'/'.join(sorted(TEXT_FILE_TYPES))} files "
-                         "(and no corpus.jsonl[.gz] of a BEIR folder)")
-    return _read_files(folder, files, broken)
+                         f"(and no corpus.jsonl[.gz] of a BEIR folder){held}")
+    return _read_files(folder, files, broken, data)
 
 
-def _read_files(folder: Path, files: list[Path], broken: list[Path]) -> Iterator[Document]:
+def _data_files(folder: Path, data: list[Path]) -> str:
+    """``"N data file(s) (a few names)"``."""
+    shown = ", ".join(p.relative_to(folder).as_posix() for p in data[:3]) + (", ..." if len(data) > 3 else "")
+    return f"{len(data)} data file(s) ({shown})"
+
+
+def _read_files(folder: Path, files: list[Path], broken: list[Path], data: list[Path]) -> Iterator[Document]:
     first_file: dict[str, Path] = {}
     for path in files:
         doc_id = file_id(path, path.relative_to(folder).with_suffix("").as_posix())
@@ -142,6 +158,9 @@ def _read_files(folder: Path, files: list[Path], broken: list[Path]) -> Iterator
             raise InputError(f"{path}: duplicate document id {doc_id!r} (also from {first.name})")
         yield read_text_file(path, doc_id)
     _warn_broken(folder, broken)
+    if data:
+        logger.warning("%s: read its %d %s file(s), not its %s: give a data file as the corpus itself to read it",
+                       folder, len(files), "/".join(sorted(TEXT_FILE_TYPES)), _data_files(folder, data))
 
 
 def _warn_broken(folder: Path, broken: list[Path]) -> None:

@@ -41,7 +41,7 @@ from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig
 from graphdoc.retrieval.dense import METRICS, TrainingError, new_faiss_index, training_minimum
 from graphdoc.retrieval.manifest import (MANIFEST_NAME, Manifest, SourceProgress, check_identity, model_identity,
                                          normal_part)
-from graphdoc.retrieval.progress import (Cursor, check_read_part_unchanged, corpus_state, open_corpus,
+from graphdoc.retrieval.progress import (Cursor, check_read_part_unchanged, corpus_state, open_corpus, state_changed,
                                          part_documents, report_complete)
 from graphdoc.retrieval.shards import read_shard, write_shard
 from graphdoc.retrieval.finalize import FINAL_DIR, finalize
@@ -280,7 +280,7 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
         return
     if source.documents_read == 0:
         source.state = corpus_state(corpus)
-    elif source.state is not None and corpus_state(corpus) != source.state:
+    elif state_changed(source.state, corpus):
         check_read_part_unchanged(corpus, index_dir, manifest, source, part, settings.on_duplicate)
         source.state = corpus_state(corpus)
     stats, cursor, cut_before = ReadStats(), Cursor(source.documents_read), model.chunker.counts()

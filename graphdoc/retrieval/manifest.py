@@ -27,7 +27,7 @@ class SourceProgress:
     part: str = "1/1"
     documents_read: int = 0
     complete: bool = False
-    #: a local corpus when it was complete: [files, bytes, latest modification ns] (see progress.corpus_state)
+    #: a local corpus when it was complete: [files, bytes, latest modification ns, digest] (progress.corpus_state)
     state: list[int] | None = None
     #: the shards its documents went into (``None``: not recorded, as before graphdoc kept it, or merged)
     shards: list[str] | None = None

@@ -3,6 +3,7 @@ whether a corpus changed since (its files' state; for an interrupted run, its do
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 from pathlib import Path
@@ -92,22 +93,36 @@ def _changed(corpus: str, source: SourceProgress, why: str) -> GraphDocError:
 
 
 def corpus_state(corpus: str) -> list[int] | None:
-    """``[files, bytes, latest modification ns]`` of the files a local corpus is read from (see
-    :func:`graphdoc.corpus.corpus_files`: a BEIR folder's queries and qrels are not), else ``None``.
+    """``[files, bytes, latest modification ns, digest]`` of the files a local corpus is read from (see
+    :func:`graphdoc.corpus.corpus_files`: a BEIR folder's queries and qrels are not), else ``None``; the digest
+    (48 bits) is of every file's path in the corpus, size and modification time, so that a file renamed or moved
+    (its name is its document id), or restored with an older time, changes the state too.
 
     Kept in the manifest when a corpus is indexed, to notice on a rerun that it changed without reading it.
     """
-    if not Path(corpus).exists():
+    root = Path(corpus)
+    if not root.exists():
         return None
     files = corpus_files(corpus)
     stats = [p.stat() for p in files]
-    return [len(files), sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)]
+    digest = hashlib.blake2b(digest_size=6)
+    for path, stat in zip(files, stats):
+        name = path.relative_to(root).as_posix() if root.is_dir() else path.name
+        digest.update(f"{name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
+    return [len(files), sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0),
+            int.from_bytes(digest.digest(), "big")]
+
+
+def state_changed(saved: list[int] | None, corpus: str) -> bool:
+    """Whether ``corpus`` is not as its ``saved`` :func:`corpus_state` says (a state saved by graphdoc before
+    the digest was kept is compared on its three figures)."""
+    return saved is not None and saved != (corpus_state(corpus) or [])[:len(saved)]
 
 
 def report_complete(corpus: str, sources: list[SourceProgress]) -> None:
     """Say that ``corpus`` is in the index already (as ``sources``: one, or the parts of a split)."""
     parts = ", ".join(s.part for s in sources)
-    if any(s.state is not None and s.state != corpus_state(corpus) for s in sources):
+    if any(state_changed(s.state, corpus) for s in sources):
         logger.warning("%s changed since it was indexed; the index keeps the %d documents read from it then. To "
                        "add documents, put them in another file and index that; to pick up changes, build a new "
                        "index", corpus, max(s.documents_read for s in sources))
