@@ -175,7 +175,8 @@ def load_index_model(identity: Mapping[str, Any], device=None):
     graph = identity.get("graph", {})
     backbone = FLAT if graph.get("graph_type") == FLAT_GRAPH_TYPE else GRAPH
     cls = backbone_class(backbone)
+    # a local folder by the path the index recorded (its name may be relative to where the index was built)
+    name = path if path is not None and Path(path).is_dir() else identity.get("name", path)
     sections = {"chunker": identity.get("chunker", {}), "graph": graph,
-                "passage_encoder": {**identity.get("passage_encoder", {}),
-                                    "model_name_or_path": identity.get("name", path)}}
+                "passage_encoder": {**identity.get("passage_encoder", {}), "model_name_or_path": name}}
     return cls.from_pretrained(path, config=config_class_of(cls).from_dict(sections), device=device)

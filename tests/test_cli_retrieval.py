@@ -209,6 +209,29 @@ def test_search_errors(index, tmp_path, tiny_roberta, capsys) -> None:
     assert error_line(capsys, "search").startswith(f"graphdoc search: error: index {index} was built with ")
 
 
+@pytest.mark.parametrize("command", ["search", "tune-fusion"])
+@pytest.mark.parametrize("target", ["queries.jsonl", "qrels/test.tsv", "corpus.jsonl"])
+def test_a_run_output_onto_a_file_of_a_beir_folder_given_as_input_is_refused(index, files, tmp_path, capsys,
+                                                                             command, target) -> None:
+    """--queries/--qrels given as a BEIR folder: the run must not replace the folder's queries, qrels or corpus
+    (it did, with exit code 0, as only files given as inputs were checked)."""
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    shutil.copy(files["corpus"], beir / "corpus.jsonl")
+    shutil.copy(files["queries"], beir / "queries.jsonl")
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t1\n" for q, _, d, _ in (line.split() for line in QRELS.splitlines())), encoding="utf-8")
+    before = {p: p.read_bytes() for p in beir.rglob("*") if p.is_file()}
+    extra = ["--folds", 2] if command == "tune-fusion" else []
+    assert cli(command, "--index-dir", index, "--queries", beir, "--qrels", beir, "--output", beir / target,
+               *extra) == 1
+    assert error_line(capsys, command) == (f"graphdoc {command}: error: --output {beir / target} is the input file "
+                                           f"{beir / target}; name another file for the run")
+    assert {p: p.read_bytes() for p in beir.rglob("*") if p.is_file()} == before
+    assert cli("search", "--index-dir", index, "--queries", beir, "--qrels", beir, "--output", beir / "run.trec",
+               "--mode", "bm25") == 0  # another file in the folder is fine
+
+
 def test_search_refuses_an_incomplete_index(own_index, capsys, monkeypatch) -> None:
     from graphdoc.retrieval import searcher
 

@@ -440,3 +440,23 @@ def test_a_manifest_with_a_wrong_field_is_one_line_naming_it(model, corpus, tmp_
     assert error_line(capsys, "search") == f"graphdoc search: error: {index / 'manifest.json'}: {message}"
     with pytest.raises(GraphDocError, match=message.replace("[", r"\[").replace("]", r"\]")):
         Searcher(index)
+
+
+def test_an_index_built_with_a_relative_model_folder_loads_it_quietly_from_elsewhere(tiny_bert, tmp_path, monkeypatch,
+                                                                                     caplog) -> None:
+    """The manifest records the folder's name as typed ("enc") and its absolute path; searching from another
+    folder loads the path, and said it was "loading /abs/enc, not the enc the config names"."""
+    from graphdoc.retrieval.searcher import Searcher
+
+    shutil.copytree(tiny_bert, tmp_path / "enc")
+    monkeypatch.chdir(tmp_path)
+    build_index("enc", str(write_jsonl(tmp_path / "c.jsonl", make_docs(3))), tmp_path / "idx", IndexSettings())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with caplog.at_level(logging.WARNING, logger="graphdoc"):
+        searcher = Searcher(tmp_path / "idx")
+        hits = searcher.batch_search({"q": make_docs(3)[1]["text"]}, k=1, mode="dense")
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert list(hits["q"]) == [make_docs(3)[1]["_id"]]
+    assert searcher.model.name_or_path == str((tmp_path / "enc").resolve())

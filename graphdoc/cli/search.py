@@ -57,7 +57,10 @@ def check_run_output(args: argparse.Namespace) -> None:
     """Refuse, before searching, an ``--output`` run file that could not be written, is an input (the queries,
     the qrels) or lies inside the index folder (it would replace the index's files)."""
     check_output_file(args.output)
-    check_not_an_input(args.output, [args.queries, args.qrels], what="the run")
+    from graphdoc.corpus import data_files
+
+    inputs = [file for source in (args.queries, args.qrels) if source is not None for file in data_files(source)]
+    check_not_an_input(args.output, inputs, what="the run")
     if Path(args.output).resolve().is_relative_to(Path(args.index_dir).resolve()):
         raise GraphDocError(f"--output {args.output} is inside the index folder {args.index_dir}; write the run "
                             "elsewhere")

@@ -75,6 +75,20 @@ def corpus_files(source: Source) -> list[Path]:
     return [corpus] if corpus is not None else textdir.text_files(path)
 
 
+def data_files(source: Source) -> list[Path]:
+    """Every file of a local corpus, queries or qrels source that a command could read: :func:`corpus_files`,
+    and a BEIR folder's queries and qrels files too; what an output must not replace."""
+    from graphdoc.corpus import beir
+
+    if isinstance(source, str) and not source.strip():
+        return []  # the reader says what is wrong with it
+    path = Path(source)
+    if not beir.is_beir_folder(path):
+        return corpus_files(source)
+    queries = [p for p in (path / "queries.jsonl", path / "queries.jsonl.gz") if p.is_file()]
+    return [beir.corpus_file(path), *queries, *sorted((path / "qrels").glob("*.tsv"))]
+
+
 def read_corpus(source: Source, *, stats: ReadStats | None = None) -> Iterator[Document]:
     """Stream the documents of ``source``, skipping empty ones (blank title and text; counted in ``stats``,
     logged at INFO)."""
