@@ -252,3 +252,39 @@ def test_a_second_run_into_the_same_output_is_refused_while_the_first_writes(tin
     assert not out.exists()
     finetune_classification(files["train"], files["dev"], out, config=config, model=str(tiny_bert))
     assert (out / "model").is_dir() and not (out / LOCK_NAME).exists()  # released at the end
+
+
+@pytest.mark.parametrize("task", ["classification", "ranking"])
+def test_an_error_mid_epoch_closes_the_progress_bar(tiny_bert, tmp_path, monkeypatch, task):
+    """The epoch's bar was closed at the epoch's end only: after an error (Ctrl-C) it stayed open, and its
+    destructor wrote it to standard error again after the command's error line."""
+    from tqdm.auto import tqdm
+
+    from graphdoc.finetune.loop import EpochLoop
+
+    real_step, steps = EpochLoop.step, []
+
+    def stop_at_the_second_step(self, loss):
+        steps.append(1)
+        if len(steps) == 2:
+            raise KeyboardInterrupt
+        return real_step(self, loss)
+
+    monkeypatch.setattr(EpochLoop, "step", stop_at_the_second_step)
+    open_before = set(tqdm._instances)
+    with pytest.raises(KeyboardInterrupt) as info:
+        if task == "classification":
+            files = labelled_files(tmp_path)
+            finetune_classification(files["train"], files["dev"], tmp_path / "run", config=ClassificationConfig(
+                **{**CONFIG, "epochs": 1, "batch_size": 2}), model=str(tiny_bert), show_progress_bar=True)
+        else:
+            from _finetune_helpers import ranking_files
+
+            from graphdoc.finetune import RankingConfig, finetune_ranking
+
+            files = ranking_files(tmp_path)
+            finetune_ranking(files["corpus"], files["queries"], files["qrels"], tmp_path / "run",
+                             config=RankingConfig(epochs=1, batch_size=1, max_passages=2), model=str(tiny_bert),
+                             show_progress_bar=True)
+    assert info.value is not None and len(steps) == 2  # the traceback keeps the trainer, and its bar, alive
+    assert set(tqdm._instances) - open_before == set()

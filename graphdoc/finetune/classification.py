@@ -198,22 +198,25 @@ class ClassificationTrainer:
     def train(self, resume: bool = False) -> dict:
         self.loop.start_or_resume(resume)
         frozen = isinstance(self.data.inputs, FixedFeatures) or getattr(self.data.inputs, "cache", None) is not None
-        while self.loop.state["epoch"] < self.cfg.epochs:
-            epoch = self.loop.state["epoch"]
-            self.classifier.train()
-            if frozen:
-                self.classifier.encoder.passage_encoder.eval()
-            order = np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.train_keys))
-            bs, self.terms = self.cfg.batch_size, []
-            losses = [self.loop.step(self._loss(order[b * bs:(b + 1) * bs].tolist(), epoch))
-                      for b in range(self.steps_per_epoch)]
-            dev = evaluate_classifier(self.classifier, self.data, self.dev_keys) if self.dev_keys else {}
-            shown = f"accuracy {dev['accuracy']:.4f}, macro-F1 {dev['macro_f1']:.4f}" if dev else "-"
-            logger.info("epoch %d/%d: loss %.4f, dev %s", epoch + 1, self.cfg.epochs, np.mean(losses), shown)
-            terms = dict(zip(("supcon", "probe"), np.mean(self.terms, axis=0).tolist())) if self.terms else {}
-            if self.loop.keeps(dev.get("accuracy")):
-                self.classifier.save_pretrained(self.output / "model")
-            self.loop.end_epoch({"loss": float(np.mean(losses)), **terms, **dev}, dev.get("accuracy"))
+        try:
+            while self.loop.state["epoch"] < self.cfg.epochs:
+                epoch = self.loop.state["epoch"]
+                self.classifier.train()
+                if frozen:
+                    self.classifier.encoder.passage_encoder.eval()
+                order = np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.train_keys))
+                bs, self.terms = self.cfg.batch_size, []
+                losses = [self.loop.step(self._loss(order[b * bs:(b + 1) * bs].tolist(), epoch))
+                          for b in range(self.steps_per_epoch)]
+                dev = evaluate_classifier(self.classifier, self.data, self.dev_keys) if self.dev_keys else {}
+                shown = f"accuracy {dev['accuracy']:.4f}, macro-F1 {dev['macro_f1']:.4f}" if dev else "-"
+                logger.info("epoch %d/%d: loss %.4f, dev %s", epoch + 1, self.cfg.epochs, np.mean(losses), shown)
+                terms = dict(zip(("supcon", "probe"), np.mean(self.terms, axis=0).tolist())) if self.terms else {}
+                if self.loop.keeps(dev.get("accuracy")):
+                    self.classifier.save_pretrained(self.output / "model")
+                self.loop.end_epoch({"loss": float(np.mean(losses)), **terms, **dev}, dev.get("accuracy"))
+        finally:
+            self.loop.close_bar()
         return self.loop.summary({"train": len(self.train_keys), "dev": len(self.dev_keys),
                                   "model_dir": str(self.output / "model")})
 

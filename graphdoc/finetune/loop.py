@@ -269,10 +269,12 @@ class EpochLoop:
         self.bar.set_postfix(loss=f"{value:.4f}", lr=short_float(self.scheduler.get_last_lr()[0]), refresh=False)
         self.bar.update()
         if self.bar.n >= self.steps_per_epoch:  # closed before the epoch's dev score and log line
-            self._close_bar()
+            self.close_bar()
         return value
 
-    def _close_bar(self) -> None:
+    def close_bar(self) -> None:
+        """Close this epoch's progress bar; the trainers call it however training ends, so that an error's line
+        is the last on standard error (the bar's destructor wrote it again at exit)."""
         if self.bar is not None:
             self.bar.close()
             self.bar = None
@@ -286,7 +288,7 @@ class EpochLoop:
 
     def end_epoch(self, row: dict[str, Any], score: float | None) -> bool:
         """Record the epoch, checkpoint it (only the latest is kept); True when ``score`` is the best yet."""
-        self._close_bar()
+        self.close_bar()
         improved = score is not None and self.keeps(score)
         if improved:
             self.state["best"] = score

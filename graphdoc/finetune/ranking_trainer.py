@@ -124,18 +124,21 @@ class RankingTrainer:
         self.resumed = self.loop.state["step"] > 0
         with atomic_write(self.output / "finetune_config.json", "w", encoding="utf-8") as handle:
             json.dump({"ranking": dataclasses.asdict(self.cfg)}, handle, indent=2)
-        while self.loop.state["epoch"] < self.cfg.epochs:
-            epoch = self.loop.state["epoch"]
-            source = rk.negative_source(epoch, self.cfg.epochs)
-            if self.cfg.hard_negatives and source not in self.negatives:
-                self.negatives[source] = self._ranking_lists(source)
-            loss = self._epoch(epoch, source)
-            score = self.evaluate_dev() if self.dev_qrels else None
-            logger.info("epoch %d/%d: loss %.4f, negatives %s, dev %s", epoch + 1, self.cfg.epochs, loss, source,
-                        "-" if score is None else f"{score:.4f}")
-            if self.loop.keeps(score):
-                self.model.save_pretrained(self.output / "model")
-            self.loop.end_epoch({"loss": loss, "negatives": source, "dev": score}, score)
+        try:
+            while self.loop.state["epoch"] < self.cfg.epochs:
+                epoch = self.loop.state["epoch"]
+                source = rk.negative_source(epoch, self.cfg.epochs)
+                if self.cfg.hard_negatives and source not in self.negatives:
+                    self.negatives[source] = self._ranking_lists(source)
+                loss = self._epoch(epoch, source)
+                score = self.evaluate_dev() if self.dev_qrels else None
+                logger.info("epoch %d/%d: loss %.4f, negatives %s, dev %s", epoch + 1, self.cfg.epochs, loss, source,
+                            "-" if score is None else f"{score:.4f}")
+                if self.loop.keeps(score):
+                    self.model.save_pretrained(self.output / "model")
+                self.loop.end_epoch({"loss": loss, "negatives": source, "dev": score}, score)
+        finally:
+            self.loop.close_bar()
         return self.loop.summary({"pairs": len(self.pairs), "model_dir": str(self.output / "model")})
 
     def _epoch(self, epoch: int, source: str) -> float:
