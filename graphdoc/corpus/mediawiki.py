@@ -3,8 +3,8 @@
 The dump is streamed with :func:`xml.etree.ElementTree.iterparse`; each ``<page>`` is dropped once read
 (only the article ids are kept, to refuse a duplicate).
 Only namespace-0 articles are kept, redirects are skipped, and the wikitext is turned into plain text
-with ``mwparserfromhell`` after templates, references, tables, files, categories and interlanguage
-links have been removed.
+with ``mwparserfromhell`` after templates, references, tables, files, categories, interlanguage
+links, behaviour switches (``__NOTOC__``) and stray HTML tags have been removed.
 """
 
 from __future__ import annotations
@@ -30,11 +30,35 @@ SKIPPED_SECTIONS = frozenset({
 #: Tags whose whole content is dropped (tables are Tag nodes with the wiki markup "{|").
 DROPPED_TAGS = frozenset({"ref", "references", "table", "gallery", "math", "timeline", "imagemap",
                           "score", "graph", "syntaxhighlight", "source", "pre", "templatedata"})
-#: Link prefixes (before ':') of links that are not text: media, categories, interlanguage links.
+#: Link prefixes (before ':') of links that are not text: media and categories.
 DROPPED_LINK_PREFIXES = frozenset({"file", "image", "media", "category"})
-_LANGUAGE_PREFIX = re.compile(r"[a-z]{2,3}(?:-[a-z]+)*")
+#: MediaWiki's own namespace names (and the old alias "Image"): the namespaces of a dump without <siteinfo>.
+CANONICAL_NAMESPACES = frozenset({
+    "media", "special", "talk", "user", "user talk", "project", "project talk", "file", "file talk", "image",
+    "image talk", "mediawiki", "mediawiki talk", "template", "template talk", "help", "help talk", "category",
+    "category talk"})
+#: HTML tags MediaWiki accepts, and the dropped extension tags: left unpaired in a section, they are no text.
+MARKUP_TAGS = DROPPED_TAGS | frozenset({
+    "abbr", "b", "bdi", "bdo", "big", "blockquote", "br", "caption", "center", "cite", "code", "data", "dd",
+    "del", "dfn", "div", "dl", "dt", "em", "font", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i", "ins", "kbd",
+    "li", "mark", "ol", "p", "q", "rb", "rp", "rt", "rtc", "ruby", "s", "samp", "small", "span", "strike",
+    "strong", "sub", "sup", "td", "th", "time", "tr", "tt", "u", "ul", "var", "wbr"})
+# The dump does not list the interwiki prefixes (<siteinfo> holds namespaces only), so an interlanguage link
+# is told by how it is written: a language code (or "simple") in lower case, then the title right after the
+# colon, as in [[de:Foo]] or [[zh-yue:Foo]]. Titles are capitalised and a colon in a title is followed by a
+# space ([[CSI: Miami]], [[Ys: The Vanished Omens]]): those stay links, whose text is kept.
+_LANGUAGE_PREFIX = re.compile(r"(?:[a-z]{2,3}(?:-[a-z]+)*|simple):(?!\s)")
+_REDIRECT = re.compile(r"\s*#REDIRECT\s*:?\s*\[\[", re.IGNORECASE)  # how MediaWiki tells a redirect page
 _COMMENTS = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
-_REFS = re.compile(r"<ref\b[^>]*?/>|<ref\b[^>]*>.*?</ref\s*>", re.IGNORECASE | re.DOTALL)
+_REF_OPEN = re.compile(r"<ref\b", re.IGNORECASE)
+_REF_CLOSE = re.compile(r"</ref\s*>", re.IGNORECASE)
+# Behaviour switches, upper case as written: a lower-case __index__ in prose is Python's, not a switch.
+_SWITCHES = re.compile(r"__(?:NOTOC|FORCETOC|TOC|NOEDITSECTION|NEWSECTIONLINK|NONEWSECTIONLINK|NOGALLERY|"
+                       r"HIDDENCAT|EXPECTUNUSEDCATEGORY|EXPECTUNUSEDTEMPLATE|NOCONTENTCONVERT|NOCC|"
+                       r"NOTITLECONVERT|NOTC|INDEX|NOINDEX|STATICREDIRECT|DISAMBIG|EXPECTED_UNCONNECTED_PAGE|"
+                       r"NOGLOBAL|ARCHIVEDTALK|NOTALK)__")
+# An opening or closing tag left in a Text node is one the parser could not pair: no prose.
+_LONE_TAG = re.compile(r"</?(?:" + "|".join(sorted(MARKUP_TAGS)) + r")\b[^<>]*>", re.IGNORECASE)
 _QUOTES = re.compile(r"'{2,}")  # bold/italic markup left when unbalanced
 _BLANK_LINES = re.compile(r"\n[ \t]*(?:\n[ \t]*)+")
 
@@ -58,23 +82,46 @@ def read_mediawiki(path: Path) -> Iterator[Document]:
 
 def _pages(stream: Any, source: str) -> Iterator[Document]:
     root, articles, skipped, ids = None, 0, 0, set()
+    namespaces = CANONICAL_NAMESPACES  # until the dump's <siteinfo> names its own
     for event, elem in ET.iterparse(stream, events=("start", "end")):
         if root is None:
             root = elem
-        if event != "end" or _local(elem.tag) != "page":
+        if event != "end":
+            continue
+        if _local(elem.tag) == "siteinfo":
+            namespaces = _namespace_names(elem) or namespaces
+        if _local(elem.tag) != "page":
             continue
         page = {_local(child.tag): child for child in elem}
         revision = {_local(child.tag): child for child in page.get("revision", ())}
-        title = _text(page.get("title"))
-        # dumps older than schema 0.5 have no <ns>: there, articles are the titles without a prefix
-        namespace = _text(page["ns"]) if "ns" in page else ("0" if ":" not in title else "")
-        if namespace == "0" and "redirect" not in page:
+        title, wikitext = _text(page.get("title")), _text(revision.get("text"))
+        # dumps before schema 0.4 have no <redirect/>: the text says it, as it does to MediaWiki
+        if _in_main_namespace(page, title, namespaces) and "redirect" not in page and not _REDIRECT.match(wikitext):
             articles += 1
-            yield article_document(_article_id(page, title, source, ids), title, _text(revision.get("text")))
+            yield article_document(_article_id(page, title, source, ids), title, wikitext)
         else:
             skipped += 1
         root.clear()  # drop the pages read so far; but for the ids, memory stays flat on a full dump
     logger.debug("%s: %d articles, %d other pages (redirects, other namespaces) skipped", source, articles, skipped)
+
+
+def _namespace_names(siteinfo: ET.Element) -> frozenset[str]:
+    """The names of the namespaces other than the main one, lower case, from ``<siteinfo><namespaces>``."""
+    return frozenset(_namespace_key(_text(ns)) for ns in siteinfo.iter()
+                     if _local(ns.tag) == "namespace" and _text(ns).strip())
+
+
+def _namespace_key(name: str) -> str:
+    return " ".join(name.replace("_", " ").split()).lower()  # MediaWiki matches namespace names so
+
+
+def _in_main_namespace(page: dict[str, ET.Element], title: str, namespaces: frozenset[str]) -> bool:
+    if "ns" in page:
+        return _text(page["ns"]) == "0"
+    # dumps before schema 0.5 have no <ns>: a page is outside the main namespace when its title starts with a
+    # namespace name and a colon ("Talk:Bar"), not when it merely holds a colon ("CSI: Miami")
+    prefix, colon, _ = title.partition(":")
+    return not colon or _namespace_key(prefix) not in namespaces
 
 
 def _article_id(page: dict[str, ET.Element], title: str, source: str, seen: set[str]) -> str:
@@ -112,7 +159,7 @@ def clean_sections(wikitext: str) -> list[tuple[str, str]]:
     """
     import mwparserfromhell  # a required dependency; imported here to keep importing graphdoc light
 
-    raw = _REFS.sub("", _COMMENTS.sub("", wikitext))
+    raw = drop_refs(_COMMENTS.sub("", wikitext))
     headings = list(wikitext_headings(raw))
     cuts = [(0, 0, "")] + [(start, end, title) for start, end, _, title in headings]
     ends = [start for start, _, _ in cuts[1:]] + [len(raw)]
@@ -121,6 +168,37 @@ def clean_sections(wikitext: str) -> list[tuple[str, str]]:
         title = _clean(plain_text(mwparserfromhell.parse(title).nodes))
         sections.append((title, _clean(plain_text(mwparserfromhell.parse(raw[body_start:body_end]).nodes))))
     return sections
+
+
+def drop_refs(wikitext: str) -> str:
+    r"""The wikitext without its references: ``<ref .../>`` and ``<ref ...>...</ref>``, in one pass.
+
+    A well-formed reference goes as with ``re.sub(r"<ref\b[^>]*?/>|<ref\b[^>]*>.*?</ref\s*>", "", text)``,
+    but in linear time: that regex searched the rest of the text for a '>' or a '</ref>' from each unclosed
+    tag, so its time grew with their square. Here the next '>' and the next '</ref>' found are used until
+    passed. An opening tag with no '</ref>' after it goes alone, its text after it staying; a '<ref' with
+    no '>' after it is no tag and stays as text, escaped to '&lt;ref' (mwparserfromhell too takes time
+    quadratic in the unclosed tags it is given).
+    """
+    kept, pos = [], 0
+    gt, close, closes_left = -1, None, True  # the next '>' (index), the next '</ref>' (match)
+    for match in _REF_OPEN.finditer(wikitext):
+        if match.start() < pos:
+            continue  # inside a reference dropped
+        if gt < match.end():
+            gt = wikitext.find(">", match.end())
+            if gt < 0:
+                break
+        if gt > match.end() and wikitext[gt - 1] == "/":
+            end = gt + 1  # <ref name="a" />
+        else:
+            if closes_left and (close is None or close.start() <= gt):
+                close = _REF_CLOSE.search(wikitext, gt + 1)
+                closes_left = close is not None
+            end = close.end() if closes_left else gt + 1
+        kept.append(wikitext[pos:match.start()])
+        pos = end
+    return "".join(kept) + _REF_OPEN.sub(lambda m: "&lt;" + m.group()[1:], wikitext[pos:])
 
 
 def plain_text(nodes: list[Any]) -> str:
@@ -147,7 +225,7 @@ def _tag_text(node: Any) -> str:
 
 #: Node class name -> its text; nodes not listed (templates, comments, arguments) give no text.
 _NODE_TEXT: dict[str, Callable[[Any], str]] = {
-    "Text": lambda node: node.value,
+    "Text": lambda node: _LONE_TAG.sub("", _SWITCHES.sub("", node.value)),
     "HTMLEntity": lambda node: node.normalize(),
     "Wikilink": lambda node: plain_text((node.text or node.title).nodes),
     "ExternalLink": _external_link_text,
@@ -164,9 +242,10 @@ def _is_non_text(node: Any) -> bool:
     if kind == "Tag":
         return str(node.tag).strip().lower() in DROPPED_TAGS
     if kind == "Wikilink":
-        prefix, colon, _ = str(node.title).strip().partition(":")
-        prefix = prefix.strip().lower()
-        return bool(colon) and (prefix in DROPPED_LINK_PREFIXES or bool(_LANGUAGE_PREFIX.fullmatch(prefix)))
+        title = str(node.title).strip()
+        prefix, colon, _ = title.partition(":")
+        return bool(colon) and (prefix.strip().lower() in DROPPED_LINK_PREFIXES
+                                or bool(_LANGUAGE_PREFIX.match(title)))
     return False
 
 
