@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import random
 import re
 from pathlib import Path
@@ -247,3 +248,53 @@ def test_a_refused_second_run_leaves_what_the_first_wrote_meanwhile(tiny_bert, t
         with pytest.raises(GraphDocError, match="^another graphdoc process is writing"):
             pretrain(corpus, out, setup, device="cpu")
         assert (out / "pretrain_config.json").is_file() and cache.is_dir()  # the second run removed nothing
+
+
+@pytest.mark.parametrize("stop, cache_dir", [("diverged", False), ("diverged", True), ("ctrl-c", False)])
+def test_a_run_stopped_before_its_first_checkpoint_keeps_the_passage_vectors_it_encoded(tiny_bert, tmp_path,
+                                                                                      monkeypatch, caplog, stop,
+                                                                                      cache_dir):
+    """The frozen mode's vectors were written at checkpoints only, and an error before the first removed the new
+    run folder with its cache (and a --cache-dir the run made): the next run encoded everything again."""
+    from graphdoc.training.trainer import Trainer
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    cache = tmp_path / "shared-cache" if cache_dir else None
+    setup = tiny_setup(tiny_bert, frozen_encoder=True, checkpoint_every=100, max_steps=2, cache_dir=cache)
+    output = tmp_path / "run"
+    original = Trainer._check_finite
+
+    def stopped(self, loss):
+        if stop == "ctrl-c":
+            raise KeyboardInterrupt
+        raise GraphDocError("training diverged at step 1: loss nan")
+
+    monkeypatch.setattr(Trainer, "_check_finite", stopped)
+    with caplog.at_level(logging.WARNING, logger="graphdoc"), \
+            pytest.raises(KeyboardInterrupt if stop == "ctrl-c" else GraphDocError):
+        pretrain(corpus, output, setup, device="cpu")
+    monkeypatch.setattr(Trainer, "_check_finite", original)
+    folder = cache if cache_dir else output / "passage_cache"
+    assert list(folder.rglob("vectors-*.npy"))
+    if stop == "diverged":  # the run's other files go: the same command runs again
+        assert (not output.exists()) if cache_dir else [p.name for p in output.iterdir()] == ["passage_cache"]
+        assert [r.getMessage() for r in caplog.records if "removing" in r.getMessage()] == [
+            f"removing {output}: the run stopped at step 0, before its first checkpoint, so it cannot be resumed; "
+            f"the passage vectors it encoded stay in {folder} for the next run"]
+    result = pretrain(corpus, output, setup, device="cpu", resume=stop == "ctrl-c")
+    assert result.steps == 2 and result.cache_hits > 0
+
+
+def test_a_run_with_no_vector_encoded_leaves_no_passage_cache(tiny_bert, tmp_path, monkeypatch):
+    from graphdoc.training.trainer import Trainer
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    setup = tiny_setup(tiny_bert, frozen_encoder=True, checkpoint_every=100, max_steps=2)
+
+    def broken(self, batch):
+        raise GraphDocError("corpus.jsonl:3: invalid JSON")
+
+    monkeypatch.setattr(Trainer, "_train_step", broken)
+    with pytest.raises(GraphDocError):
+        pretrain(corpus, tmp_path / "run", setup, device="cpu")
+    assert not (tmp_path / "run").exists()

@@ -81,8 +81,10 @@ def pretrain(corpus: str | Sequence[str], output: str | Path, setup: PretrainSet
             try:
                 trainer.start(model, resume, precision)
                 return trainer.train()
-            except GraphDocError:  # e.g. a corpus with no usable document: a new run folder is not left half-made
-                trainer.discard_new_output()
+            except BaseException as err:
+                trainer.keep_cache()  # the passage vectors encoded so far are written, whatever stopped the run
+                if isinstance(err, GraphDocError):  # e.g. no usable document: a new run folder is not left half-made
+                    trainer.discard_new_output()
                 raise
     finally:
         if joined_here:

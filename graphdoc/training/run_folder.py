@@ -128,7 +128,9 @@ class RunFolder:
         found = ckpt.list_checkpoints(out)
         finished = (out / SUMMARY_NAME).is_file() or is_graphdoc_model(out / ckpt.MODEL_DIR)
         held = bool(found) or finished or (out / CONFIG_NAME).is_file()
-        if not held and out.is_dir() and any(p.name != LOCK_NAME for p in out.iterdir()):  # (the writer's lock)
+        # (the writer's lock; a passage cache that a run stopped before its first checkpoint left for the next)
+        if not held and out.is_dir() and any(p.name != LOCK_NAME and not (p.name == CACHE_NAME and p.is_dir())
+                                             for p in out.iterdir()):
             raise GraphDocError(f"--output {out} holds other files and no pretraining run: choose a new or empty "
                                 "folder")
         if held and not resume:
@@ -160,18 +162,28 @@ class RunFolder:
         if not self.ctx.is_main or not self.all_ours or not self.output.is_dir() \
                 or ckpt.list_checkpoints(self.output):
             return
-        if steps:
+        cache = self._cache_with_vectors()
+        if steps or cache is not None:
+            stays = "" if cache is None else f"; the passage vectors it encoded stay in {cache} for the next run"
             logger.warning("removing %s: the run stopped at step %d, before its first checkpoint, so it cannot be "
-                           "resumed", self.output, steps)
+                           "resumed%s", self.output, steps, stays)
         for entry in self.output.iterdir():
-            if entry.name == LOCK_NAME:  # this run's lock: its release removes it, and the folder if it made it
+            if entry.name == LOCK_NAME or entry == cache:  # the lock: its release removes it (and a folder it made)
                 continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
-        if self.made_cache_dir and Path(self.cfg.cache_dir).is_dir():
+        if self.made_cache_dir and cache is None and Path(self.cfg.cache_dir).is_dir():
             shutil.rmtree(self.cfg.cache_dir)
+
+    def _cache_with_vectors(self) -> Path | None:
+        """The run's passage cache folder when it holds vectors (hours of encoding on a large corpus: an error or a
+        diverged step does not make them wrong), else ``None``."""
+        folder = Path(self.cfg.cache_dir) if self.cfg.cache_dir is not None else self.output / CACHE_NAME
+        if folder.is_dir() and not folder.is_symlink() and any(folder.rglob("*.npy")):
+            return folder
+        return None
 
     def _open_sources(self) -> None:
         """Read the first document of every corpus, so that a missing file, an unknown name, a folder of other

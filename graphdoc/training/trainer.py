@@ -159,6 +159,19 @@ class Trainer:
         barrier(self.ctx)  # every process has opened it before any goes on
         return task
 
+    def keep_cache(self) -> None:
+        """Write the passage vectors encoded since the last checkpoint, for a run stopped by an error or Ctrl-C: the
+        next run (or the resumed one) reads them instead of encoding them again. A failure to write them is
+        logged, not raised over the run's own error."""
+        task = getattr(self, "task", None)
+        cache = task.cache if task is not None else None
+        if cache is None:
+            return
+        try:
+            cache.flush()
+        except (OSError, GraphDocError) as err:
+            logger.warning("could not write the passage cache's new vectors: %s", err)
+
     def discard_new_output(self) -> None:
         """After an error that left no checkpoint to resume from (a broken line found at step 7, before the first
         checkpoint): see :meth:`RunFolder.discard_new`, which keeps a folder holding one."""
