@@ -193,6 +193,19 @@ def test_tune_fusion_saves_alpha_that_later_hybrid_searches_use(own_index, model
     assert printed != pytest.approx(searcher.batch_search(["graph zebra"], k=20, fusion=FusionConfig())["0"])
 
 
+def test_tune_fusion_output_dash_prints_the_run_alone_on_stdout(index, files, tmp_path, capsys, monkeypatch) -> None:
+    """As search --output -: the run's TREC lines on stdout (the report on stderr), not a file named '-'."""
+    monkeypatch.chdir(tmp_path)
+    assert cli("tune-fusion", "--index-dir", index, "--queries", files["queries"], "--qrels", files["qrels"],
+               "--folds", 2, "--output", tmp_path / "cv.trec") == 0
+    capsys.readouterr()
+    assert cli("tune-fusion", "--index-dir", index, "--queries", files["queries"], "--qrels", files["qrels"],
+               "--folds", 2, "--output", "-") == 0
+    captured = capsys.readouterr()
+    assert captured.out == (tmp_path / "cv.trec").read_text(encoding="utf-8")
+    assert "cross-validated nDCG@10" in captured.err and not Path("-").exists()
+
+
 # ------------------------------------------------------------------ errors: one line on stderr, exit 1
 def test_search_errors(index, tmp_path, tiny_roberta, capsys) -> None:
     cases = [

@@ -155,6 +155,16 @@ def test_predict_still_writes_one_line_per_document(classifier_dir, docs, tmp_pa
     assert len(records) == 12 and {r["label"] for r in records} <= {"animals", "numbers"}
 
 
+def test_predict_output_dash_writes_the_predictions_to_stdout(classifier_dir, docs, tmp_path, capsys,
+                                                               monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert predict(classifier_dir, docs, tmp_path / "p.jsonl") == 0
+    capsys.readouterr()
+    assert predict(classifier_dir, docs, "-") == 0
+    assert capsys.readouterr().out == (tmp_path / "p.jsonl").read_text(encoding="utf-8")
+    assert not (tmp_path / "-").exists()
+
+
 def embed_error(model: str, tmp_path: Path, capsys) -> str:
     corpus = labelled_files(tmp_path)["dev"]
     assert main(["-q", "embed", "--corpus", str(corpus), "--output", str(tmp_path / "e.npy"), "--model", model]) == 1

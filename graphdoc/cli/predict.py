@@ -14,7 +14,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", required=True, metavar="DIR", help="a classifier saved by graphdoc finetune")
     parser.add_argument("--input", required=True, metavar="PATH", help="documents (JSON lines, text folder, ...)")
     parser.add_argument("--output", required=True, type=Path, metavar="JSONL",
-                        help='one {"id", "label", "probabilities"} line per document')
+                        help='one {"id", "label", "probabilities"} line per document (-: standard output)')
     parser.add_argument("--batch-size", type=int, default=32, metavar="N")
     parser.add_argument("--max-passages", type=int, default=None, metavar="N",
                         help="passages kept per document (default: the number the classifier was trained and "
@@ -32,8 +32,10 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("--batch-size", args.batch_size), ("--max-passages", args.max_passages)):
         if value is not None and value < 1:
             raise GraphDocError(f"{flag} must be a positive integer; got {value}")
-    check_output(args.model, args.output, "--output", source=args.input)
-    note = replacing(args.output)
+    to_stdout = str(args.output) == "-"
+    if not to_stdout:
+        check_output(args.model, args.output, "--output", source=args.input)
+    note = "" if to_stdout else replacing(args.output)
     count = predict(args.model, args.input, args.output, args.batch_size, args.max_passages, args.device)
-    logger.info("%d documents classified into %s%s", count, args.output, note)
+    logger.info("%d documents classified into %s%s", count, "standard output" if to_stdout else args.output, note)
     return 0

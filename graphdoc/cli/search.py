@@ -23,8 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--alpha", type=float, default=None, help="dense weight for weighted fusion")
     parser.add_argument("--normalization", choices=("minmax", "zscore", "none"), default=None)
     parser.add_argument("-k", type=int, default=None, help="results per query (default 10 for one query, 100 for many)")
-    parser.add_argument("--output", type=Path, help="with --queries: write the run to this TREC file "
-                        "(without --output or --qrels the run is printed as TREC lines)")
+    parser.add_argument("--output", type=Path, help="with --queries: write the run to this TREC file (-: print "
+                        "it; without --output or --qrels the run is printed as TREC lines)")
     parser.add_argument("--qrels", help="with --queries: evaluate the run against these qrels")
     parser.add_argument("--measures", nargs="+", default=None, help="ir-measures names (default nDCG@10 ...)")
     parser.add_argument("--json", action="store_true",

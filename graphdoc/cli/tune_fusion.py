@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 from pathlib import Path
 
 from graphdoc.cli.common import DEVICE_HELP, add_nprobe_argument, check_at_least_one, logger
@@ -29,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="score normalisation of weighted fusion (default: the index's, as graphdoc search "
                              "uses, so the tuned alpha means what search --alpha does)")
     parser.add_argument("--depth", type=int, default=100, help="candidates per retriever (default 100)")
-    parser.add_argument("--output", type=Path, help="write the cross-validated fused run here")
+    parser.add_argument("--output", type=Path, help="write the cross-validated fused run here (-: as TREC lines "
+                        "on standard output, the report then going to standard error)")
     parser.add_argument("--save", action="store_true",
                         help="make weighted fusion with the chosen alpha and normalisation the index's setting "
                              "(kept when every alpha scores the same)")
@@ -45,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_at_least_one("--depth", args.depth)
     check_at_least_one("--nprobe", args.nprobe)
-    if args.output is not None:
+    if args.output is not None and str(args.output) != "-":
         check_run_output(args)
     check_computable(parse_measures([args.measure]))
     args.mode = "hybrid"
@@ -80,15 +83,22 @@ def _tune(args: argparse.Namespace, searcher) -> int:
     normalization = args.normalization or searcher.fusion.normalization
     result = tune_alpha(dense_run, sparse_run, qrels, folds=args.folds, normalization=normalization,
                         measure=args.measure, prefer=searcher.fusion.alpha)
-    _report(result, args.measure, searcher.fusion.alpha)
-    if args.output:
+    to_stdout = args.output is not None and str(args.output) == "-"  # the run alone on stdout
+    with contextlib.redirect_stdout(sys.stderr if to_stdout else sys.stdout):
+        _report(result, args.measure, searcher.fusion.alpha)
+    if to_stdout:
+        from graphdoc.retrieval.trec import run_lines
+
+        sys.stdout.writelines(run_lines(result.run, tag="graphdoc-hybrid-cv"))
+    elif args.output:
         from graphdoc.retrieval.trec import write_run
 
         note = replacing(args.output)
         write_run(result.run, args.output, tag="graphdoc-hybrid-cv")
         logger.info("wrote the cross-validated run of %d queries to %s%s", len(result.run), args.output, note)
     if args.save:
-        _save(searcher, args.index_dir, result)
+        with contextlib.redirect_stdout(sys.stderr if to_stdout else sys.stdout):
+            _save(searcher, args.index_dir, result)
     return 0
 
 

@@ -7,8 +7,10 @@ leaves them out; a title alone is classified.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import sys
 from pathlib import Path
 
 from graphdoc.config import check_count
@@ -24,7 +26,8 @@ SHOWN_IDS = 5
 
 def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch_size: int = 32,
             max_passages: int | None = None, device: str | None = None) -> int:
-    """Classify every document of ``source`` into ``output`` (JSON lines); returns the number written.
+    """Classify every document of ``source`` into ``output`` (JSON lines; ``"-"``: standard output); returns the
+    number written.
 
     ``max_passages``: passages kept per document; ``None`` keeps the classifier's own, the cap it was trained
     and scored with (a classifier saved before the cap was recorded: its encoder's chunker cap).
@@ -32,7 +35,9 @@ def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch
     check_count("batch_size", batch_size)
     if max_passages is not None:
         check_count("max_passages", max_passages)
-    check_output(model_dir, output, source=source)
+    to_stdout = str(output) == "-"
+    if not to_stdout:
+        check_output(model_dir, output, source=source)
     from graphdoc.finetune.classifier import DocumentClassifier  # (torch: not at import, which the CLI's parser does)
 
     classifier = DocumentClassifier.from_pretrained(model_dir, device=device)
@@ -47,7 +52,8 @@ def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch
         logger.warning("%s: %d document(s) with no title or text left out of the predictions (%s%s)", source,
                        stats.empty_skipped, shown, more)
     probabilities = classifier.predict_proba(docs, batch_size, max_passages)  # [n, num_classes]
-    with atomic_write(Path(output), "w", encoding="utf-8") as handle:
+    with contextlib.nullcontext(sys.stdout) if to_stdout else atomic_write(Path(output), "w",
+                                                                           encoding="utf-8") as handle:
         for doc, row in zip(docs, probabilities.tolist()):
             best = max(range(len(row)), key=row.__getitem__)
             record = {"id": doc.id, "label": classifier.labels[best],
