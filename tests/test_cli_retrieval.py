@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import math
 import shutil
 from pathlib import Path
@@ -165,6 +166,30 @@ def test_eval_prints_measures_of_a_run_file(files, tmp_path, capsys) -> None:
     ndcg = (1 + 1 / math.log2(3) + 0) / 3
     assert capsys.readouterr().out == format_table({"my.run": {"nDCG@10": ndcg, "RR@100": 0.5}}) + "\n"
     assert f"{ndcg:.4f}" == "0.5436"
+
+
+def test_eval_reads_a_run_from_standard_input_or_a_pipe(files, tmp_path, capsys, monkeypatch) -> None:
+    """--run - reads standard input, and a named pipe (cat run | graphdoc eval --run /dev/stdin) is a run file: it
+    was 'run file not found', as only regular files were."""
+    import io
+    import threading
+
+    text = "q1 Q0 d007 1 9.0 x\nq2 Q0 d000 1 9.0 x\nq2 Q0 d012 2 8.0 x\nq3 Q0 d001 1 9.0 x\n"
+    expected = {"nDCG@10": (1 + 1 / math.log2(3) + 0) / 3, "RR@100": 0.5}
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(("\ufeff" + text).encode("utf-8"))))
+    capsys.readouterr()
+    assert cli("eval", "--run", "-", "--qrels", files["qrels"], "--measures", "nDCG@10", "RR@100") == 0
+    assert capsys.readouterr().out == format_table({"stdin": expected}) + "\n"
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=pipe.write_text, args=(text,), kwargs={"encoding": "utf-8"})
+    writer.start()
+    assert cli("eval", "--run", pipe, "--qrels", files["qrels"], "--measures", "nDCG@10", "RR@100") == 0
+    writer.join()
+    assert capsys.readouterr().out == format_table({"pipe": expected}) + "\n"
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    assert cli("eval", "--run", "-", "--qrels", files["qrels"]) == 1
+    assert error_line(capsys, "eval") == "graphdoc eval: error: standard input holds no results"
 
 
 # ------------------------------------------------------------------ tune-fusion

@@ -13,7 +13,7 @@ from graphdoc.errors import InputError
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("eval", help="evaluate a run file", description=__doc__)
-    parser.add_argument("--run", required=True, type=Path)
+    parser.add_argument("--run", required=True, type=Path, help="a TREC run file (-: read standard input)")
     parser.add_argument("--qrels", required=True, help="qrels file, BEIR folder or dataset name")
     parser.add_argument("--split", default=None, help="qrels split of a BEIR folder (default test)")
     parser.add_argument("--measures", nargs="+", default=None,
@@ -66,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
 
     judgements = read_judgements(args.qrels, args.measures, args.split)
     run_ = read_run(args.run)
+    stdin = str(args.run) == "-"
     if not run_:
-        raise InputError(f"{args.run} holds no results")
-    print_evaluation(run_, judgements, name=args.run.name, run_name=str(args.run))
+        raise InputError(f"{'standard input' if stdin else args.run} holds no results")
+    print_evaluation(run_, judgements, name="stdin" if stdin else args.run.name,
+                     run_name="standard input" if stdin else str(args.run))
     return 0

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import math
 import re
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -74,17 +76,21 @@ def _parse_line(line: str, where: str) -> tuple[str, str, float]:
 
 def read_run(path: str | Path) -> Run:
     """Read a TREC run file into ``{qid: {docid: score}}``; blank lines and a leading byte-order mark are skipped.
+    ``"-"`` reads standard input, and a named pipe (``/dev/stdin``, ``<(...)``) is read as a file.
 
     The rank column is checked but not used: rankings come from the scores.
     """
-    path = Path(path)
+    stdin = str(path) == "-"
+    path = Path("<stdin>" if stdin else path)
     if path.is_dir():
         raise InputError(f"{path} is a folder, not a run file")
-    if not path.is_file():
+    if not stdin and not path.exists():
         raise InputError(f"run file not found: {path}")
     run: Run = {}
     try:
-        with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is not part of the first query id
+        # a byte-order mark is not part of the first query id
+        with (io.StringIO(sys.stdin.buffer.read().decode("utf-8-sig")) if stdin
+              else open(path, encoding="utf-8-sig")) as f:
             for lineno, line in enumerate(f, start=1):
                 if not line.strip():
                     continue
