@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -101,8 +102,10 @@ def test_manifest_records_model_settings_progress_and_counts(built, model, model
     assert m["shards"] == ["00000", "00001", "00002", "00003"]  # 3 + 3 + 3 + 1 documents
     corpus = str((built.parent / "corpus.jsonl").resolve())
     stat = Path(corpus).stat()
+    digest = hashlib.blake2b(f"corpus.jsonl\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode(), digest_size=6)
     assert m["sources"] == [{"corpus": corpus, "part": "1/1", "documents_read": 10, "complete": True,
-                             "state": [1, stat.st_size, stat.st_mtime_ns], "shards": m["shards"]}]
+                             "state": [1, stat.st_size, stat.st_mtime_ns, int.from_bytes(digest.digest(), "big")],
+                             "shards": m["shards"]}]
     assert {k: m["counts"][k] for k in ("documents", "passages", "shards", "replaced")} == \
         {"documents": 10, "passages": 30, "shards": 4, "replaced": 0}
     assert m["finalized"] is True
