@@ -137,6 +137,11 @@ def test_compare_one_record_files_without_an_id_take_the_file_name(model_dir, tm
     (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(record).encode())  # as Notepad saves it
     assert cli("compare", tmp_path / "bom.json", tmp_path / "a.jsonl", "--model", model_dir, "--json") == 0
     assert json.loads(capsys.readouterr().out)["a"]["id"] == "bom"
+    with gzip.open(tmp_path / "pretty.json.gz", "wt", encoding="utf-8") as handle:  # one record over many lines
+        handle.write(json.dumps(record, indent=2))
+    assert cli("compare", tmp_path / "pretty.json.gz", tmp_path / "a.jsonl", "--model", model_dir, "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["a"]["id"] == "pretty" and data["document_similarity"] == pytest.approx(1.0)
     (tmp_path / "c.JSONL.bz2").write_bytes(bz2.compress((json.dumps(record) + "\n").encode()))
     (tmp_path / ".jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
     assert cli("compare", tmp_path / "c.JSONL.bz2", tmp_path / ".jsonl", "--model", model_dir, "--json") == 0

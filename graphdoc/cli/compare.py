@@ -31,6 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def read_document_file(path: Path):
     """One document from a .txt/.md/.markdown file, a .json record or a one-record JSON lines file."""
+    from graphdoc.corpus.files import READ_ERRORS, open_binary
     from graphdoc.corpus.formats import JSONL_SUFFIXES
     from graphdoc.corpus.jsonl import iter_json_objects
     from graphdoc.corpus.textdir import TEXT_FILE_TYPES, read_text_file
@@ -42,14 +43,18 @@ def read_document_file(path: Path):
         raise InputError(f"{path}: no such file")
     if path.suffix.lower() in TEXT_FILE_TYPES:
         return read_text_file(path)
-    if name.endswith(".json"):
+    single = next((suffix for suffix in (".json", ".json.gz", ".json.bz2", ".json.xz") if name.endswith(suffix)), None)
+    if single is not None:  # one record, pretty-printed or not
         try:
-            record = json.loads(path.read_text(encoding="utf-8-sig"))  # a BOM, as Windows editors write, is fine
+            with open_binary(path) as handle:
+                record = json.loads(handle.read().decode("utf-8-sig"))  # a BOM, as Windows editors write, is fine
+        except READ_ERRORS as err:
+            raise InputError(f"{path}: cannot read file ({err})") from None
         except (ValueError, UnicodeDecodeError) as err:
             raise InputError(f"{path}: not a JSON record ({err})") from None
         if not isinstance(record, dict):
             raise InputError(f"{path}: expected one JSON object")
-        return _record_document(path, str(path), record, path.stem)
+        return _record_document(path, str(path), record, path.name[:-len(single)] or path.name)
     jsonl = next((suffix for suffix in JSONL_SUFFIXES if name.endswith(suffix)), None)
     if jsonl is not None:
         records = list(iter_json_objects(path))
