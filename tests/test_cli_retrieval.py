@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import math
@@ -290,11 +291,13 @@ def test_search_refuses_an_incomplete_index(own_index, capsys, monkeypatch) -> N
                   "(the same build_index call or graphdoc index command)")
     ids = own_index / "final" / "doc_ids.txt"
     ids.write_text(ids.read_text(encoding="utf-8") + "new-doc\n", encoding="utf-8")
-    # final/ put in place by the add as it was read (its sizes are not the manifest's yet): incomplete
-    stamps = iter([(1, 1), (2, 2)])
+    # final/ put in place by adds each time it was read: opened again, and said after the last try
+    stamps = itertools.count()
     monkeypatch.setattr(searcher, "_identity", lambda folder: next(stamps))
     assert cli("search", "--index-dir", own_index, "zebra", "--mode", "bm25") == 1
-    assert error_line(capsys, "search") == incomplete
+    assert error_line(capsys, "search") == (f"graphdoc search: error: index {own_index} was replaced 3 times while "
+                                            "it was opened (documents are being added): try again")
+    assert next(stamps) == 6  # read before and after each of the 3 tries
     monkeypatch.undo()
     # the same sizes with final/ as it was: damage, said as damage
     assert cli("search", "--index-dir", own_index, "zebra", "--mode", "bm25") == 1

@@ -460,3 +460,66 @@ def test_an_index_built_with_a_relative_model_folder_loads_it_quietly_from_elsew
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert list(hits["q"]) == [make_docs(3)[1]["_id"]]
     assert searcher.model.name_or_path == str((tmp_path / "enc").resolve())
+
+
+def _unique_words(n: int) -> list[dict]:
+    """``n`` documents each holding a word of its own ("uqa", "uqb", ...), so a BM25 search tells rows apart."""
+    return [{"_id": f"d{i}", "title": "", "text": f"Shared words here. Only uq{chr(97 + i)}x is mine."}
+            for i in range(n)]
+
+
+def test_a_final_replaced_while_a_searcher_opens_it_is_opened_again(model, tmp_path, monkeypatch) -> None:
+    """An add put a new final/ in place between the searcher's reading doc_ids.txt and bm25/: with the same
+    number of documents no size disagreed, and the searcher paired the old ids with the new BM25 rows."""
+    from graphdoc.retrieval.bm25 import BM25Index
+
+    docs = _unique_words(6)
+    build_index(model, str(write_jsonl(tmp_path / "a.jsonl", docs)), tmp_path / "idx", IndexSettings())
+    rotated = [dict(d, text=docs[(i + 1) % 6]["text"]) for i, d in enumerate(docs)]  # same ids, other texts
+    build_index(model, str(write_jsonl(tmp_path / "b.jsonl", rotated)), tmp_path / "other", IndexSettings())
+    real_load, swaps = BM25Index.load.__func__, []
+
+    def load_after_an_add(cls, path, *args, **kwargs):
+        if not swaps:  # the add's finalising swaps final/ now, once
+            swaps.append(path)
+            os.replace(tmp_path / "idx" / "final", tmp_path / "old-final")
+            shutil.copytree(tmp_path / "other" / "final", tmp_path / "idx" / "final")
+        return real_load(cls, path, *args, **kwargs)
+
+    monkeypatch.setattr(BM25Index, "load", classmethod(load_after_an_add))
+    searcher = Searcher(tmp_path / "idx")
+    monkeypatch.undo()
+    assert swaps
+    for i, doc in enumerate(rotated):
+        word = doc["text"].split()[4]
+        assert list(searcher.batch_search({"q": word}, k=1, mode="bm25")["q"]) == [doc["_id"]], word
+        assert searcher.record(searcher.doc_ids.index(doc["_id"]))["text"] == doc["text"]
+
+
+def test_a_final_in_place_before_the_manifest_counts_it_is_searched(model, tmp_path, caplog) -> None:
+    """An add replaces final/, then saves the manifest with its counts: in between (or after a kill there) the
+    searcher compared the new final/ with the old counts and called the index damaged."""
+    build_index(model, str(write_jsonl(tmp_path / "a.jsonl", make_docs(4))), tmp_path / "idx", IndexSettings())
+    manifest_file = tmp_path / "idx" / "manifest.json"
+    before = manifest_file.read_text(encoding="utf-8")
+    build_index(model, str(write_jsonl(tmp_path / "b.jsonl", make_docs(3, start=4))), tmp_path / "idx",
+                IndexSettings())
+    killed = json.loads(before)  # the manifest as a kill after the swap left it: not finalised, old counts
+    killed["finalized"] = False
+    killed["shards"] = json.loads(manifest_file.read_text(encoding="utf-8"))["shards"]
+    manifest_file.write_text(json.dumps(killed), encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="graphdoc"):
+        searcher = Searcher(tmp_path / "idx")
+    assert len(searcher.doc_ids) == 7
+    assert "searching the 7 documents of its last complete build" in caplog.text
+
+
+def test_settings_of_an_index_whose_add_was_interrupted_while_finalising_stay(model, tmp_path) -> None:
+    build_index(model, str(write_jsonl(tmp_path / "a.jsonl", make_docs(4))), tmp_path / "idx", IndexSettings())
+    manifest_file = tmp_path / "idx" / "manifest.json"
+    manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
+    manifest_file.write_text(json.dumps({**manifest, "finalized": False}), encoding="utf-8")
+    with pytest.raises(GraphDocError, match=r"has bm25\.stemmer=None; cannot change it to 'english' \(build a new "
+                                            r"index\)$"):
+        build_index(model, str(tmp_path / "a.jsonl"), tmp_path / "idx",
+                    IndexSettings(bm25=BM25Config(stemmer="english")))

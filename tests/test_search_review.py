@@ -290,7 +290,12 @@ def _jump_an_offset(path: Path) -> None:
 @pytest.mark.parametrize("name, damage, problem", [
     ("passage_ptr.npy", _jump_an_offset,
      "final/passage_ptr.npy does not start at 0 and rise (its passage offsets are broken)"),
-    ("doc_ids.txt", _drop_last_line, "final/doc_ids.txt holds 19 documents, the manifest 20"),
+    ("doc_ids.txt", _drop_last_line, "final/doc_ids.txt holds 19 documents, build.json 20"),
+    # an index finalised before final/build.json was written: its sizes are the manifest's
+    ("doc_ids.txt", lambda p: (_drop_last_line(p), (p.parent / "build.json").unlink()),
+     "final/doc_ids.txt holds 19 documents, the manifest 20"),
+    ("build.json", lambda p: p.write_text('{"build": 3}', encoding="utf-8"),
+     "final/build.json is not valid (not a build record)"),
     ("doc_ids.txt", lambda p: p.write_bytes(p.read_bytes()[:-3]), "final/doc_ids.txt cannot be read (it is cut short)"),
     ("doc_vectors.npy", _drop_last_row, "final/doc_vectors.npy holds 19 documents, not 20"),
     ("passage_vectors.npy", _drop_last_row, "final/passage_vectors.npy holds 59 passages, not 60 (passage_ptr.npy)"),

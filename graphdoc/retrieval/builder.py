@@ -120,14 +120,15 @@ def _existing_manifest(index_dir: Path, identity: dict, settings: IndexSettings,
 
 
 def _change_setting(index_dir: Path, manifest: Manifest, name: str, value, announce: bool) -> None:
-    """FAISS factory and BM25 settings shape only ``final/``: they may change until the index is finalised
-    (a factory that could not be trained is replaced without re-encoding); the metric never."""
+    """FAISS factory and BM25 settings shape only ``final/``: they may change until the index is first finalised
+    (a factory that could not be trained is replaced without re-encoding), not after an add that was interrupted
+    while finalising, as the index searched meanwhile is its last build; the metric never."""
     old = getattr(manifest, name)
     shown_name, shown_old, shown_new = name, old, value
     if isinstance(old, dict):
         key = next(k for k in value if value[k] != old.get(k))
         shown_name, shown_old, shown_new = f"{name}.{key}", old.get(key), value[key]
-    if name == "metric" or manifest.finalized:
+    if name == "metric" or manifest.finalized or "documents" in manifest.counts:  # (counts: a build finished)
         raise GraphDocError(f"index {index_dir} has {shown_name}={shown_old!r}; cannot change it to "
                             f"{shown_new!r} (build a new index)")
     if announce:

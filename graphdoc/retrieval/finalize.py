@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from pathlib import Path
 
 import numpy as np
 
-from graphdoc.errors import GraphDocError
+from graphdoc.errors import DamagedIndexError, GraphDocError
 from graphdoc.fileio import atomic_directory
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config, BM25Index
@@ -18,6 +20,8 @@ from graphdoc.retrieval.shards import read_shard
 logger = logging.getLogger(__name__)
 
 FINAL_DIR = "final"
+#: Written last into ``final/``: the build's id and sizes, which the files of that folder must agree with.
+BUILD_FILE = "build.json"
 
 
 def _kept_rows(ids: list[str]) -> np.ndarray:
@@ -55,11 +59,43 @@ def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = Fals
         docstore.write_store(tmp / "docstore.jsonl", records)
         texts = (f"{r['title']} {r['text']}".strip() for r in docstore.iter_store(tmp / "docstore.jsonl"))
         BM25Index.build(texts, BM25Config.from_dict(manifest.bm25)).save(tmp / "bm25")
+        (tmp / BUILD_FILE).write_text(json.dumps(_build_record(manifest, len(keep), n_passages)) + "\n",
+                                      encoding="utf-8")
     manifest.counts.update({"documents": len(keep), "passages": n_passages, "shards": len(manifest.shards),
                             "replaced": len(ids) - len(keep)})
     manifest.finalized = True
     manifest.save(index_dir)
     logger.debug("index %s: %d documents, %d passages", shown_as or index_dir, len(keep), n_passages)
+
+
+def _build_record(manifest: Manifest, documents: int, passages: int) -> dict:
+    """What :data:`BUILD_FILE` holds. The id is a digest of what decides ``final/``'s content (the shards, which
+    are never rewritten, and the settings), so that another build of an index has another id, while a rebuild
+    of a damaged ``final/`` writes the same bytes."""
+    decided_by = [manifest.shards, manifest.metric, manifest.faiss_factory, manifest.bm25, manifest.store_passages,
+                  documents, passages]
+    digest = hashlib.blake2b(json.dumps(decided_by, sort_keys=True).encode("utf-8"), digest_size=16)
+    return {"build": digest.hexdigest(), "documents": documents, "passages": passages}
+
+
+def read_build(final: Path) -> dict | None:
+    """``final/``'s :data:`BUILD_FILE` (``{"build": id, "documents": n, "passages": m}``), or ``None`` for an
+    index finalised before graphdoc wrote it."""
+    file = final / BUILD_FILE
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise DamagedIndexError(final.parent, f"{FINAL_DIR}/{BUILD_FILE} cannot be read ({err})") from None
+    try:
+        build = json.loads(text)
+        if not (isinstance(build, dict) and isinstance(build.get("build"), str)
+                and all(isinstance(build.get(k), int) for k in ("documents", "passages"))):
+            raise ValueError("not a build record")
+    except ValueError as err:
+        raise DamagedIndexError(final.parent, f"{FINAL_DIR}/{BUILD_FILE} is not valid ({err})") from None
+    return build
 
 
 def _gather(index_dir: Path, manifest: Manifest):

@@ -19,7 +19,7 @@ from graphdoc.retrieval.dense import prepare_vectors
 from graphdoc.fileio import UnreadableFileError, reading
 from graphdoc.retrieval.dense_searcher import DenseSearcher, DenseSettings
 from graphdoc.retrieval.docstore import DocStore, offsets_path
-from graphdoc.retrieval.finalize import FINAL_DIR
+from graphdoc.retrieval.finalize import FINAL_DIR, read_build
 from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig, fuse_arrays
 from graphdoc.retrieval.manifest import Manifest, check_identity, model_identity
 from graphdoc.retrieval.queries import check_query, split_queries
@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 MODES = ("dense", "bm25", "hybrid")
 SNIPPET_CHARS = 300
+OPEN_ATTEMPTS = 3  # tries at opening a final/ that adds keep replacing
 ATTENTION_FILE = "passage_attention.npy"  # read by graphdoc.explain; checked here with the others
 
 
@@ -58,30 +59,16 @@ class Searcher:
         self.docstore: DocStore | None = None
         if not self.index_dir.is_dir():
             raise GraphDocError(f"index folder not found: {self.index_dir}")
-        self.manifest = Manifest.load(self.index_dir)
-        final = self.index_dir / FINAL_DIR
-        if self.manifest.finalized and not self.manifest.shards:
-            raise GraphDocError(f"index {self.index_dir} holds no documents (an empty part of a sharded corpus): "
-                                "merge it with the other parts (merge_indexes, graphdoc merge) and search the "
-                                "merged index")
-        incomplete = GraphDocError(f"index {self.index_dir} is incomplete: rerun the build that was interrupted (the "
-                                   "same build_index call or graphdoc index command)")
-        # documents being added, or an add that was interrupted: the last complete build (final/) is searched
-        self.updating = not self.manifest.finalized
-        if self.updating and (not final.is_dir() or "documents" not in self.manifest.counts):
-            raise incomplete  # no build finished yet
-        if not final.is_dir():
-            raise self._damaged(f"{FINAL_DIR}/ is missing")
         self.device = device
         self._model = None
-        before = _identity(final)
         try:  # nothing stays open when opening fails, the model included
-            try:
-                self._open_final(final)
-            except GraphDocError:
-                if self.updating and _identity(final) != before:  # final/ was replaced as it was read
-                    raise incomplete from None
-                raise
+            for _ in range(OPEN_ATTEMPTS):
+                if self._open():
+                    break
+                self.close()  # an add's finalising put a new final/ in place as it was read: read that one
+            else:
+                raise GraphDocError(f"index {self.index_dir} was replaced {OPEN_ATTEMPTS} times while it was opened "
+                                    "(documents are being added): try again")
             if self.updating:
                 logger.warning("index %s is being finalised after an add, or its finalising was interrupted: "
                                "searching the %d documents of its last complete build (rerun an interrupted build "
@@ -94,6 +81,31 @@ class Searcher:
             if isinstance(exc, UnreadableFileError):
                 raise self._damaged(f"{exc.path.relative_to(self.index_dir)} cannot be read ({exc.reason})") from exc
             raise
+
+    def _open(self) -> bool:
+        """Read the manifest and open ``final/``; False when ``final/`` was replaced while its files were opened,
+        so that they may belong to two builds (one's ids with the other's BM25 rows, say)."""
+        self.manifest = Manifest.load(self.index_dir)
+        final = self.index_dir / FINAL_DIR
+        if self.manifest.finalized and not self.manifest.shards:
+            raise GraphDocError(f"index {self.index_dir} holds no documents (an empty part of a sharded corpus): "
+                                "merge it with the other parts (merge_indexes, graphdoc merge) and search the "
+                                "merged index")
+        # documents being added, or an add that was interrupted: the last complete build (final/) is searched
+        self.updating = not self.manifest.finalized
+        if self.updating and (not final.is_dir() or "documents" not in self.manifest.counts):
+            raise GraphDocError(f"index {self.index_dir} is incomplete: rerun the build that was interrupted (the "
+                                "same build_index call or graphdoc index command)")  # no build finished yet
+        if not final.is_dir():
+            raise self._damaged(f"{FINAL_DIR}/ is missing")
+        before = _identity(final)
+        try:
+            self._open_final(final)
+        except GraphDocError:
+            if _identity(final) != before:
+                return False
+            raise
+        return _identity(final) == before
 
     def _open_final(self, final: Path) -> None:
         """Open the files of ``final/`` and check that they describe the same documents."""
@@ -116,13 +128,17 @@ class Searcher:
             raise self._damaged(problem)
 
     def _size_problem(self, final: Path) -> str | None:
-        """Why the files of ``final/`` disagree in size (a truncated or replaced file), or ``None``."""
-        documents = self.manifest.counts.get("documents", len(self.doc_ids))
+        """Why the files of ``final/`` disagree in size (a truncated or replaced file), or ``None``. The number of
+        documents is the one ``final/build.json`` gives, else (an index from before it) the manifest's: the
+        manifest is saved after ``final/`` is replaced, so during an add it may still count the previous build."""
+        build = read_build(final)
+        where, documents = ("build.json", build["documents"]) if build is not None else \
+            ("the manifest", self.manifest.counts.get("documents", len(self.doc_ids)))
         sizes = [("doc_ids.txt", len(self.doc_ids)), ("docstore.jsonl.offsets.npy", len(self.docstore)),
                  ("bm25", self.bm25.num_docs)]
         for name, size in sizes:
             if size != documents:
-                return f"{FINAL_DIR}/{name} holds {size} documents, the manifest {documents}"
+                return f"{FINAL_DIR}/{name} holds {size} documents, {where} {documents}"
         if not self.docstore.is_complete():
             return f"{FINAL_DIR}/docstore.jsonl is cut short"
         problem = self.dense.size_problem(documents)
@@ -339,10 +355,12 @@ def final_problem(index_dir: str | Path) -> str | None:
     return None
 
 
-def _identity(folder: Path) -> tuple[int, int] | None:
-    """The folder's inode and change time: another when an add's finalising puts a new ``final/`` in its place."""
+def _identity(folder: Path) -> tuple[int, int, str | None] | None:
+    """The folder's inode, change time and build id: others when an add's finalising puts a new ``final/`` in its
+    place (the build id tells two builds apart even if a later one got the inode of an earlier one)."""
     try:
         stat = os.stat(folder)
-    except OSError:
+        build = read_build(folder)
+    except (OSError, GraphDocError):
         return None
-    return stat.st_ino, stat.st_ctime_ns
+    return stat.st_ino, stat.st_ctime_ns, None if build is None else build["build"]
