@@ -3,7 +3,10 @@
 Each size runs in its own process, so that its peak RSS is its own; the figure of interest is the peak above
 the document itself (bytes a character) and the time a MB, which should stay flat as the size grows::
 
-    python benchmarks/chunk_scale.py [--sizes 1 5 20 50] [--max-words 100]
+    python benchmarks/chunk_scale.py [--sizes 1 5 20 50] [--max-words 100] [--unpunctuated]
+
+``--unpunctuated``: the transcripts on one line without punctuation (an ASR transcript): blingfire finds no
+sentence end, so every window of a million characters is cut at its last space.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import re
 import resource
 import subprocess
 import sys
@@ -24,7 +28,7 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def one(size_mb: float, max_words: int) -> dict:
+def one(size_mb: float, max_words: int, unpunctuated: bool = False) -> dict:
     from graphdoc.chunker import chunk_document
     from graphdoc.documents import Document
 
@@ -37,8 +41,9 @@ def one(size_mb: float, max_words: int) -> dict:
             total += len(text) + 1
             if total >= target:
                 break
-    doc = Document("big", "\n".join(parts))
-    del parts, transcripts
+    text = "\n".join(parts)
+    doc = Document("big", re.sub(r"[^\w ]+", " ", text) if unpunctuated else text)
+    del parts, transcripts, text
     before = peak_mib()
     start = time.perf_counter()
     passages = chunk_document(doc, max_words)
@@ -51,18 +56,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 5, 20, 50], help="document sizes in MB")
     parser.add_argument("--max-words", type=int, default=100)
+    parser.add_argument("--unpunctuated", action="store_true", help="one line, no punctuation")
     parser.add_argument("--one", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(one(args.one, args.max_words)))
+        print(json.dumps(one(args.one, args.max_words, args.unpunctuated)))
         return
     if not DATA.is_file():
         sys.exit(f"chunk_scale: QMSum not found at {DATA} (see shared/data/README.md)")
     print("| document | passages | seconds | s / MB | peak RSS above the document | bytes / char |")
     print("|---:|---:|---:|---:|---:|---:|")
     for size in args.sizes:
-        out = subprocess.run([sys.executable, __file__, "--one", str(size), "--max-words", str(args.max_words)],
-                             check=True, capture_output=True, text=True).stdout
+        flags = ["--unpunctuated"] if args.unpunctuated else []
+        out = subprocess.run([sys.executable, __file__, "--one", str(size), "--max-words", str(args.max_words),
+                              *flags], check=True, capture_output=True, text=True).stdout
         r = json.loads(out)
         mb = r["chars"] / 1e6
         print(f"| {mb:.1f} M chars | {r['passages']:,} | {r['seconds']:.1f} | {r['seconds'] / mb:.2f} | "

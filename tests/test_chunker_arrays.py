@@ -136,3 +136,28 @@ def test_every_word_lands_in_one_passage_when_sections_are_read_in_windows(monke
     assert [w for p in passages for w in p.text.split()] == text.split()
     assert all(len(p.text.split()) <= 50 for p in passages)
     assert [p.index for p in passages] == list(range(len(passages)))
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(pieces=st.lists(PIECES, max_size=60), data=st.data())
+def test_a_windows_last_line_break_and_space_are_found_as_rfind_finds_them(pieces, data):
+    """The window cut's scans (a table lookup over the code points, linear where a '(?s:.*)\\s' search took
+    hours on a million characters with no line break) find what a reverse search finds."""
+    text = "".join(pieces)
+    start = data.draw(st.integers(0, len(text)))
+    stop = data.draw(st.integers(start, len(text)))
+
+    def reference(characters):
+        found = max((text.rfind(c, start, stop) for c in characters), default=-1)
+        return found + 1 if found >= 0 else start
+
+    assert chunker._LAST_LINE_BREAK(text, start, stop) == reference(chunker.LINE_BREAKS)
+    assert chunker._LAST_SPACE(text, start, stop) == reference({c for c in text if c.isspace()})
+
+
+def test_a_section_over_a_window_without_sentence_ends_or_line_breaks_is_read_in_windows(monkeypatch):
+    text = "so um yeah we should talk about the budget " * 300  # an unpunctuated transcript on one line
+    assert _sentence_ends(text, window=1_000).tolist() == _sentence_ends(text, window=len(text)).tolist()
+    doc = Document("asr", text)
+    monkeypatch.setattr(chunker, "SENTENCE_WINDOW", 1_000)
+    assert chunks(doc, 100) == reference_chunks(doc, 100)
