@@ -523,3 +523,20 @@ def test_settings_of_an_index_whose_add_was_interrupted_while_finalising_stay(mo
                                             r"index\)$"):
         build_index(model, str(tmp_path / "a.jsonl"), tmp_path / "idx",
                     IndexSettings(bm25=BM25Config(stemmer="english")))
+
+
+def test_an_index_from_before_bm25_terms_keeps_bm25s_terms_when_documents_are_added(model, tmp_path) -> None:
+    from graphdoc.retrieval.bm25 import BM25Index
+    from graphdoc.retrieval.manifest import Manifest
+
+    build_index(model, str(write_jsonl(tmp_path / "a.jsonl", make_docs(3))), tmp_path / "idx", IndexSettings())
+    assert BM25Index.load(tmp_path / "idx" / "final" / "bm25").config.terms == "unicode"
+    manifest_file = tmp_path / "idx" / "manifest.json"
+    manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
+    del manifest["bm25"]["terms"]  # as graphdoc wrote it before the setting
+    manifest_file.write_text(json.dumps(manifest), encoding="utf-8")
+    assert Manifest.load(tmp_path / "idx").bm25["terms"] == "bm25s"
+    build_index(model, str(write_jsonl(tmp_path / "b.jsonl", make_docs(2, start=3))), tmp_path / "idx",
+                IndexSettings())
+    assert BM25Index.load(tmp_path / "idx" / "final" / "bm25").config.terms == "bm25s"
+    assert json.loads(manifest_file.read_text(encoding="utf-8"))["bm25"]["terms"] == "bm25s"

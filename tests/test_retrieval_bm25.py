@@ -198,3 +198,38 @@ def test_term_ids_give_back_every_documents_terms():
 def test_build_refuses_a_single_string():
     with pytest.raises(TypeError, match="expects an iterable of texts, got a single string"):
         BM25Index.build("apple pear")
+
+
+@pytest.mark.parametrize("text, unicode_terms, bm25s_terms", [
+    ("हिन्दी का वाक्य", ["हिन्दी", "का", "वाक्य"], []),  # vowel signs and viramas are combining marks
+    ("தமிழ் மொழி", ["தமிழ்", "மொழி"], ["தம"]),
+    ("שָׁלוֹם", ["שָׁלוֹם"], ["לו"]),
+    ("re\u0301sume\u0301 of a cafe\u0301", ["résumé", "café"], ["re", "sume", "cafe"]),  # decomposed accents
+    ("ＡＢＣ graph 3.14", ["abc", "graph", "14"], ["ａｂｃ", "graph", "14"]),  # full-width letters are ASCII ones
+])
+def test_unicode_terms_keep_combining_marks_in_their_words(text, unicode_terms, bm25s_terms):
+    from graphdoc.retrieval.bm25 import tokenize
+
+    assert tokenize([text], BM25Config())[0] == unicode_terms
+    assert tokenize([text], BM25Config(terms="bm25s"))[0] == bm25s_terms
+
+
+def test_a_hindi_corpus_is_indexed_and_found_by_its_words():
+    index = BM25Index.build(["दिल्ली भारत की राजधानी है", "मुंबई एक बड़ा शहर है"])
+    indices, scores = index.search(["दिल्ली", "मुंबई शहर"], k=1)
+    assert indices.tolist() == [[0], [1]] and (scores > 0).all()
+    assert BM25Index.build(["हिन्दी का वाक्य", "বাংলা ভাষা"]).num_docs == 2
+    with pytest.raises(GraphDocError, match="none of the 2 texts has a word to index"):  # bm25s's terms: none
+        BM25Index.build(["हिन्दी का वाक्य", "বাংলা ভাষা"], BM25Config(terms="bm25s"))
+
+
+def test_a_setting_stored_before_terms_existed_reads_as_bm25s_terms(tmp_path):
+    index = BM25Index.build(["re\u0301sume\u0301 here", "another text"], BM25Config(terms="bm25s"))
+    index.save(tmp_path / "bm25")
+    meta = json.loads((tmp_path / "bm25" / "config.json").read_text(encoding="utf-8"))
+    del meta["config"]["terms"]  # as graphdoc wrote it before
+    (tmp_path / "bm25" / "config.json").write_text(json.dumps(meta), encoding="utf-8")
+    loaded = BM25Index.load(tmp_path / "bm25")
+    assert loaded.config.terms == "bm25s"
+    assert loaded.get_scores("sume").tolist() == index.get_scores("sume").tolist() and loaded.get_scores("sume")[0] > 0
+    assert BM25Config.from_stored({}) == BM25Config()  # nothing stored: the defaults

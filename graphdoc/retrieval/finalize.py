@@ -58,7 +58,7 @@ def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = Fals
         records = _records(stores, keep)
         docstore.write_store(tmp / "docstore.jsonl", records)
         texts = (f"{r['title']} {r['text']}".strip() for r in docstore.iter_store(tmp / "docstore.jsonl"))
-        BM25Index.build(texts, BM25Config.from_dict(manifest.bm25)).save(tmp / "bm25")
+        BM25Index.build(texts, BM25Config.from_stored(manifest.bm25)).save(tmp / "bm25")
         (tmp / BUILD_FILE).write_text(json.dumps(_build_record(manifest, len(keep), n_passages)) + "\n",
                                       encoding="utf-8")
     manifest.counts.update({"documents": len(keep), "passages": n_passages, "shards": len(manifest.shards),

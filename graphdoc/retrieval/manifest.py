@@ -92,6 +92,9 @@ class Manifest:
                 source.part = normal_part(source.part)
             except (ValueError, IndexError, AttributeError):
                 pass  # not a part: left for the checks that read it to name
+        from graphdoc.retrieval.bm25 import with_legacy_terms  # (bm25s is imported only when used)
+
+        data["bm25"] = with_legacy_terms(data.get("bm25", {}))  # an index built before BM25 had "terms"
         encoder = data["model"].get("passage_encoder") if isinstance(data["model"], dict) else None
         if isinstance(encoder, dict):  # an index built before a setting existed was built without it
             data["model"]["passage_encoder"] = {**encoder, **{k: v for k, v in LEGACY_PASSAGE_ENCODER.items()
