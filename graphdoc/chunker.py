@@ -266,11 +266,23 @@ def split_passage(doc_text: str, passage: Passage) -> tuple[Passage, Passage]:
         if near:
             mid = min(near, key=lambda n: (abs(n - mid), n))
         cut_left, cut_right = words[mid - 1][1], words[mid][0]
-    else:  # one long token (e.g. a URL): cut it in the middle
-        cut_left = cut_right = passage.start + max(1, len(passage.text) // 2)
+    else:  # one long token (e.g. a URL): cut it in the middle, between two grapheme clusters
+        cut_left = cut_right = passage.start + _cluster_cut(passage.text, max(1, len(passage.text) // 2))
     left = _replace(passage, end=cut_left, text=doc_text[passage.start:cut_left])
     right = _replace(passage, start=cut_right, text=doc_text[cut_right:passage.end])
     return left, right
+
+
+def _cluster_cut(text: str, at: int, reach: int = 32) -> int:
+    """``at`` moved to the nearest grapheme cluster boundary (``regex``'s ``\\X``) within ``reach`` characters
+    and inside ``text``, so that a letter keeps its combining marks and an emoji sequence its joiners; ``at``
+    when there is none (a cluster longer than that)."""
+    import regex  # a dependency of transformers and of graphdoc; only a token with no space needs it
+
+    low = max(0, at - 2 * reach)
+    ends = [low + m.end() for m in regex.finditer(r"\X", text[low:at + 2 * reach])][:-1]  # the last may run on
+    near = [end for end in ends if abs(end - at) <= reach and 0 < end < len(text)]
+    return min(near, key=lambda end: (abs(end - at), end)) if near else at
 
 
 def fit_to_token_limit(

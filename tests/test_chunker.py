@@ -253,3 +253,24 @@ def test_chunker_without_cap_keeps_everything() -> None:
 def test_chunker_repr() -> None:
     assert repr(Chunker(ChunkerConfig(max_words=7, max_passages=None, title="all"))) == \
         "Chunker(max_words=7, max_passages=None, title='all')"
+
+
+@pytest.mark.parametrize("token", [
+    "👨\u200d👩\u200d👧\u200d👦" * 9,  # a family emoji: four people joined by ZWJs
+    "👍🏽" * 21,  # with a skin tone modifier
+    "हिन्दीवाक्य" * 13,  # Devanagari with vowel signs and viramas
+    "e\u0301" * 51,  # decomposed accents
+])
+@pytest.mark.parametrize("lead", ["", "a", "ab", "abc"])
+def test_a_single_token_is_halved_between_grapheme_clusters(token, lead) -> None:
+    """A passage of one long token was cut at its middle code point: between a letter and its vowel sign, or
+    inside an emoji sequence (the right half starting with a ZWJ or a skin tone)."""
+    import regex
+
+    text = lead + token
+    passage = Passage(doc_id="d", index=0, section=0, section_title="", text=text, start=0, end=len(text))
+    left, right = split_passage(text, passage)
+    assert left.text + right.text == text and left.text and right.text
+    boundaries = {m.end() for m in regex.finditer(r"\X", text)}
+    assert left.end == right.start and left.end in boundaries
+    assert abs(left.end - len(text) // 2) <= 32
