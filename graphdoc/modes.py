@@ -24,7 +24,7 @@ def eval_mode(module: nn.Module) -> Iterator[None]:
         users = module.__dict__.get(_USERS, 0)
         if users == 0:
             module.__dict__[_MODE] = module.training
-            module.eval()
+        module.eval()  # every call: the caller may have switched the model to train mode while another ran
         module.__dict__[_USERS] = users + 1
     try:
         yield

@@ -32,6 +32,7 @@ from _retrieval_helpers import (
 
 from graphdoc.encoder import GraphDocEncoder
 from graphdoc.errors import GraphDocError, IndexMismatchError
+from graphdoc.retrieval.bm25 import BM25Config
 from graphdoc.retrieval import builder, progress
 from graphdoc.retrieval.builder import IndexSettings, build_index
 from graphdoc.retrieval.docstore import DocStore
@@ -90,7 +91,7 @@ def copy_index(index_dir: Path, tmp_path: Path) -> Path:
 # ------------------------------------------------------------------ a fresh build
 def test_manifest_records_model_settings_progress_and_counts(built, model, model_dir, tmp_path) -> None:
     m = manifest_json(built)
-    assert m["format"] == "graphdoc.index" and m["format_version"] == 1
+    assert m["format"] == "graphdoc.index" and m["format_version"] == 2
     assert m["model"]["path"] == str(model_dir.resolve())
     assert m["model"]["name"] == model.config.passage_encoder.model_name_or_path
     assert m["model"]["fingerprint"] == model_fingerprint(model) and len(m["model"]["fingerprint"]) == 64
@@ -316,8 +317,11 @@ def test_merge_refuses_parts_of_another_model_or_settings(model, tiny_bert, tiny
         merge_indexes(tmp_path / "out", [tmp_path / "a", tmp_path / "roberta"])
     capsys.readouterr()
     assert cli("merge", "--index-dir", tmp_path / "out", tmp_path / "a", tmp_path / "hnsw") == 1
-    assert error_line(capsys, "merge").endswith(f"cannot merge {tmp_path / 'hnsw'}: its faiss_factory differs "
-                                                 f"from {tmp_path / 'a'}'s")
+    assert error_line(capsys, "merge").endswith(f"cannot merge {tmp_path / 'hnsw'}: it has faiss_factory='HNSW32', "
+                                                 f"{tmp_path / 'a'} faiss_factory='Flat'")
+    build_index(model, corpus, tmp_path / "terms", IndexSettings(bm25=BM25Config(terms="bm25s")), part="2/2")
+    with pytest.raises(GraphDocError, match=r"it has bm25\.terms='bm25s', .*/a bm25\.terms='unicode'$"):
+        merge_indexes(tmp_path / "out", [tmp_path / "a", tmp_path / "terms"])  # the setting named, not "bm25"
     assert not (tmp_path / "out").exists()
 
 

@@ -534,9 +534,14 @@ def test_an_index_from_before_bm25_terms_keeps_bm25s_terms_when_documents_are_ad
     manifest_file = tmp_path / "idx" / "manifest.json"
     manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
     del manifest["bm25"]["terms"]  # as graphdoc wrote it before the setting
-    manifest_file.write_text(json.dumps(manifest), encoding="utf-8")
+    manifest_file.write_text(json.dumps({**manifest, "format_version": 1}), encoding="utf-8")
     assert Manifest.load(tmp_path / "idx").bm25["terms"] == "bm25s"
     build_index(model, str(write_jsonl(tmp_path / "b.jsonl", make_docs(2, start=3))), tmp_path / "idx",
                 IndexSettings())
     assert BM25Index.load(tmp_path / "idx" / "final" / "bm25").config.terms == "bm25s"
-    assert json.loads(manifest_file.read_text(encoding="utf-8"))["bm25"]["terms"] == "bm25s"
+    saved = json.loads(manifest_file.read_text(encoding="utf-8"))
+    assert saved["bm25"]["terms"] == "bm25s" and saved["format_version"] == 2  # older graphdoc: "upgrade"
+    # a setting that leaves terms out (graphdoc index --bm25-stemmer ...: the command that built it) keeps them
+    build_index(model, str(tmp_path / "b.jsonl"), tmp_path / "idx", IndexSettings(bm25=BM25Config()))
+    with pytest.raises(GraphDocError, match=r"has bm25\.terms='bm25s'; cannot change it to 'unicode'"):
+        build_index(model, str(tmp_path / "b.jsonl"), tmp_path / "idx", IndexSettings(bm25=BM25Config(terms="unicode")))

@@ -273,3 +273,11 @@ def test_overlapping_inference_calls_run_in_eval_mode_and_give_back_train_mode(t
     torch.testing.assert_close(torch.cat([first_b, *rest_b]), reference, rtol=0, atol=0)
     assert model.training
     assert model.passage_encoder.training
+    # the model switched to train mode while a call runs: a call starting then still runs in eval mode
+    a = model.iter_forward(docs, batch_size=1)
+    next(a)
+    model.train()
+    torch.testing.assert_close(torch.cat([out.document_embeddings for out in model.iter_forward(docs, batch_size=1)]),
+                               reference, rtol=0, atol=0)
+    list(a)
+    assert model.training

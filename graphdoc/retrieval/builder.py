@@ -111,8 +111,8 @@ def _existing_manifest(index_dir: Path, identity: dict, settings: IndexSettings,
     if manifest.store_passages and not settings.store_passages:
         raise GraphDocError(f"index {index_dir} keeps passage vectors; cannot add documents without them "
                             "(build a new index with store_passages=False, --no-passages)")
-    wanted = {"metric": settings.metric, "faiss_factory": settings.faiss_factory,
-              "bm25": settings.bm25.to_dict() if settings.bm25 is not None else None}
+    wanted = {"metric": settings.metric, "faiss_factory": settings.faiss_factory,  # terms=None: the index's own
+              "bm25": settings.bm25.resolved(manifest.bm25).to_dict() if settings.bm25 is not None else None}
     for name, value in wanted.items():
         if value is not None and value != getattr(manifest, name):
             _change_setting(index_dir, manifest, name, value, announce)
@@ -147,7 +147,7 @@ def _new_manifest(model, identity: dict, settings: IndexSettings) -> Manifest:
     new_faiss_index(settings.faiss_factory or "Flat", model.dimension)
     fusion, dense, metric = search_defaults(model)
     return Manifest(model=identity, dimension=model.dimension, metric=settings.metric or metric,
-                    faiss_factory=settings.faiss_factory or "Flat", bm25=(settings.bm25 or BM25Config()).to_dict(),
+                    faiss_factory=settings.faiss_factory or "Flat", bm25=(settings.bm25 or BM25Config()).resolved().to_dict(),
                     store_passages=settings.store_passages, graphdoc_version=__version__,
                     fusion=fusion.to_dict(), dense=asdict(dense))
 

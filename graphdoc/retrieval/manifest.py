@@ -16,7 +16,7 @@ from graphdoc.fingerprint import weights_fingerprint as model_fingerprint
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "graphdoc.index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: bm25.terms (graphdoc before it refuses the field; this format says to upgrade)
 
 
 @dataclass
@@ -95,6 +95,7 @@ class Manifest:
         from graphdoc.retrieval.bm25 import with_legacy_terms  # (bm25s is imported only when used)
 
         data["bm25"] = with_legacy_terms(data.get("bm25", {}))  # an index built before BM25 had "terms"
+        data["format_version"] = FORMAT_VERSION  # as it is saved again: with the fields of this format
         encoder = data["model"].get("passage_encoder") if isinstance(data["model"], dict) else None
         if isinstance(encoder, dict):  # an index built before a setting existed was built without it
             data["model"]["passage_encoder"] = {**encoder, **{k: v for k, v in LEGACY_PASSAGE_ENCODER.items()

@@ -107,8 +107,12 @@ def _check_compatible(parts: list[Path], manifests: list[Manifest]) -> None:
             raise IndexMismatchError(f"cannot merge {path}: it was built with {name}={theirs}, "
                                      f"{parts[0]} with {name}={ours}")
         for name in SETTINGS:
-            if getattr(manifest, name) != getattr(first, name):
-                raise GraphDocError(f"cannot merge {path}: its {name} differs from {parts[0]}'s")
+            ours, theirs = getattr(first, name), getattr(manifest, name)
+            if theirs != ours:
+                if isinstance(ours, dict) and isinstance(theirs, dict):  # name the setting: bm25.terms, say
+                    key = next(k for k in sorted({*ours, *theirs}) if ours.get(k) != theirs.get(k))
+                    name, ours, theirs = f"{name}.{key}", ours.get(key), theirs.get(key)
+                raise GraphDocError(f"cannot merge {path}: it has {name}={theirs!r}, {parts[0]} {name}={ours!r}")
         if not manifest.sources:
             raise GraphDocError(f"cannot merge {path}: nothing was indexed into it (the build_index call or graphdoc "
                                 "index command that made it stopped before the first shard was saved): rerun it")
