@@ -29,6 +29,7 @@ from graphdoc.finetune.config import ClassificationConfig
 from graphdoc.finetune.inputs import GraphInputs
 from graphdoc.finetune.loop import EpochLoop, data_fingerprint, seed_everything
 from graphdoc.finetune.supcon import supcon_losses
+from graphdoc.modes import eval_mode
 from graphdoc.outputs import GraphOutput
 
 logger = logging.getLogger(__name__)
@@ -150,15 +151,11 @@ def prepare_inputs(encoder, documents: Sequence[Document], cache, max_passages: 
 def evaluate_classifier(classifier: DocumentClassifier, data: LabelledInputs, keys: Sequence[str],
                         batch_size: int = 64) -> dict[str, float]:
     """Accuracy and macro-F1 of ``classifier`` on the documents ``keys``."""
-    was_training = classifier.training
-    classifier.eval()
     predicted = []
-    try:
+    with eval_mode(classifier):
         for start in range(0, len(keys), batch_size):
             vectors = data.inputs.embed(keys[start:start + batch_size]).document_embeddings
             predicted += [classifier.labels[i] for i in classifier.logits(vectors).argmax(-1).tolist()]
-    finally:
-        classifier.train(was_training)
     gold = [data.labels[k] for k in keys]
     return {"accuracy": accuracy(gold, predicted), "macro_f1": macro_f1(gold, predicted)}
 

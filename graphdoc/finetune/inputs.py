@@ -14,6 +14,7 @@ import torch
 
 from graphdoc.documents import Document
 from graphdoc.errors import GraphDocError
+from graphdoc.modes import eval_mode
 from graphdoc.outputs import GraphOutput, PreparedDocument
 from graphdoc.training.cache import PassageVectorCache
 
@@ -88,11 +89,9 @@ class GraphInputs:
 
     def embed_all(self, keys: Sequence[str], batch_size: int = 64) -> GraphOutput:
         """:meth:`embed` in inference mode over many ids, concatenated (``node_embeddings``, ``ptr`` global)."""
-        was_training = self.model.training
-        self.model.eval()
         docs, nodes, ptrs, offset = [], [], [torch.zeros(1, dtype=torch.long)], 0
         try:
-            with torch.inference_mode():
+            with eval_mode(self.model), torch.inference_mode():
                 for start in range(0, len(keys), batch_size):
                     out = self.embed(keys[start:start + batch_size])
                     docs.append(out.document_embeddings.float().cpu())
@@ -100,8 +99,7 @@ class GraphInputs:
                     ptrs.append(out.ptr[1:].cpu() + offset)
                     offset += len(out.node_embeddings)
         finally:
-            self.model.train(was_training)
-            if self.cache is not None:
+            if self.cache is not None:  # a frozen encoder stays in eval mode whatever the model's mode
                 self.model.passage_encoder.eval()
         dim = self.model.dimension
         return GraphOutput([], torch.cat(docs) if docs else torch.zeros(0, dim),

@@ -30,6 +30,7 @@ from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
 from graphdoc.fingerprint import weights_fingerprint
 from graphdoc.models.passage_encoder import PassageEncoder
+from graphdoc.modes import eval_mode
 
 logger = logging.getLogger(__name__)
 
@@ -125,13 +126,8 @@ class PassageVectorCache:
         return self._shards[shard][row]
 
     def _encode_missing(self, keys: list[str], token_ids: list[list[int]]) -> None:
-        was_training = self.encoder.training
-        self.encoder.eval()
-        try:
-            with torch.inference_mode():
-                vectors = self.encoder.encode_ids(token_ids).float().cpu().numpy()
-        finally:
-            self.encoder.train(was_training)
+        with eval_mode(self.encoder), torch.inference_mode():
+            vectors = self.encoder.encode_ids(token_ids).float().cpu().numpy()
         self._pending.update(zip(keys, vectors))
         if len(self._pending) >= self.shard_size:
             self.flush()
