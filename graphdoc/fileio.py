@@ -60,6 +60,11 @@ def _target(path: str | Path) -> Path:
     return path
 
 
+def is_stdio(path: str | Path | None) -> bool:
+    """Whether a file argument is ``-``: standard output (or input) instead of a file."""
+    return path is not None and str(path) == "-"
+
+
 def check_output_file(path: str | Path, flag: str = "--output") -> None:
     """Refuse, before any work, an output file path that is a folder or lies under a file."""
     if Path(path).is_dir():

@@ -9,6 +9,7 @@ from typing import Any
 
 from graphdoc.cli.common import logger
 from graphdoc.errors import InputError
+from graphdoc.fileio import is_stdio
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     judgements = read_judgements(args.qrels, args.measures, args.split)
     run_ = read_run(args.run)
-    stdin = str(args.run) == "-"
+    stdin = is_stdio(args.run)
     if not run_:
         raise InputError(f"{'standard input' if stdin else args.run} holds no results")
     print_evaluation(run_, judgements, name="stdin" if stdin else args.run.name,

@@ -25,14 +25,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphdoc.fileio import replacing
+    from graphdoc.fileio import is_stdio, replacing
     from graphdoc.finetune import predict
     from graphdoc.finetune.predict import check_output
 
     for flag, value in (("--batch-size", args.batch_size), ("--max-passages", args.max_passages)):
         if value is not None and value < 1:
             raise GraphDocError(f"{flag} must be a positive integer; got {value}")
-    to_stdout = str(args.output) == "-"
+    to_stdout = is_stdio(args.output)
     if not to_stdout:
         check_output(args.model, args.output, "--output", source=args.input)
     note = "" if to_stdout else replacing(args.output)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from graphdoc.cli.common import DEVICE_HELP, add_nprobe_argument, check_at_least_one, logger
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import check_not_an_input, check_output_file
+from graphdoc.fileio import check_not_an_input, check_output_file, is_stdio
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -161,7 +161,7 @@ def _print_run(run_: dict, args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _check_options(args)
-    to_stdout = args.output is not None and str(args.output) == "-"  # --output -: the run is printed
+    to_stdout = is_stdio(args.output)  # --output -: the run is printed
     if to_stdout:
         args.output = None
     if args.output is not None:

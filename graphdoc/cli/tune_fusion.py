@@ -9,7 +9,7 @@ from pathlib import Path
 
 from graphdoc.cli.common import DEVICE_HELP, add_nprobe_argument, check_at_least_one, logger
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import replacing
+from graphdoc.fileio import is_stdio, replacing
 
 #: as ``graphdoc search --normalization`` (graphdoc.retrieval.fusion.NORMALIZERS, not imported here to keep
 #: ``--help`` fast)
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_at_least_one("--depth", args.depth)
     check_at_least_one("--nprobe", args.nprobe)
-    if args.output is not None and str(args.output) != "-":
+    if args.output is not None and not is_stdio(args.output):
         check_run_output(args)
     check_computable(parse_measures([args.measure]))
     args.mode = "hybrid"
@@ -83,7 +83,7 @@ def _tune(args: argparse.Namespace, searcher) -> int:
     normalization = args.normalization or searcher.fusion.normalization
     result = tune_alpha(dense_run, sparse_run, qrels, folds=args.folds, normalization=normalization,
                         measure=args.measure, prefer=searcher.fusion.alpha)
-    to_stdout = args.output is not None and str(args.output) == "-"  # the run alone on stdout
+    to_stdout = is_stdio(args.output)  # the run alone on stdout
     with contextlib.redirect_stdout(sys.stderr if to_stdout else sys.stdout):
         _report(result, args.measure, searcher.fusion.alpha)
     if to_stdout:

@@ -16,7 +16,7 @@ from pathlib import Path
 from graphdoc.config import check_count
 from graphdoc.corpus import ReadStats, read_corpus
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import atomic_write
+from graphdoc.fileio import atomic_write, is_stdio
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch
     check_count("batch_size", batch_size)
     if max_passages is not None:
         check_count("max_passages", max_passages)
-    to_stdout = str(output) == "-"
+    to_stdout = is_stdio(output)
     if not to_stdout:
         check_output(model_dir, output, source=source)
     from graphdoc.finetune.classifier import DocumentClassifier  # (torch: not at import, which the CLI's parser does)

@@ -201,28 +201,18 @@ class TermIds:
         chunks, lengths = [], []
         texts = iter(texts)
         while batch := list(itertools.islice(texts, TOKENIZE_BATCH)):
-            groups = []
-            for rows, group, pattern in _term_groups(batch, config):
+            documents: list[np.ndarray] = [np.zeros(0, np.int32)] * len(batch)
+            for rows, group, pattern in _term_groups(batch, config):  # each group's terms into their documents
                 local_ids, local_vocab = _bm25s_tokenize(group, config, pattern, return_ids=True)
                 to_global = np.empty(len(local_vocab), dtype=np.int32)
                 for term, i in local_vocab.items():
                     to_global[i] = vocab.setdefault(term, len(vocab))
-                sizes = np.fromiter(map(len, local_ids), np.int64, len(local_ids))
-                groups.append((np.asarray(rows, dtype=np.int64), sizes,
-                               to_global[np.fromiter(itertools.chain.from_iterable(local_ids), np.int64)]))
-            batch_sizes = np.zeros(len(batch), dtype=np.int64)
-            for rows, sizes, _ in groups:
-                batch_sizes[rows] = sizes
-            starts = np.concatenate([[0], np.cumsum(batch_sizes)])
-            ids = np.empty(starts[-1], dtype=np.int32)
-            for rows, sizes, group_ids in groups:  # each group's terms into its documents' places, in order
-                group_starts = np.concatenate([[0], np.cumsum(sizes)])
-                ids[np.repeat(starts[rows] - group_starts[:-1], sizes) + np.arange(len(group_ids))] = group_ids
-            chunks.append(ids)
-            lengths.append(batch_sizes)
+                for row, ids in zip(rows, local_ids):
+                    documents[row] = to_global[np.asarray(ids, dtype=np.int64)]
+            chunks.append(np.concatenate(documents))
+            lengths.extend(map(len, documents))
         flat = np.concatenate(chunks) if chunks else np.zeros(0, np.int32)
-        sizes = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-        return cls(flat, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), vocab)
+        return cls(flat, np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]), vocab)
 
     def __len__(self) -> int:
         return len(self.ptr) - 1

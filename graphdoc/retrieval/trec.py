@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from graphdoc.errors import GraphDocError, InputError
-from graphdoc.fileio import atomic_write
+from graphdoc.fileio import atomic_write, is_stdio
 from graphdoc.retrieval.runs import Run, ranked
 
 _SPACE_IN_LINE = re.compile(r"[^\S\n]")
@@ -80,7 +80,7 @@ def read_run(path: str | Path) -> Run:
 
     The rank column is checked but not used: rankings come from the scores.
     """
-    stdin = str(path) == "-"
+    stdin = is_stdio(path)
     path = Path("<stdin>" if stdin else path)
     if path.is_dir():
         raise InputError(f"{path} is a folder, not a run file")
