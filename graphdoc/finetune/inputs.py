@@ -16,7 +16,7 @@ from graphdoc.documents import Document
 from graphdoc.errors import GraphDocError
 from graphdoc.modes import eval_mode
 from graphdoc.outputs import GraphOutput, PreparedDocument
-from graphdoc.training.cache import PassageVectorCache
+from graphdoc.training.cache import PassageVectorCache, cache_folder
 
 ENCODE_BATCH = 256  # passages per cache lookup (misses are encoded in one call)
 
@@ -27,7 +27,7 @@ def open_cache(model, frozen: bool, cache_dir: str | Path | None, output: Path) 
         return None
     model.passage_encoder.requires_grad_(False)
     model.passage_encoder.eval()  # the cached vectors are the encoder's inference vectors
-    return PassageVectorCache(Path(cache_dir) if cache_dir else output / "passage_cache", model.passage_encoder)
+    return PassageVectorCache(cache_folder(cache_dir, output), model.passage_encoder)
 
 
 class GraphInputs:

@@ -34,6 +34,13 @@ from graphdoc.modes import eval_mode
 
 logger = logging.getLogger(__name__)
 
+CACHE_NAME = "passage_cache"  # the frozen mode's passage vectors in a run's folder, unless cache_dir is set
+
+
+def cache_folder(cache_dir: str | Path | None, output: Path) -> Path:
+    """Where a run into ``output`` keeps its passage vectors: ``cache_dir`` (``--cache-dir``), else in ``output``."""
+    return Path(cache_dir) if cache_dir else output / CACHE_NAME
+
 FORMAT = "graphdoc.passage_cache"
 
 

@@ -20,7 +20,7 @@ from torch import nn
 from graphdoc.documents import Document
 from graphdoc.encoder import GraphDocEncoder
 from graphdoc.training import data
-from graphdoc.training.cache import PassageVectorCache
+from graphdoc.training.cache import PassageVectorCache, cache_folder
 from graphdoc.training.config import PretrainConfig
 from graphdoc.training.flat_objectives import docsplit_pair, document_sentences
 from graphdoc.training.grad_cache import LossFn, grad_cache_backward
@@ -45,7 +45,7 @@ class GraphPretraining:
         encoder = model.passage_encoder
         if cfg.frozen_encoder:
             encoder.requires_grad_(False)
-            self.cache = PassageVectorCache(Path(cfg.cache_dir) if cfg.cache_dir else output / "passage_cache",
+            self.cache = PassageVectorCache(cache_folder(cfg.cache_dir, output),
                                             encoder)
         elif cfg.gradient_checkpointing:
             enable_checkpointing(encoder.model)

@@ -21,6 +21,7 @@ from graphdoc.fileio import LOCK_NAME, check_output_folder
 from graphdoc.serialization import is_graphdoc_model
 from graphdoc.training import checkpoint as ckpt
 from graphdoc.training import data
+from graphdoc.training.cache import CACHE_NAME, cache_folder
 from graphdoc.training.config import PretrainSetup
 from graphdoc.training.distributed import DistContext
 from graphdoc.training.metrics import LOG_NAME
@@ -29,7 +30,6 @@ logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "pretrain_config.json"
 SUMMARY_NAME = "pretrain.json"
-CACHE_NAME = "passage_cache"  # the frozen mode's passage vectors, unless cache_dir is set
 #: settings that may change on resume: they do not change what is learned
 OPERATIONAL = ("checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "cache_dir", "max_seconds",
                "prepared_cache_mb")
@@ -180,7 +180,7 @@ class RunFolder:
     def _cache_with_vectors(self) -> Path | None:
         """The run's passage cache folder when it holds vectors (hours of encoding on a large corpus: an error or a
         diverged step does not make them wrong), else ``None``."""
-        folder = Path(self.cfg.cache_dir) if self.cfg.cache_dir is not None else self.output / CACHE_NAME
+        folder = cache_folder(self.cfg.cache_dir, self.output)
         if folder.is_dir() and not folder.is_symlink() and any(folder.rglob("*.npy")):
             return folder
         return None
