@@ -189,7 +189,7 @@ class TermIds:
     Texts are tokenised :data:`TOKENIZE_BATCH` at a time, and iterating gives each document's ids as a list, one
     document at a time, which is what bm25s's index build reads: the corpus costs 4 bytes a term, not a list of
     every document's terms and every text held at once (``python benchmarks/bm25_build.py``: 0.67x the peak
-    memory and 0.85x the time of that, on 50k documents).
+    memory and 0.84x the time of that, on 50k documents).
     """
 
     def __init__(self, flat: np.ndarray, ptr: np.ndarray, vocab: dict[str, int]) -> None:
