@@ -291,35 +291,70 @@ def fit_to_token_limit(
     make_input: Callable[[Passage], str],
     tokenize: Callable[[list[str]], list[list[int]]],
     max_tokens: int,
-) -> tuple[list[Passage], list[list[int]]]:
+    limit: int | None = None,
+) -> tuple[list[Passage], list[list[int]], int]:
     """Re-split passages whose encoder input has more than ``max_tokens`` tokens.
 
-    Returns the passages (renumbered) and the token ids of each one's encoder input, so the caller
-    tokenizes every passage once.
+    Returns the passages (renumbered), the token ids of each one's encoder input (so the caller tokenizes every
+    passage once), and how many passages were left out past ``limit`` (``None``: none are). Re-splitting only
+    splits, so the first ``limit`` passages come from the first ``limit`` pieces of every round: what lies past
+    them is dropped as soon as it is known to, before it is tokenized again, and counts once however many
+    passages it would have made.
+
+    A passage with over twice the limit (a long token with no space in it: a base64 blob, a hyphenated string)
+    is halved, and its halves halved, without tokenizing them while a piece's share of its tokens (by characters)
+    is over twice the limit: halving and re-tokenizing the whole once a level took 13 rounds and 39 s for 1M
+    characters of "a-b-". Text of even density splits as halving one level at a time would.
     """
     items = list(passages)
     ids = tokenize([make_input(p) for p in items])
+    left_out = 0
     while True:
-        over = [i for i, t in enumerate(ids) if len(t) > max_tokens and len(items[i].text) > 1]
+        over = {i for i, t in enumerate(ids) if len(t) > max_tokens and len(items[i].text) > 1}
         if not over:
-            return renumber(items), ids
-        over_set = set(over)
+            return renumber(items), ids, left_out
         new_items, new_ids, pending = [], [], []
         for i, (p, t) in enumerate(zip(items, ids)):
-            if i in over_set:
-                for half in split_passage(doc_text, p):
-                    pending.append(len(new_items))
-                    new_items.append(half)
-                    new_ids.append([])
+            room = None if limit is None else limit - len(new_items)
+            if room is not None and room <= 0:
+                left_out += len(items) - i
+                break
+            if i in over:
+                pieces, dropped = _halve(doc_text, p, len(t) / len(p.text), max_tokens, room)
+                left_out += dropped
+                pending.extend(range(len(new_items), len(new_items) + len(pieces)))
+                new_items.extend(pieces)
+                new_ids.extend([] for _ in pieces)
             else:
                 new_items.append(p)
                 new_ids.append(t)
-        # number the halves before building their inputs: the input may depend on the index (the
+        # number the pieces before building their inputs: the input may depend on the index (the
         # title goes on the first passage only); the first passage stays first, so kept ids stay valid
         items = renumber(new_items)
         for j, t in zip(pending, tokenize([make_input(items[j]) for j in pending])):
             new_ids[j] = t
         ids = new_ids
+
+
+# a piece is split without tokenizing it while its estimated tokens are over this many times the limit: it would
+# be split anyway unless its tokens a character are under 1/PRESPLIT of its passage's
+PRESPLIT = 4
+
+
+def _halve(doc_text: str, passage: Passage, density: float, max_tokens: int,
+           room: int | None) -> tuple[list[Passage], int]:
+    """``passage`` split in two, and each piece whose estimated tokens (``density`` tokens a character) are over
+    twice ``max_tokens`` split again, first pieces first, until ``room`` pieces are made (``None``: no room limit).
+    Returns the pieces in order and how many pieces past ``room`` were dropped unsplit."""
+    pieces: list[Passage] = []
+    stack = list(reversed(split_passage(doc_text, passage)))
+    while stack and (room is None or len(pieces) < room):
+        piece = stack.pop()
+        if len(piece.text) > 1 and len(piece.text) * density > PRESPLIT * max_tokens:
+            stack.extend(reversed(split_passage(doc_text, piece)))
+        else:
+            pieces.append(piece)
+    return pieces, len(stack)
 
 
 class Chunker:

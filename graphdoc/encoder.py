@@ -118,10 +118,10 @@ class GraphDocEncoder(nn.Module):
         # come from the first `limit` chunked ones (a 1M-word document tokenized 10,000 passages to keep 100)
         limit = self.chunker.limit(max_passages)
         beyond = len(passages) - limit if limit is not None and len(passages) > limit else 0
-        passages, ids = fit_to_token_limit(
+        passages, ids, left_out = fit_to_token_limit(
             document.text, passages[:len(passages) - beyond], lambda p: self.passage_input(document, p),
-            self.passage_encoder.tokenize, self.passage_encoder.max_seq_length)
-        kept = self.chunker.cap(document, passages, max_passages, cut_before=beyond)
+            self.passage_encoder.tokenize, self.passage_encoder.max_seq_length, limit)
+        kept = self.chunker.cap(document, passages, max_passages, cut_before=beyond + left_out)
         ids = ids[:len(kept)]
         limit = self.passage_encoder.max_seq_length
         for i in [i for i, t in enumerate(ids) if len(t) > limit]:  # a title alone over the limit

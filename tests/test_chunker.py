@@ -161,7 +161,7 @@ def test_fit_to_token_limit_resplits_until_everything_fits(make_input, max_token
     text = "Graph attention networks read long documents as graphs of their passages. " * 3
     doc = Document("d", text)
     passages = chunk_document(doc, max_words=100)
-    fitted, ids = fit_to_token_limit(text, passages, make_input, char_tokenize, max_tokens)
+    fitted, ids, _ = fit_to_token_limit(text, passages, make_input, char_tokenize, max_tokens)
     assert len(fitted) > len(passages)
     assert [p.index for p in fitted] == list(range(len(fitted)))
     # ids belong to the (renumbered) passages they sit beside
@@ -174,7 +174,7 @@ def test_fit_to_token_limit_resplits_until_everything_fits(make_input, max_token
 def test_fit_to_token_limit_leaves_fitting_passages_alone() -> None:
     doc = Document("d", TEXT)
     passages = chunk_document(doc, max_words=4)
-    fitted, ids = fit_to_token_limit(TEXT, passages, lambda p: p.text, char_tokenize, 100)
+    fitted, ids, _ = fit_to_token_limit(TEXT, passages, lambda p: p.text, char_tokenize, 100)
     assert fitted == passages
     assert ids == char_tokenize([p.text for p in passages])
 
@@ -182,9 +182,44 @@ def test_fit_to_token_limit_leaves_fitting_passages_alone() -> None:
 def test_a_single_long_word_is_cut_at_characters() -> None:
     text = "x" * 50
     passages = chunk_document(Document("d", text), max_words=100)
-    fitted, ids = fit_to_token_limit(text, passages, lambda p: p.text, char_tokenize, 16)
+    fitted, ids, _ = fit_to_token_limit(text, passages, lambda p: p.text, char_tokenize, 16)
     assert "".join(p.text for p in fitted) == text
     assert [len(t) for t in ids] == [12, 13, 12, 13]
+
+
+def halving(text: str, passage: Passage, max_tokens: int) -> list[Passage]:
+    """What fitting does, one level at a time: a passage over the limit (by characters) split in two, and so on."""
+    if len(passage.text) <= max_tokens or len(passage.text) <= 1:
+        return [passage]
+    return [piece for half in split_passage(text, passage) for piece in halving(text, half, max_tokens)]
+
+
+@pytest.mark.parametrize("text", ["x" * 100_000, "a-b- " * 5_000, "One two three. " * 3_000 + "z" * 20_000])
+def test_a_passage_far_over_the_limit_is_tokenized_a_few_times(text: str) -> None:
+    tokenized: list[int] = []
+
+    def counting_tokenize(texts: list[str]) -> list[list[int]]:
+        tokenized.append(sum(map(len, texts)))
+        return char_tokenize(texts)
+
+    passages = chunk_document(Document("d", text), max_words=100_000)
+    fitted, ids, left_out = fit_to_token_limit(text, passages, lambda p: p.text, counting_tokenize, 16)
+    # the same passages as halving level by level (13 levels and 13 tokenizations of the whole for "x" * 100,000)
+    assert [(p.start, p.end) for p in fitted] == [(p.start, p.end) for p in halving(text, passages[0], 16)]
+    assert all(len(t) <= 16 for t in ids) and left_out == 0
+    assert len(tokenized) <= 4 and sum(tokenized) <= 4 * len(text)
+
+
+@pytest.mark.parametrize("limit", [1, 3, 100, 5000])
+def test_a_limit_keeps_the_first_passages_and_counts_what_it_leaves_out(limit: int) -> None:
+    text = "Graph attention networks read long documents. " * 200 + "y" * 3_000 + " The end."
+    passages = chunk_document(Document("d", text), max_words=50)
+    whole, whole_ids, none_out = fit_to_token_limit(text, passages, with_title, char_tokenize, 24)
+    fitted, ids, left_out = fit_to_token_limit(text, passages, with_title, char_tokenize, 24, limit)
+    assert none_out == 0
+    assert fitted == whole[:limit] and ids == whole_ids[:limit]
+    # what is left out counts at least once however many passages it would have made
+    assert (left_out > 0) == (len(whole) > limit) and len(fitted) + left_out <= len(whole)
 
 
 def test_split_passage_halves_at_a_word_boundary() -> None:
@@ -222,7 +257,7 @@ def test_chinese_and_japanese_characters_are_words_and_passages_end_on_sentences
 def test_an_over_long_japanese_passage_is_halved_at_a_sentence_end() -> None:
     doc = Document("ja", JAPANESE)
     passages = chunk_document(doc, max_words=1000)  # 1,019 and 180 characters before fitting
-    fitted, ids = fit_to_token_limit(JAPANESE, passages, lambda p: p.text, char_tokenize, 200)
+    fitted, ids, _ = fit_to_token_limit(JAPANESE, passages, lambda p: p.text, char_tokenize, 200)
     assert len(fitted) > len(passages) and all(len(t) <= 200 for t in ids)
     assert all(p.text.endswith("。") for p in fitted)
     assert "".join(visible(p.text) for p in fitted) == visible(JAPANESE)

@@ -159,6 +159,18 @@ def test_long_document_is_capped_and_the_cut_is_counted(tiny_bert: Path) -> None
     assert out.node_embeddings.shape == (3 + 1, model.dimension)
 
 
+def test_a_capped_document_with_a_huge_token_keeps_the_first_fitted_passages(tiny_roberta: Path) -> None:
+    model = load(tiny_roberta, chunker={"max_passages": 3}).eval()
+    doc = Document("blob", "Intro words. " + "a-b-" * 5_000 + " Outro.", title="T")
+    whole = model.prepare(doc, max_passages=10_000)
+    model.chunker.passages_cut = model.chunker.documents_cut = 0
+    capped = model.prepare(doc)
+    assert capped.passages == whole.passages[:3] and capped.token_ids == whole.token_ids[:3]
+    assert len(whole.passages) > 100
+    # the pieces past the cap are dropped before they are split further: each counts once
+    assert model.chunker.documents_cut == 1 and 1 <= model.chunker.passages_cut <= len(whole.passages) - 3
+
+
 def test_passages_never_exceed_the_token_limit(tiny_roberta: Path) -> None:
     model = load(tiny_roberta).eval()
     word = "".join(chr(ord("a") + (i * 7) % 26) for i in range(500))  # one 500-character word
