@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from graphdoc import graph
 from graphdoc.errors import GraphDocError
 from graphdoc.graph import document_graph, edge_index, full_edges, num_nodes, section_edges
 
@@ -82,3 +87,31 @@ def test_bad_inputs_are_rejected() -> None:
         document_graph(torch.zeros(3, 2), [0, 0])
     with pytest.raises(ValueError, match=r"\[n >= 1, d\]"):
         document_graph(torch.zeros(0, 2), [])
+
+
+@pytest.mark.parametrize("graph_type", ["full", "section"])
+@given(section_ids=st.lists(st.integers(-2, 5), max_size=25))
+@settings(max_examples=150, deadline=None)
+def test_tensor_built_edges_are_the_pairs_of_the_definitions(graph_type: str, section_ids: list[int]) -> None:
+    definition = {"full": full_edges, "section": section_edges}[graph_type]
+    assert edges(edge_index(section_ids, graph_type)) == sorted(set(definition(section_ids)))
+
+
+def test_a_large_graph_is_built_quickly_logged_once_and_not_cached(monkeypatch, caplog) -> None:
+    monkeypatch.setattr(graph, "_warned_large", False)
+    monkeypatch.setattr(graph, "LARGE_EDGES", 10_000)
+    graph._cache.clear()
+    with caplog.at_level(logging.WARNING, logger="graphdoc.graph"):
+        index = edge_index([0] * 2_000, "full")  # 4,002,000 edges: 30 s and 1 GB as Python pairs
+        edge_index([0] * 300, "full")
+    assert index.shape == (2, 2_001 * 2_000)
+    assert torch.equal(index[:, :3], torch.tensor([[0, 0, 0], [1, 2, 3]]))
+    assert torch.equal(index[:, -2:], torch.tensor([[2_000, 2_000], [1_998, 1_999]]))
+    assert [r.getMessage() for r in caplog.records] == [
+        "a document of 2000 passages makes a full graph of 4002000 edges, whose attention needs GBs of memory "
+        "(the full graph grows with the square of the passages: set chunker.max_passages (the default caps at "
+        "100) or use the section graph); logged once"]
+    assert len(graph._cache) == 0
+    small = edge_index([0, 0, 1], "section")
+    small[0, 0] = 99  # callers get their own copy of a cached graph
+    assert edge_index([0, 0, 1], "section")[0, 0] == 0 and len(graph._cache) == 1
