@@ -1,5 +1,6 @@
 import math
 import re
+import shutil
 
 import ir_measures
 import pytest
@@ -75,6 +76,33 @@ def test_a_measure_that_cannot_be_computed_is_one_line_before_any_run(name, reas
     check_computable(parse_measures(DEFAULT_MEASURES))
     with pytest.raises(GraphDocError, match=r"^ir_measures cannot compute "):  # asked all the same
         evaluate(RUN, QRELS, measures)
+
+
+needs_perl = pytest.mark.skipif(shutil.which("perl") is None, reason="gdeval.pl (ERR) needs perl")
+
+
+@needs_perl
+def test_err_is_computed_where_perl_is_and_its_tool_prints_nothing(capfd):
+    from graphdoc.retrieval.evaluation import check_computable
+
+    measures = parse_measures(["ERR@10", "nDCG(dcg='exp-log2')@10"])
+    check_computable(measures)  # the trial's query id was "q", which gdeval.pl refuses
+    qrels, run = {"1": {"d1": 1, "d2": 2}, "2": {"d3": 1}}, {"1": {"d1": 2.0, "d2": 1.0}, "2": {"d9": 1.0, "d3": 0.5}}
+    # gdeval.pl's grades: (2^g - 1) / 2^4
+    err_1 = 1 / 16 + (1 - 1 / 16) * (3 / 16) / 2
+    err_2 = (1 / 16) / 2
+    assert evaluate(run, qrels, ["ERR@10"]) == pytest.approx({"ERR@10": (err_1 + err_2) / 2}, abs=1e-5)
+    assert capfd.readouterr().err == ""
+
+
+@needs_perl
+def test_err_with_query_ids_that_are_not_numbers_says_so_in_one_line(capfd):
+    qrels, run = {"a": {"d1": 1}}, {"a": {"d1": 1.0}}
+    with pytest.raises(GraphDocError, match=r"^ir_measures cannot compute ERR@10: gdeval.pl, which computes ERR@10, "
+                                            r"takes numeric query ids only; got 'a' \(nDCG@10 and the other "):
+        evaluate(run, qrels, ["ERR@10"])
+    assert capfd.readouterr().err == ""  # gdeval.pl's "format error on line 1" is held back
+    assert evaluate(run, qrels, ["nDCG@10"]) == {"nDCG@10": 1.0}
 
 
 def test_ties_follow_graphdoc_order():

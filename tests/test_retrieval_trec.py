@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 
@@ -62,6 +64,19 @@ def test_read_drops_a_leading_byte_order_mark(tmp_path):
     path = tmp_path / "bom.trec"
     path.write_bytes("\ufeffq0 Q0 d1 1 2.0 t\nq0 Q0 d2 2 1.0 t\nq1 Q0 d3 1 0.5 t\n".encode("utf-8"))
     assert read_run(path) == {"q0": {"d1": 2.0, "d2": 1.0}, "q1": {"d3": 0.5}}
+
+
+@pytest.mark.parametrize("suffix, opener", [(".gz", "gzip"), (".bz2", "bz2"), (".xz", "lzma")])
+def test_read_a_compressed_run_as_the_plain_one(tmp_path, suffix, opener):
+    import importlib
+
+    lines = "q0 Q0 d1 1 2.0 t\r\nq0 Q0 d2 2 1.0 t\nq1 Q0 d3 1 0.5 t\n"
+    path = tmp_path / f"run.trec{suffix}"
+    path.write_bytes(importlib.import_module(opener).compress(lines.encode("utf-8")))
+    assert read_run(path) == {"q0": {"d1": 2.0, "d2": 1.0}, "q1": {"d3": 0.5}}
+    path.write_bytes(importlib.import_module(opener).compress(b"q0 Q0 d1 1 2.0 t\nq0 Q0 \xe9 2 1.0 t\n"))
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}:2: not valid UTF-8 \(byte 0xe9 at column 7\)"):
+        read_run(path)
 
 
 def test_read_a_folder_says_it_is_a_folder(tmp_path):

@@ -49,6 +49,16 @@ def test_cross_validated_run_matches_mean_test_score():
     assert sorted(q for f in result.folds for q in f.query_ids) == sorted(QIDS)
 
 
+def test_fused_rankings_are_cut_to_k_as_search_returns_them():
+    dense, sparse = dict.fromkeys(QIDS, GOOD), dict.fromkeys(QIDS, BAD)
+    whole = tune_alpha(dense, sparse, QRELS, folds=2, measure="R@100")
+    cut = tune_alpha(dense, sparse, QRELS, folds=2, measure="R@100", k=1)
+    assert whole.mean_test_score == 1.0 and {len(docs) for docs in whole.run.values()} == {4}
+    # one document a query: A (alpha 1) finds one of the two relevant documents
+    assert cut.mean_test_score == 0.5 and cut.run == {q: {"A": 1.0} for q in QIDS}
+    assert cut.scores_by_alpha[1.0] == 0.5 and cut.scores_by_alpha[0.0] == 0.0
+
+
 def test_fold_assignment_is_deterministic():
     folds = assign_folds(QIDS, 5, seed=0)
     assert folds == assign_folds(list(reversed(QIDS)), 5, seed=0)
@@ -192,6 +202,18 @@ def test_tune_fusion_without_signal_warns_and_does_not_save(built_index, cli_fil
                    "tell the alphas apart, so alpha 0.60 is only the tie-break (the tried alpha nearest the "
                    "index's 0.60)\n")
     assert (index / "manifest.json").read_bytes() == before
+
+
+def test_tune_fusion_cuts_the_run_at_depth_and_warns_of_a_deeper_measure(built_index, cli_files, fixed_runs,
+                                                                         tmp_path, capsys):
+    fixed_runs.update(dense=GOOD, sparse=BAD)
+    out, err = tune(capsys, own_index(built_index, tmp_path), cli_files, "--measure", "R@100", "--depth", "2",
+                    "--output", tmp_path / "cv.trec")
+    assert err == ("WARNING graphdoc.cli: R@100 has a cutoff over --depth 2: computed over the 2 documents a fused "
+                   "ranking keeps\n")
+    assert out[-1] == "cross-validated R@100: 1.0000; alpha on all queries: 0.60"
+    lines = (tmp_path / "cv.trec").read_text(encoding="utf-8").splitlines()
+    assert sorted(line.split()[0] for line in lines) == sorted(QIDS[:4] * 2)  # two documents a query, of 4
 
 
 def test_tune_fusion_help_gives_defaults_and_the_normalizations_of_search():

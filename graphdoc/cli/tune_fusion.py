@@ -30,7 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--normalization", choices=NORMALIZATIONS, default=None,
                         help="score normalisation of weighted fusion (default: the index's, as graphdoc search "
                              "uses, so the tuned alpha means what search --alpha does)")
-    parser.add_argument("--depth", type=int, default=100, help="candidates per retriever (default 100)")
+    parser.add_argument("--depth", type=int, default=100,
+                        help="candidates per retriever, and the documents a fused ranking keeps, as search -k "
+                             "DEPTH --depth DEPTH (default 100)")
     parser.add_argument("--output", type=Path, help="write the cross-validated fused run here (-: as TREC lines "
                         "on standard output, the report then going to standard error)")
     parser.add_argument("--save", action="store_true",
@@ -50,7 +52,12 @@ def run(args: argparse.Namespace) -> int:
     check_at_least_one("--nprobe", args.nprobe)
     if args.output is not None and not is_stdio(args.output):
         check_run_output(args)
-    check_computable(parse_measures([args.measure]))
+    measure = parse_measures([args.measure])[0]
+    check_computable([measure])
+    cutoff = getattr(measure, "params", {}).get("cutoff")
+    if cutoff is not None and cutoff > args.depth:
+        logger.warning("%s has a cutoff over --depth %d: computed over the %d documents a fused ranking keeps",
+                       measure, args.depth, args.depth)
     args.mode = "hybrid"
     with open_searcher(args) as searcher:
         return _tune(args, searcher)
@@ -82,7 +89,7 @@ def _tune(args: argparse.Namespace, searcher) -> int:
     dense_run, sparse_run = searcher.component_runs(queries, args.depth)
     normalization = args.normalization or searcher.fusion.normalization
     result = tune_alpha(dense_run, sparse_run, qrels, folds=args.folds, normalization=normalization,
-                        measure=args.measure, prefer=searcher.fusion.alpha)
+                        measure=args.measure, prefer=searcher.fusion.alpha, k=args.depth)
     to_stdout = is_stdio(args.output)  # the run alone on stdout
     with contextlib.redirect_stdout(sys.stderr if to_stdout else sys.stdout):
         _report(result, args.measure, searcher.fusion.alpha)

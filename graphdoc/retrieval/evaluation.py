@@ -9,11 +9,15 @@ may hold :meth:`Searcher.search` hits lists (see :func:`~graphdoc.retrieval.runs
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
 import re
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from graphdoc.errors import GraphDocError
@@ -59,7 +63,9 @@ def check_computable(measures: Sequence[Any]) -> None:
         try:
             if not ir_measures.DefaultPipeline.supports(measure):
                 raise ValueError("no installed ir_measures provider computes it")
-            list(ir_measures.iter_calc([measure], {"q": {"d": 1}}, {"q": {"d": 1.0}}))
+            # a numeric query id: gdeval.pl (ERR, nDCG with dcg='exp-log2') refuses any other
+            with _captured_stderr():  # a failing tool's own lines: the error below says it in one
+                list(ir_measures.iter_calc([measure], {"1": {"d": 1}}, {"1": {"d": 1.0}}))
         except _CALC_ERRORS as err:
             raise GraphDocError(f"measure {str(measure)!r} cannot be computed here: {_reason(err)}; use ir_measures "
                                 f"names such as {_EXAMPLES}") from None
@@ -148,11 +154,56 @@ def evaluate_per_query(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEF
     run_plain = {q: docs for q, docs in _rank_scores(_plain_run(run)).items() if q in qrels_plain and docs}
     if run_plain:
         try:
-            for metric in ir_measures.iter_calc(parsed, qrels_plain, run_plain):
-                results[metric.query_id][str(metric.measure)] = float(metric.value)
+            with _captured_stderr() as captured:
+                for metric in ir_measures.iter_calc(parsed, qrels_plain, run_plain):
+                    results[metric.query_id][str(metric.measure)] = float(metric.value)
         except _CALC_ERRORS as err:  # (what check_computable finds first, for the commands)
-            raise GraphDocError(f"ir_measures cannot compute {', '.join(names)}: {_reason(err)}") from None
+            raise GraphDocError(f"ir_measures cannot compute {', '.join(names)}: "
+                                f"{_gdeval_reason(parsed, qrels_plain) or _reason(err)}") from None
+        sys.stderr.write(captured[0])  # what the tools said, when they succeeded: not theirs to lose
     return results
+
+
+def _gdeval_reason(measures: Sequence[Any], qrels: Qrels) -> str | None:
+    """Why gdeval.pl failed, when a measure only it computes meets a query id that is not a number."""
+    import ir_measures
+
+    gdeval = [str(m) for m in measures if _supports(ir_measures.gdeval, m)]
+    named = next((q for q in qrels if not q.isdigit()), None)
+    if gdeval and named is not None:
+        return (f"gdeval.pl, which computes {', '.join(gdeval)}, takes numeric query ids only; got {named!r} "
+                f"(nDCG@10 and the other trec_eval measures take any id)")
+    return None
+
+
+def _supports(provider: Any, measure: Any) -> bool:
+    try:
+        return bool(provider.supports(measure))
+    except _CALC_ERRORS:  # a measure missing a parameter (INST) fails its own check
+        return False
+
+
+@contextlib.contextmanager
+def _captured_stderr() -> Iterator[list[str]]:
+    """What is written to file descriptor 2 meanwhile (a tool run by ir_measures writes there, not to
+    ``sys.stderr``), held back: ``[text]`` once the block ends."""
+    captured = [""]
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no descriptor 2 (an embedded interpreter): nothing held back
+        yield captured
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            captured[0] = held.read().decode("utf-8", "replace")
 
 
 #: what ir_measures' providers raise for a measure they cannot compute (ValueError: unsupported; AssertionError:

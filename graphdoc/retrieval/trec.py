@@ -87,19 +87,28 @@ def read_run(path: str | Path) -> Run:
     if not stdin and not path.exists():
         raise InputError(f"run file not found: {path}")
     run: Run = {}
+    for lineno, line in _numbered_lines(path, stdin):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        qid, doc, score = _parse_line(line, where)
+        docs = run.setdefault(qid, {})
+        if doc in docs:
+            raise InputError(f"{where}: document {doc!r} listed twice for query {qid!r}")
+        docs[doc] = score
+    return run
+
+
+def _numbered_lines(path: Path, stdin: bool) -> Iterator[tuple[int, str]]:
+    """The run's lines, numbered from 1: a file's as the corpus readers read them (``.gz``, ``.bz2`` and ``.xz``
+    decompressed, a byte-order mark dropped, a bad byte named by its line), standard input's as UTF-8."""
+    if not stdin:
+        from graphdoc.corpus.files import iter_lines
+
+        yield from iter_lines(path)
+        return
     try:
-        # a byte-order mark is not part of the first query id
-        with (io.StringIO(sys.stdin.buffer.read().decode("utf-8-sig")) if stdin
-              else open(path, encoding="utf-8-sig")) as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{lineno}"
-                qid, doc, score = _parse_line(line, where)
-                docs = run.setdefault(qid, {})
-                if doc in docs:
-                    raise InputError(f"{where}: document {doc!r} listed twice for query {qid!r}")
-                docs[doc] = score
+        text = sys.stdin.buffer.read().decode("utf-8-sig")  # a byte-order mark is not part of the first query id
     except UnicodeDecodeError as err:
         raise InputError(f"{path}: not UTF-8 text") from err
-    return run
+    yield from enumerate(io.StringIO(text), start=1)

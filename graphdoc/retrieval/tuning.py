@@ -103,6 +103,7 @@ def tune_alpha(
     measure: str = "nDCG@10",
     seed: int = 0,
     prefer: float | None = None,
+    k: int | None = None,
 ) -> TuningResult:
     """Cross-validate alpha of weighted fusion (``alpha`` weights the dense side).
 
@@ -114,6 +115,9 @@ def tune_alpha(
     middle of the range of `alphas`, 0.5): the one closest to it wins, and of two equally close, the first
     in `alphas`. So where the measure cannot choose (``TuningResult.alphas_tied``) the result is `prefer`
     or its nearest alpha, not an extreme such as 0.0 (BM25 alone).
+
+    Each fused ranking is cut to its top `k` (``None``: the whole union of the two runs' documents), as
+    ``graphdoc search -k`` returns it: a measure deeper than what search keeps is not scored on more.
     """
     alphas = list(DEFAULT_ALPHAS if alphas is None else alphas)
     if not alphas:
@@ -132,7 +136,7 @@ def tune_alpha(
     sparse = {q: sparse_run[q] for q in qids if q in sparse_run}
     per_query = []  # per_query[i][qid]: the measure for alphas[i]; one fused run held at a time
     for a in alphas:
-        fused = fuse_runs(dense, sparse, FusionConfig(alpha=a, normalization=normalization))
+        fused = fuse_runs(dense, sparse, FusionConfig(alpha=a, normalization=normalization), k)
         per_query.append({q: v[name] for q, v in evaluate_per_query(fused, qrels, [name]).items()})
     del fused
     fold_results, chosen = [], {}  # chosen[qid]: index of the alpha applied to that query
@@ -151,6 +155,6 @@ def tune_alpha(
         folds=fold_results,
         scores_by_alpha={a: float(np.mean([pq[q] for q in qids])) for a, pq in zip(alphas, per_query)},
         run={q: fuse(dense.get(q, {}), sparse.get(q, {}), FusionConfig(alpha=alphas[chosen[q]],
-                                                                        normalization=normalization))
+                                                                        normalization=normalization), k)
              for q in qids if q in dense or q in sparse},
     )
