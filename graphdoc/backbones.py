@@ -55,10 +55,14 @@ def convert_model_config(config, backbone: str):
     return config if isinstance(config, cls) else cls(chunker=config.chunker, passage_encoder=config.passage_encoder)
 
 
-def read_as_flat_if_not(read: Callable[[], T], path: str | Path, read_flat: Callable[[], T] | None) -> tuple[T, bool]:
+def read_as_flat_if_not(read: Callable[[], T], path: str | Path, read_flat: Callable[[], T] | None,
+                        model: Any = None) -> tuple[T, bool]:
     """``read()``; when it fails and ``read_flat`` is given, ``read_flat()`` instead, logged (a settings file that
     names no backbone but reads as flat settings only). Returns the result and whether it is the flat one; when
-    both fail, ``read``'s error."""
+    both fail, ``read``'s error, or ``read_flat``'s when the model settings ``model`` say ``graph_type: flat`` (a
+    flat file with a mistake in it is told of its mistake, not that ``flat`` is no graph type)."""
+    from graphdoc.flat_config import FLAT_GRAPH_TYPE
+
     try:
         return read(), False
     except GraphDocError as err:
@@ -66,7 +70,10 @@ def read_as_flat_if_not(read: Callable[[], T], path: str | Path, read_flat: Call
             raise
         try:
             result = read_flat()
-        except GraphDocError:
+        except GraphDocError as flat_err:
+            graph = model.get("graph") if isinstance(model, Mapping) else None
+            if isinstance(graph, Mapping) and graph.get("graph_type") == FLAT_GRAPH_TYPE:
+                raise flat_err from None
             raise err from None
     logger.info("%s reads as flat-backbone settings: building a flat model", path)
     return result, True
@@ -118,7 +125,8 @@ class BackboneSetup:
         data = read_config_file(path)
         may_be_flat = isinstance(data, Mapping) and "backbone" not in data and backbone != GRAPH
         setup, _ = read_as_flat_if_not(lambda: cls.from_dict(data), path,
-                                       (lambda: cls.from_dict({**data, "backbone": FLAT})) if may_be_flat else None)
+                                       (lambda: cls.from_dict({**data, "backbone": FLAT})) if may_be_flat else None,
+                                       data.get("model") if may_be_flat else None)
         return setup
 
     def with_backbone(self, backbone: str):
@@ -170,9 +178,15 @@ def load_index_model(identity: Mapping[str, Any], device=None):
     from graphdoc.serialization import config_class_of, saved_backbone
 
     path = identity.get("path")
-    if saved_backbone(path) is not None:
-        return load_model(path, device=device)
     graph = identity.get("graph", {})
+    if saved_backbone(path) is not None:
+        model = load_model(path, device=device)
+        document = graph.get("document")
+        if saved_backbone(path) == FLAT and document is not None and document != model.config.graph.document:
+            # built with --flat-document: the mode is the index's, not the saved model's (no weights depend on it)
+            model.config = dataclasses.replace(model.config,
+                                               graph=dataclasses.replace(model.config.graph, document=document))
+        return model
     backbone = FLAT if graph.get("graph_type") == FLAT_GRAPH_TYPE else GRAPH
     cls = backbone_class(backbone)
     # a local folder by the path the index recorded (its name may be relative to where the index was built)

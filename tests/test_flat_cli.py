@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from _retrieval_helpers import cli, error_line
 
 from graphdoc.config import ModelConfig
 from graphdoc.encoder import GraphDocEncoder
-from graphdoc.errors import IndexMismatchError
+from graphdoc.errors import GraphDocError, IndexMismatchError
 from graphdoc.flat_config import FlatConfig, FlatModelConfig
 from graphdoc.flat_encoder import FlatEncoder
 from graphdoc.retrieval.builder import IndexSettings, build_index
@@ -124,6 +125,50 @@ def test_flat_document_replaces_a_saved_flat_models_mode(tiny_bert: Path, corpus
     assert "WARNING" not in capsys.readouterr().err  # no config was given: nothing is ignored
     mean = FlatEncoder.from_pretrained(str(tiny_bert), config=flat_config("mean"), device="cpu")
     np.testing.assert_allclose(np.load(tmp_path / "emb.npy"), mean.encode(docs), atol=1e-6)
+
+
+def test_an_index_built_with_flat_document_is_searched_and_extended_in_its_mode(tiny_bert: Path, docs,
+                                                                                 tmp_path: Path, capsys) -> None:
+    FlatEncoder.from_pretrained(str(tiny_bert), config=flat_config("first"), device="cpu").save_pretrained(
+        tmp_path / "flat")
+    first, rest = tmp_path / "first.jsonl", tmp_path / "rest.jsonl"
+    first.write_text("".join(json.dumps(d) + "\n" for d in docs[:5]), encoding="utf-8")
+    rest.write_text("".join(json.dumps(d) + "\n" for d in docs[5:]), encoding="utf-8")
+    index = tmp_path / "index"
+    assert cli("index", "--corpus", first, "--index-dir", index, "--model", tmp_path / "flat",
+               "--flat-document", "mean") == 0
+    assert manifest_json(index)["model"]["graph"]["document"] == "mean"
+    assert cli("index", "--corpus", rest, "--index-dir", index) == 0  # the index's own model, in its mode
+    assert cli("index", "--corpus", rest, "--index-dir", index, "--flat-document", "mean") == 1
+    assert error_line(capsys, "index").endswith(f"--flat-document sets the document mode of --model; {index} keeps "
+                                                "the model and mode it was built with: leave --flat-document out "
+                                                "to add to it")
+    capsys.readouterr()
+    assert cli("search", "--index-dir", index, "graph fox", "--mode", "hybrid", "--json") == 0
+    assert len(capsys.readouterr().out.splitlines()) == 8
+    mean = FlatEncoder.from_pretrained(str(tiny_bert), config=flat_config("mean"), device="cpu")
+    with Searcher(index) as searcher:
+        assert searcher.model.config.graph.document == "mean"
+        np.testing.assert_allclose(np.load(index / "final" / "doc_vectors.npy"), unit(mean.encode(docs)), atol=1e-5)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("graph: {graph_type: flat, document: maxp}\n", "graph.document must be one of first, mean; got 'maxp'"),
+    ("passage_encoder: {pooling: mean, projection_dim: 16}\ngraph: {graph_type: flat}\n",
+     "a flat backbone has no projection: passage_encoder.projection_dim must be null"),
+])
+def test_a_flat_config_file_with_a_mistake_is_told_of_its_mistake(tiny_bert: Path, corpus: Path, tmp_path: Path,
+                                                                   capsys, text: str, message: str) -> None:
+    (tmp_path / "bad.yaml").write_text(text, encoding="utf-8")
+    assert cli("embed", "--corpus", corpus, "--output", tmp_path / "x.npy", "--model", tiny_bert,
+               "--config", tmp_path / "bad.yaml") == 1
+    assert message in error_line(capsys, "embed")
+    from graphdoc.training.config import PretrainSetup
+
+    (tmp_path / "setup.yaml").write_text("model:\n" + "".join(f"  {line}\n" for line in text.splitlines()),
+                                         encoding="utf-8")
+    with pytest.raises(GraphDocError, match=re.escape(message)):  # (a setting's check names it without "model.")
+        PretrainSetup.read(tmp_path / "setup.yaml")
 
 
 def test_a_flat_config_without_the_backbone_flag_builds_a_flat_model(tiny_bert: Path, corpus: Path,

@@ -98,5 +98,5 @@ def _config_file(path: str, data, backbone: str, guessed: bool):
         return from_dict(config_class_of(backbones.backbone_class(name)), data)
 
     config, flat = backbones.read_as_flat_if_not(lambda: read(backbone), path,
-                                                 (lambda: read(FLAT)) if guessed and backbone != FLAT else None)
+                                                 (lambda: read(FLAT)) if guessed and backbone != FLAT else None, data)
     return config, FLAT if flat else backbone

@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from graphdoc.cli.common import add_model_arguments, load_model, logger
+from graphdoc.errors import GraphDocError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -58,8 +59,11 @@ def _model(args: argparse.Namespace):
     from graphdoc.retrieval.manifest import MANIFEST_NAME, Manifest
 
     given = (args.model, args.config, args.backbone, args.flat_document)
-    identity = Manifest.load(args.index_dir).model \
-        if all(x is None for x in given) and (args.index_dir / MANIFEST_NAME).is_file() else None
+    exists = (args.index_dir / MANIFEST_NAME).is_file()
+    if args.flat_document is not None and args.model is None and exists and Manifest.load(args.index_dir).model:
+        raise GraphDocError(f"--flat-document sets the document mode of --model; {args.index_dir} keeps the model and "
+                            "mode it was built with: leave --flat-document out to add to it")
+    identity = Manifest.load(args.index_dir).model if all(x is None for x in given) and exists else None
     if identity:  # an index holding no documents yet binds no model
         from graphdoc.backbones import load_index_model
 
