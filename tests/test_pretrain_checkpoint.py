@@ -104,6 +104,7 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, tmp_path, mo
     assert expected["graph.layers.0.out.weight"].abs().sum() > 0  # trained: no longer the zero init
     losses = [float(r["loss"]) for r in read_log(tmp_path / "run")]
     assert losses == pytest.approx([float(r["loss"]) for r in read_log(tmp_path / "whole")], rel=1e-5)
+    assert resumed.epoch_loss == pytest.approx(whole.epoch_loss, rel=1e-5)  # its sum is in the checkpoint
 
 
 def test_checkpoint_folder_holds_no_pickle(tiny_bert, tmp_path):
@@ -179,6 +180,8 @@ def test_a_last_batch_of_one_document_moves_no_weight(tiny_bert, tmp_path):
     assert all(torch.equal(first[name], last[name]) for name in first)
     log = read_log(tmp_path / "run")
     assert float(log[0]["loss"]) > 0 and float(log[1]["loss"]) == 0.0
+    # the run's mean loss leaves the one-document step out: it is the first step's
+    assert result.loss == 0.0 and result.epoch_loss == pytest.approx(float(log[0]["loss"]), rel=1e-6)
 
 
 def test_progress_bar_shows_loss_learning_rate_and_documents_per_second(tiny_bert, tmp_path, capsys):

@@ -18,7 +18,10 @@ class PretrainResult:
     ``seconds`` (the same as ``loop_seconds``), ``documents_per_s`` and ``steps_per_s`` cover this process's
     training loop (not model loading or the counting pass) over the whole run, resumptions included, as
     ``documents_used`` and ``steps`` do. ``loss`` is the last step's whole
-    objective, ``mlm_loss`` its masked-language-model term (``None`` without one). ``loop_seconds`` is
+    objective, ``mlm_loss`` its masked-language-model term (``None`` without one); ``epoch_loss`` the mean of
+    the whole objective over the steps of the last epoch the run trained in (so far, when it stopped inside
+    it), leaving out a step of one document (an epoch's last batch can be one), which has no negative and a
+    contrastive loss of 0. ``loop_seconds`` is
     the training loop's time over the whole run, resumptions included (what ``max_seconds`` limits);
     ``time_up`` says the run stopped because that budget was spent. ``peak_rss_mib`` is the process's
     peak resident memory, ``peak_cuda_mib`` the peak CUDA memory allocated (``None`` on the CPU).
@@ -46,6 +49,7 @@ class PretrainResult:
     loop_seconds: float | None = None
     time_up: bool = False
     distinct_documents: int = 0
+    epoch_loss: float | None = None
 
     @classmethod
     def from_run(cls, trainer: "Trainer", peak_rss_mib: float, peak_cuda_mib: float | None) -> "PretrainResult":
@@ -56,7 +60,7 @@ class PretrainResult:
                    trainer.last_loss, seconds, trainer.stats.used / max(seconds, 1e-9),
                    trainer.step / max(seconds, 1e-9),
                    peak_rss_mib, peak_cuda_mib, cache.hits if cache else None, cache.misses if cache else None,
-                   trainer.last_mlm, seconds, trainer.time_up, trainer.stats.distinct)
+                   trainer.last_mlm, seconds, trainer.time_up, trainer.stats.distinct, trainer.mean_epoch_loss())
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -92,6 +92,8 @@ class Trainer:
         self.throughput = Throughput()
         self.last_loss: float | None = None
         self.last_mlm: float | None = None
+        # [epoch, sum, steps] of the whole objective over the steps of the latest epoch that had a negative
+        self.epoch_loss: list = [0, 0.0, 0]
         self.last_lr = self.last_grad_norm = 0.0
         self.seconds_before = 0.0  # training-loop seconds of the run before a resumption
         self.corpus: list[list] = []  # corpus_identity of the sources, set by start()
@@ -265,6 +267,7 @@ class Trainer:
                     and not self.time_up:
                 for batch in self._epoch_batches():
                     self.last_loss, self.last_mlm = self._train_step(batch)
+                    self._track_loss(len(batch.examples))
                     self.step += 1
                     self.position.offset = batch.end
                     self._after_step(len(batch.examples), bar)
@@ -316,6 +319,20 @@ class Trainer:
                     self.position.epoch + 1, self.stats.used, self.stats.empty_skipped,
                     self.stats.one_passage_skipped)
         self.position = data.DataPosition(self.position.epoch + 1, 0)
+
+    def _track_loss(self, documents: int) -> None:
+        """Add the step's loss to its epoch's mean; a one-document step (no negative, its contrastive loss 0)
+        counts in none."""
+        if documents < 2 or self.last_loss is None:
+            return
+        if self.epoch_loss[0] != self.position.epoch:
+            self.epoch_loss = [self.position.epoch, 0.0, 0]
+        self.epoch_loss[1] += self.last_loss
+        self.epoch_loss[2] += 1
+
+    def mean_epoch_loss(self) -> float | None:
+        """The mean loss over the steps of the latest epoch the run trained in (so far, if it stopped inside it)."""
+        return self.epoch_loss[1] / self.epoch_loss[2] if self.epoch_loss[2] else None
 
     def _train_step(self, batch: data.Batch) -> tuple[float, float | None]:
         """One optimiser step over a global batch; returns its loss (and its MLM part, if any).
@@ -411,7 +428,7 @@ class Trainer:
                 "loop_seconds": self.loop_seconds(), "corpus": self.corpus,
                 "pretrain": dataclasses.asdict(self.cfg), "start_model": self.start_model,
                 "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-                "loss": self.last_loss, "mlm_loss": self.last_mlm}
+                "loss": self.last_loss, "mlm_loss": self.last_mlm, "epoch_loss": self.epoch_loss}
 
     def _restore(self, folder: Path) -> None:
         rng, state = ckpt.load_checkpoint(folder, self.optimizer, self.scheduler)
@@ -427,6 +444,7 @@ class Trainer:
         self.stats = data.DataStats(**state["stats"])
         # a resumed run that takes no step (finished, or its time budget spent) still reports its last loss
         self.last_loss, self.last_mlm = state.get("loss"), state.get("mlm_loss")
+        self.epoch_loss = list(state.get("epoch_loss") or [0, 0.0, 0])  # (none in a checkpoint before stop 28)
         logger.info("resumed from %s: step %d of %d, epoch %d, document %d of the epoch", folder, self.step,
                     self.total_steps, self.position.epoch + 1, self.position.offset)
 
