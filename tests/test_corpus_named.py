@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
 import sys
 import types
 from typing import NamedTuple
@@ -212,3 +214,73 @@ def test_existing_local_path_wins_over_a_name(tmp_path, monkeypatch, fake_ir_dat
     (tmp_path / "robust04" / "a.txt").write_text("local", encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     assert [d.text for d in read_corpus("robust04")] == ["local"]
+
+
+def test_a_split_of_a_named_corpus_names_the_same_documents_to_an_index(fake_ir_datasets, model_dir, tmp_path,
+                                                                       caplog):
+    from graphdoc.corpus import source_key
+    from graphdoc.retrieval.builder import build_index
+
+    assert source_key("wikir/en78k/test") == source_key("wikir/en78k") == "wikir/en78k"
+    assert source_key("robust04/fold2") == "robust04" and source_key("robust04/fold9") == "robust04/fold9"
+    first = build_index(str(model_dir), "wikir/en78k/test", tmp_path / "index")
+    assert [s.corpus for s in first.sources] == ["wikir/en78k"] and first.counts["documents"] == 1
+    fake_ir_datasets.load = None  # the documents are not read again
+    with caplog.at_level(logging.INFO, logger="graphdoc"):
+        again = build_index(str(model_dir), "wikir/en78k", tmp_path / "index")
+    assert [s.corpus for s in again.sources] == ["wikir/en78k"] and again.counts["documents"] == 1
+    assert "already in the index" in caplog.text
+
+
+def reader_failing_with(error: BaseException):
+    class Failing:
+        def docs_iter(self):
+            yield from ()
+            raise error
+
+    module = types.ModuleType("ir_datasets")
+    module.load = lambda name: Failing()
+    return module
+
+
+@pytest.mark.parametrize("error, message", [
+    (EOFError("Compressed file ended before the end-of-stream marker was reached"),
+     "could not be read (Compressed file ended before the end-of-stream marker was reached)"),
+    (ValueError("expected 2 fields, got 3"), "could not be read (expected 2 fields, got 3)"),
+    (OSError("Unable to connect to proxy", OSError("Tunnel connection failed: 426 Upgrade Required")),
+     "could not be downloaded (Unable to connect to proxy: Tunnel connection failed: 426 Upgrade Required)"),
+])
+def test_a_local_file_that_fails_is_not_called_a_download(monkeypatch, error, message):
+    monkeypatch.setitem(sys.modules, "ir_datasets", reader_failing_with(error))
+    with pytest.raises(InputError, match=rf"^named corpus 'msmarco-document' {re.escape(message)}; to use local"):
+        list(read_corpus("msmarco-document"))
+
+
+def test_robust04_disks_that_are_there_but_fail_are_named_as_there(monkeypatch, tmp_path):
+    monkeypatch.setenv("IR_DATASETS_HOME", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "ir_datasets", reader_failing_with(ValueError("bad SGML in FR940104.0")))
+    with pytest.raises(InputError, match=r"^named corpus 'robust04' needs the licensed TREC disks 4 and 5, "):
+        list(read_corpus("robust04"))
+    (tmp_path / "disks45" / "corpus" / "FR94").mkdir(parents=True)
+    with pytest.raises(InputError, match=rf"^named corpus 'robust04' could not be read from "
+                                         rf"{re.escape(str(tmp_path / 'disks45' / 'corpus'))} \(bad SGML in FR940104.0\)"):
+        list(read_corpus("robust04"))
+
+
+def test_the_hub_clients_retry_lines_are_held_back(monkeypatch, caplog):
+    def load_dataset(path, split, streaming):
+        for _ in range(3):
+            logging.getLogger("huggingface_hub.utils._http").warning("Retrying in 1s [Retry 1/5].")
+        logging.getLogger("datasets.load").warning("Couldn't reach the Hub")
+        raise ConnectionError("Couldn't reach 'Skylion007/openwebtext' on the Hub")
+
+    module = types.ModuleType("datasets")
+    module.load_dataset = load_dataset
+    monkeypatch.setitem(sys.modules, "datasets", module)
+    for name in ("huggingface_hub.utils._http", "datasets.load"):  # made as the packages are imported
+        logging.getLogger(name)
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(InputError, match=r"^named corpus 'openwebtext' could not be downloaded \(Couldn't reach"):
+            list(read_corpus("openwebtext"))
+    assert caplog.records == []
+    assert not logging.getLogger("huggingface_hub.utils._http").disabled  # only while the corpus is read

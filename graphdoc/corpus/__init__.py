@@ -24,7 +24,7 @@ Source = Union[str, "os.PathLike[str]"]
 Qrels = dict[str, dict[str, int]]
 
 __all__ = ["NAMED_CORPORA", "Qrels", "ReadStats", "check_outside_corpus", "corpus_files", "markdown_sections",
-           "read_corpus", "read_qrels", "read_queries", "wikitext_sections"]
+           "read_corpus", "read_qrels", "read_queries", "source_key", "wikitext_sections"]
 
 
 def _check_source(source: Source, what: str) -> None:
@@ -39,6 +39,19 @@ def _named(source: Source, split: str | None = None) -> tuple[NamedCorpus, str |
     if isinstance(source, str) and not os.path.exists(source):
         return resolve(source, split)
     return None
+
+
+def source_key(source: Source) -> str:
+    """How an index or a training run names a corpus it reads: an existing path resolved, a named corpus by its
+    name without a split (a split picks queries and qrels only: ``wikir/en59k/test`` holds the documents of
+    ``wikir/en59k``), anything else as given."""
+    if os.path.exists(source):
+        return str(Path(source).resolve())
+    try:
+        named = _named(str(source))
+    except InputError:  # a split the corpus does not have: reading it says so
+        named = None
+    return named[0].name if named else str(source)
 
 
 def check_outside_corpus(source, path: Source | None, flag: str, written: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,8 @@ LOCAL_HINT = ("to use local files instead, export it to JSON lines ({\"_id\", \"
 _DOC_FIELDS_DROPPED = ("doc_id", "title", "text", "body", "marked_up_doc")
 #: The logger ir_datasets writes its notices to (with its own handler): silenced while graphdoc reads.
 IRDS_LOGGERS = ("ir_datasets",)
+#: What Hugging Face ``datasets`` and the hub client log while they fetch (retries: 11 lines of them offline).
+HF_LOGGERS = ("datasets", "huggingface_hub")
 #: How long a failure's reason may be in an error message.
 MAX_REASON = 160
 
@@ -53,8 +56,39 @@ def guarded(corpus: str, produce: Callable[[], Iterable[T]], quiet: Sequence[str
         raise
     except Exception as err:  # downloads fail in many ways: network, HTTP, checksum, disk
         reason = short_reason(err)
-        message = explain(reason) if explain else f"could not be downloaded ({reason})"
+        if explain:
+            message = explain(reason)
+        else:
+            message = f"could not be {'downloaded' if is_download_error(err) else 'read'} ({reason})"
         raise InputError(f"named corpus {corpus!r} {message}; {LOCAL_HINT}") from err
+
+
+#: packages whose errors are a failed download
+_NETWORK_PACKAGES = ("requests", "urllib3", "httpx", "httpcore", "huggingface_hub", "aiohttp",
+                     "fsspec.implementations.http")
+
+
+#: what an error's message says when the network failed (as an ``OSError`` from a resolver or socket says it)
+_NETWORK_WORDS = re.compile(r"download|name or service not known|name resolution|network is unreachable|"
+                            r"connection (refused|reset|aborted)|timed out|no route to host|proxy", re.IGNORECASE)
+
+
+def is_download_error(err: BaseException) -> bool:
+    """Whether ``err`` (or an error behind it) is a failed download: a network error, one of a network package,
+    or ir_datasets' "All download sources failed"; not a local file that cannot be read or parsed."""
+    import socket
+    import urllib.error
+
+    seen: list[BaseException] = []
+    while err is not None and err not in seen and len(seen) < 20:
+        seen.append(err)
+        module = type(err).__module__ or ""
+        if isinstance(err, (ConnectionError, TimeoutError, socket.gaierror, urllib.error.URLError)) \
+                or module.split(".")[0] in _NETWORK_PACKAGES or module.startswith(_NETWORK_PACKAGES) \
+                or _NETWORK_WORDS.search(str(err)):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def quietly(produce: Callable[[], Iterable[T]], names: Sequence[str]) -> Iterator[T]:
@@ -72,7 +106,8 @@ def quietly(produce: Callable[[], Iterable[T]], names: Sequence[str]) -> Iterato
 
 @contextmanager
 def silenced(names: Sequence[str]) -> Iterator[None]:
-    """Disable the loggers ``names`` for the block, unless graphdoc logs at DEBUG (``graphdoc -v``).
+    """Disable the loggers ``names``, and those under them, for the block, unless graphdoc logs at DEBUG
+    (``graphdoc -v``).
 
     ir_datasets prints its notices (download retries, where to put files) through a handler of its own, at
     any graphdoc verbosity, ahead of graphdoc's one-line error that says what went wrong.
@@ -80,7 +115,7 @@ def silenced(names: Sequence[str]) -> Iterator[None]:
     if not names or logger.isEnabledFor(logging.DEBUG):
         yield
         return
-    loggers = [logging.getLogger(name) for name in names]
+    loggers = _with_children(tuple(names))
     before = [log.disabled for log in loggers]
     for log in loggers:
         log.disabled = True
@@ -89,6 +124,21 @@ def silenced(names: Sequence[str]) -> Iterator[None]:
     finally:
         for log, was in zip(loggers, before):
             log.disabled = was
+
+
+_children: dict[tuple[str, ...], tuple[int, list[logging.Logger]]] = {}
+
+
+def _with_children(names: tuple[str, ...]) -> list[logging.Logger]:
+    """The loggers ``names`` and every logger under them that exists (a disabled logger does not silence its
+    children, and a package's modules log through their own: ``huggingface_hub.utils._http``), looked up again
+    only when loggers were added (``silenced`` runs once a document of a streamed corpus)."""
+    count = len(logging.root.manager.loggerDict)
+    found = _children.get(names)
+    if found is None or found[0] != count:
+        under = [n for n in list(logging.root.manager.loggerDict) if n.startswith(tuple(f"{name}." for name in names))]
+        found = _children[names] = (count, [logging.getLogger(name) for name in (*names, *under)])
+    return found[1]
 
 
 def short_reason(err: BaseException, limit: int = MAX_REASON) -> str:
@@ -112,9 +162,8 @@ def _first_line(err: BaseException) -> str:
     raised with a message and a list of the errors behind it (ir_datasets' ``RuntimeError('All download sources
     failed', [(source, error), ...])``) is its message and the last of those, not the tuple's repr."""
     if len(err.args) > 1 and isinstance(err.args[0], str):
-        behind = [e for arg in err.args[1:] if isinstance(arg, (list, tuple))
-                  for item in arg for e in (item if isinstance(item, tuple) else (item,))
-                  if isinstance(e, BaseException)]
+        behind = [e for arg in err.args[1:] for item in (arg if isinstance(arg, (list, tuple)) else (arg,))
+                  for e in (item if isinstance(item, tuple) else (item,)) if isinstance(e, BaseException)]
         if behind:
             return f"{err.args[0]}: {_first_line(behind[-1])}"
     lines = str(err).strip().splitlines()
@@ -172,7 +221,10 @@ class IrDatasetsCorpus:
 
     def _explain_local_docs(self, reason: str) -> str:
         what, folder, how = self.local_docs
-        return f"needs {what}, uncompressed at {irds_home() / folder} ({reason}); to get them see {how}"
+        where = irds_home() / folder
+        if where.is_dir() and any(where.iterdir()):  # they are there: one of them is what failed
+            return f"could not be read from {where} ({reason})"
+        return f"needs {what}, uncompressed at {where} ({reason}); to get them see {how}"
 
     def queries(self, split: str | None) -> Iterator[tuple[str, str]]:
         """The queries of ``split`` (the default split when ``None``)."""
@@ -220,7 +272,7 @@ class HuggingFaceCorpus:
             for index, record in enumerate(stream):
                 yield Document(id=str(index), text=record.get(self.text_field) or "")
 
-        return guarded(self.name, produce)
+        return guarded(self.name, produce, HF_LOGGERS)
 
     def queries(self, split: str | None) -> Iterator[tuple[str, str]]:
         raise InputError(f"named corpus {self.name!r} has documents only, no queries")

@@ -30,7 +30,7 @@ from typing import Iterator
 import numpy as np
 
 from graphdoc.config import check_count
-from graphdoc.corpus import ReadStats, check_outside_corpus
+from graphdoc.corpus import ReadStats, check_outside_corpus, source_key
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import LOCK_NAME, remove_stale_temporaries, writer_lock
 from graphdoc.progress import progress_bar
@@ -213,7 +213,10 @@ def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, setting
     identity = model_identity(model)
     manifest = (_existing_manifest(index_dir, identity, settings, announce=False)
                 or _new_manifest(model, identity, settings))
-    key = str(corpus) if not Path(corpus).exists() else str(Path(corpus).resolve())
+    key = source_key(corpus)
+    if key != str(corpus) and manifest.source(key, part) is None and not manifest.whole(key) \
+            and (manifest.source(str(corpus), part) or manifest.whole(str(corpus))):
+        key = str(corpus)  # named with its split by an index built before stop 28: resumed under that name
     source = manifest.source(key, part) or SourceProgress(corpus=key, part=part)
     if not source.complete and not manifest.whole(key):  # a corpus already indexed is not read again
         open_corpus(corpus)

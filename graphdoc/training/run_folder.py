@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import os
 import shutil
 from pathlib import Path
 
 from graphdoc.backbones import FLAT
-from graphdoc.corpus import ReadStats, check_outside_corpus, corpus_files
+from graphdoc.corpus import ReadStats, check_outside_corpus, corpus_files, source_key
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import LOCK_NAME, check_output_folder
 from graphdoc.serialization import is_graphdoc_model
@@ -105,7 +104,7 @@ class RunFolder:
         """Each source once; the run's folders (output, passage cache) outside every corpus folder."""
         seen: set[str] = set()
         for source in self.sources:
-            key = str(Path(source).resolve()) if os.path.exists(source) else source
+            key = source_key(source)
             if key in seen:
                 raise GraphDocError(f"corpus {source} is given twice: its documents would be read twice an epoch")
             seen.add(key)
