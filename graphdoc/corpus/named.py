@@ -68,8 +68,9 @@ _NETWORK_PACKAGES = ("requests", "urllib3", "httpx", "httpcore", "huggingface_hu
                      "fsspec.implementations.http")
 
 
-#: what an error's message says when the network failed (as an ``OSError`` from a resolver or socket says it)
-_NETWORK_WORDS = re.compile(r"download|name or service not known|name resolution|network is unreachable|"
+#: what an error's message says when the network failed (as an ``OSError`` from a resolver or socket says it), or
+#: a download did (ir_datasets checks what it fetched)
+_NETWORK_WORDS = re.compile(r"download|checksum|md5|sha256|name or service not known|name resolution|network is unreachable|"
                             r"connection (refused|reset|aborted)|timed out|no route to host|proxy", re.IGNORECASE)
 
 
