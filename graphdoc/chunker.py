@@ -31,8 +31,12 @@ logger = logging.getLogger(__name__)
 # Chinese and Japanese are written without spaces between words: each of their characters (ideographs, kana)
 # counts as a word, so that a passage of them holds about max_words characters and ends on a sentence end; a
 # run of them as one "word" would span sentences and be cut anywhere to fit the encoder.
-UNSPACED = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
-WORD = re.compile(f"[{UNSPACED}]|[^\\s{UNSPACED}]+")
+UNSPACED = "\u3040-\u3098\u309b-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
+# combining marks stay with the character before them: the voicing marks of decomposed (NFD) kana (か + U+3099
+# is が), variation selectors of ideographs, and the combining diacritics blocks
+MARKS = ("\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\u3099\u309a\ufe00-\ufe0f\ufe20-\ufe2f"
+         "\U000e0100-\U000e01ef")
+WORD = re.compile(f"[{UNSPACED}][{MARKS}]*|[^\\s{UNSPACED}]+")
 LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines splits on
 
 Span = tuple[int, int]
@@ -49,6 +53,8 @@ def _table(ranges: Iterable[tuple[int, int]]) -> np.ndarray:
 # the unspaced characters and the line breaks
 _SPACE = _table((m.start(), m.start()) for m in re.finditer(r"\s", "".join(map(chr, range(0x3001)))))
 _UNSPACED = _table((ord(first), ord(last)) for first, last in re.findall("(.)-(.)", UNSPACED))
+_MARK = _table((ord(first), ord(last)) for first, last in re.findall("(.)(?:-(.))?", MARKS)
+               for first, last in [(first, last or first)])
 _BREAK = _table((ord(c), ord(c)) for c in LINE_BREAKS)
 
 
@@ -63,11 +69,27 @@ def _words(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     unspaced = _UNSPACED[points]
     other = ~(unspaced | _SPACE[points])
-    before = np.concatenate(([False], other[:-1]))
-    after = np.concatenate((other[1:], [False]))
-    starts = np.flatnonzero(unspaced | (other & ~before))
-    ends = np.flatnonzero(unspaced | (other & ~after)) + 1
+    starts = np.flatnonzero(unspaced | (other & ~_before(other)))
+    mark = _MARK[points]
+    if not mark.any():
+        return starts, np.flatnonzero(unspaced | (other & ~_after(other))) + 1
+    # the marks of a run of them right after an unspaced character are that character's
+    first_mark = mark & ~_before(mark)
+    owned = (first_mark & _before(unspaced))[first_mark]
+    attached = mark & np.concatenate(([False], owned))[np.cumsum(first_mark)]
+    other &= ~attached
+    starts = np.flatnonzero(unspaced | (other & ~_before(other)))
+    ends = np.flatnonzero(((unspaced | attached) & ~_after(attached)) | (other & ~_after(other))) + 1
     return starts, ends
+
+
+def _before(flags: np.ndarray) -> np.ndarray:
+    """Whether the character before each one is flagged (``False`` for the first)."""
+    return np.concatenate(([False], flags[:-1]))
+
+
+def _after(flags: np.ndarray) -> np.ndarray:
+    return np.concatenate((flags[1:], [False]))
 
 
 # blingfire is run on windows of this many characters (it takes ~35 bytes a character): a book-length section

@@ -254,6 +254,21 @@ def test_chinese_and_japanese_characters_are_words_and_passages_end_on_sentences
     assert "".join(visible(p.text) for p in passages) == visible(JAPANESE)
 
 
+def test_decomposed_kana_and_variation_selectors_stay_with_their_character() -> None:
+    import unicodedata
+
+    assert words("か\u3099き 葛\U000e0100城 e\u0301") == ["か\u3099", "き", "葛\U000e0100", "城", "e\u0301"]
+    composed = "がぎぐげご" * 30 + "。" + "ぱぴぷぺぽ" * 30 + "。"
+    decomposed = unicodedata.normalize("NFD", composed)
+    assert len(decomposed) == 2 * len(composed) - 2
+    for text in (composed, decomposed):
+        passages = chunk_document(Document("ja", text), max_words=40)
+        # 150 characters a sentence, cut into 40-word runs: a voicing mark counts in its kana's word
+        assert [len(words(p.text)) for p in passages] == [40, 40, 40, 31, 40, 40, 40, 31]
+        assert all(unicodedata.normalize("NFC", p.text)[0] in "がぎぐげごぱぴぷぺぽ" for p in passages)
+        assert "".join(p.text for p in passages) == text
+
+
 def test_an_over_long_japanese_passage_is_halved_at_a_sentence_end() -> None:
     doc = Document("ja", JAPANESE)
     passages = chunk_document(doc, max_words=1000)  # 1,019 and 180 characters before fitting
