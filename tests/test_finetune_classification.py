@@ -199,9 +199,10 @@ def test_a_frozen_flat_classifier_predicts_what_it_was_scored_on(tiny_bert, tmp_
     (["animals"], "has a 'label' that is an array"),
     ({"name": "animals"}, "has a 'label' that is an object"),
     (True, "has a 'label' that is true/false"),
-    (1.5, "has a 'label' that is a non-integer number"),
+    (1.5, "has a 'label' that is a number with a decimal point"),
     (None, "has no 'label'"),
     (" ", "has no 'label'"),
+    (2.0, "has a 'label' that is a number with a decimal point; a label is a string or an integer (write 2, not 2.0)"),
 ])
 def test_a_label_that_is_not_a_string_or_an_integer_is_refused_naming_file_and_line(label, problem, tmp_path):
     from graphdoc.errors import InputError
@@ -209,7 +210,7 @@ def test_a_label_that_is_not_a_string_or_an_integer_is_refused_naming_file_and_l
 
     records = [{"_id": "a", "text": "one", "label": "x"}, {"_id": "b", "text": "two", "label": label}]
     path = write_jsonl(tmp_path / "t.jsonl", records)
-    suffix = "" if problem == "has no 'label'" else "; a label is a string or an integer"
+    suffix = "" if problem == "has no 'label'" or "(write" in problem else "; a label is a string or an integer"
     with pytest.raises(InputError) as err:
         read_labelled(path, "train")
     assert str(err.value) == f"{path}:2: document 'b' {problem}{suffix}"

@@ -73,6 +73,35 @@ def test_a_folder_under_a_file_is_one_error_line(task, flag, tmp_path, capsys):
     assert (tmp_path / "file").read_text() == "kept\n" and not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("task", ["ranking", "classification"])
+@pytest.mark.parametrize("inside", ["model", "checkpoints/cache", "seed-42"])
+def test_a_cache_folder_inside_what_the_run_writes_is_one_error_line(task, inside, tmp_path, capsys):
+    files = ranking_files(tmp_path) if task == "ranking" else labelled_files(tmp_path)
+    inputs = [f"--{name}={path}" for name, path in files.items()]
+    run = tmp_path / "run"
+    assert finetune("--task", task, *inputs, "--output", str(run), "--cache-dir", str(run / inside),
+                    "--model", NO_MODEL) == 1
+    assert error_line(capsys) == (f"graphdoc finetune: error: --cache-dir {run / inside} is inside "
+                                  f"{run / inside.split('/')[0]}, which the run writes and replaces: put the passage "
+                                  f"cache elsewhere (by default it is {run / 'passage_cache'})")
+    assert not run.exists()
+
+
+def test_a_classifier_without_its_head_config_says_so(tmp_path):
+    from graphdoc.finetune.classifier import DocumentClassifier
+
+    (tmp_path / "clf" / "encoder").mkdir(parents=True)
+    for name in ("head.safetensors", "labels.json"):
+        (tmp_path / "clf" / name).write_text("{}")
+    with pytest.raises(GraphDocError, match=r"^\S+clf is not a saved classifier \(no head_config.json\)$"):
+        DocumentClassifier.from_pretrained(tmp_path / "clf")
+
+
+def test_an_infinite_supcon_temperature_is_refused():
+    with pytest.raises(GraphDocError, match=r"^classification.temperature must be positive; got inf$"):
+        ClassificationConfig(objective="supcon", temperature=float("inf"))
+
+
 RANKING_INPUT_CASES = [
     ("qrels", "query-id\tcorpus-id\tscore\nq0\tfox-a\t0\n",
      "{path}: no relevant judgement of a query in the queries and a document in the corpus to train on"),

@@ -63,7 +63,10 @@ def label_problem(label) -> str | None:
         return f"has a 'label' that is not valid Unicode (lone surrogate {surrogate})" if surrogate else None
     if isinstance(label, int) and not isinstance(label, bool):
         return None
-    kind = {**JSON_TYPE_NAMES, dict: "an object", float: "a non-integer number"}.get(type(label), type(label).__name__)
+    if isinstance(label, float):  # pandas writes a whole-number column holding a null as floats: 1.0
+        hint = f" (write {int(label)}, not {label!r})" if label.is_integer() else ""
+        return f"has a 'label' that is a number with a decimal point; a label is a string or an integer{hint}"
+    kind = {**JSON_TYPE_NAMES, dict: "an object"}.get(type(label), type(label).__name__)
     return f"has a 'label' that is {kind}; a label is a string or an integer"
 
 

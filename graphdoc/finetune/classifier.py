@@ -109,8 +109,9 @@ class DocumentClassifier(nn.Module):
         path = Path(path)
         if not path.exists():
             raise GraphDocError(f"no model folder at {path}")
-        if not (path / HEAD_WEIGHTS).is_file() or not (path / LABELS).is_file():
-            raise GraphDocError(f"{path} is not a saved classifier (no {HEAD_WEIGHTS} or {LABELS})")
+        missing = [name for name in (HEAD_WEIGHTS, LABELS, HEAD_CONFIG) if not (path / name).is_file()]
+        if missing:
+            raise GraphDocError(f"{path} is not a saved classifier (no {' or '.join(missing)})")
         if not (path / ENCODER_DIR).is_dir():  # not a hub id to look up
             raise ModelLoadError(f"{path} has no {ENCODER_DIR}/ folder (the classifier's encoder)")
         head, labels = read_config_file(path / HEAD_CONFIG), read_config_file(path / LABELS)
