@@ -38,4 +38,7 @@ class DamagedIndexError(GraphDocError):
     def __init__(self, index_dir, problem: str) -> None:
         super().__init__(f"index {index_dir} is damaged: {problem}; rerun the graphdoc index command that built it "
                          "(final/ is rebuilt from the shards), or build it anew in a new folder")
-        self.problem = problem
+        self.index_dir, self.problem = index_dir, problem
+
+    def __reduce__(self):  # pickled as its arguments (a worker process's error reaches its pool)
+        return type(self), (self.index_dir, self.problem)

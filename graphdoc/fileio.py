@@ -105,6 +105,9 @@ class UnreadableFileError(GraphDocError):
         super().__init__(f"{path} cannot be read ({reason})")
         self.path, self.reason = path, reason
 
+    def __reduce__(self):  # pickled as its arguments (a worker process's error reaches its pool)
+        return type(self), (self.path, self.reason)
+
 
 @contextlib.contextmanager
 def reading(path: Path) -> Iterator[None]:

@@ -45,7 +45,7 @@ def explain_hits(searcher, query: str, hits: Sequence, top: int = 3, by: str = "
         return []
     vector = searcher.encode_queries([query])[0] if query_vector is None else query_vector
     vector = prepare_vectors(np.asarray(vector)[None, :], searcher.manifest.metric)[0]
-    attention = load_passage_attention(searcher.index_dir)
+    attention = searcher.passage_attention  # the searcher's build's, as its passage vectors are
     row_of = searcher.row_of
     explained = []
     for hit in hits:

@@ -6,6 +6,8 @@ A ``.offsets.npy`` file beside it holds each line's byte offset, so any document
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -46,19 +48,37 @@ def iter_store(path: Path) -> Iterator[dict[str, Any]]:
 
 
 class DocStore:
-    """Random access to the records of a store written by :func:`write_store`."""
+    """Random access to the records of a store written by :func:`write_store`.
+
+    A record is read at its offset without moving a shared file position (``os.pread``; a lock where there is
+    none), so threads, and processes forked after it was opened, read the records they ask for: a seek and a
+    read by one thread between another's gave that one a neighbour's record, or half of one."""
 
     def __init__(self, path: str | Path, offsets: np.ndarray | None = None) -> None:
         self.path = Path(path)
         self.offsets = np.load(offsets_path(self.path), mmap_mode="r") if offsets is None else offsets
         self._handle = open(self.path, "rb")
+        self._size = os.fstat(self._handle.fileno()).st_size
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def __getitem__(self, row: int) -> dict[str, Any]:
-        self._handle.seek(int(self.offsets[row]))
-        return json.loads(self._handle.readline())
+        row = int(row)
+        if row < 0:
+            row += len(self.offsets)
+        if not 0 <= row < len(self.offsets):
+            raise IndexError(f"row {row} of a store of {len(self.offsets)} records")
+        start = int(self.offsets[row])
+        end = int(self.offsets[row + 1]) if row + 1 < len(self.offsets) else self._size
+        if hasattr(os, "pread"):
+            data = os.pread(self._handle.fileno(), end - start, start)
+        else:
+            with self._lock:
+                self._handle.seek(start)
+                data = self._handle.read(end - start)
+        return json.loads(data)
 
     def is_complete(self) -> bool:
         """Whether the file ends where its offsets say: a line starts at the last offset and the file ends

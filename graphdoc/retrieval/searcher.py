@@ -6,6 +6,7 @@ import functools
 import logging
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -61,6 +62,8 @@ class Searcher:
             raise GraphDocError(f"index folder not found: {self.index_dir}")
         self.device = device
         self._model = None
+        self._model_lock = threading.Lock()  # threads' first dense searches load the model once
+        self.passage_attention = None
         try:  # nothing stays open when opening fails, the model included
             for _ in range(OPEN_ATTEMPTS):
                 if self._open():
@@ -109,6 +112,7 @@ class Searcher:
 
     def _open_final(self, final: Path) -> None:
         """Open the files of ``final/`` and check that they describe the same documents."""
+        self.passage_attention = None
         with reading(final / "doc_ids.txt"):
             text = (final / "doc_ids.txt").read_text(encoding="utf-8")
             if text and not text.endswith("\n"):
@@ -144,9 +148,11 @@ class Searcher:
         problem = self.dense.size_problem(documents)
         if problem is None and self.dense.has_passages and (final / ATTENTION_FILE).is_file():
             with reading(final / ATTENTION_FILE):
-                attention = len(np.load(final / ATTENTION_FILE, mmap_mode="r", allow_pickle=False))
-            if attention != len(self.dense.passage_vectors):
-                problem = f"{ATTENTION_FILE} holds {attention} passages, not {len(self.dense.passage_vectors)}"
+                attention = np.load(final / ATTENTION_FILE, mmap_mode="r", allow_pickle=False)
+            if len(attention) != len(self.dense.passage_vectors):
+                problem = f"{ATTENTION_FILE} holds {len(attention)} passages, not {len(self.dense.passage_vectors)}"
+            else:  # this build's: explanations read it from here, not from final/, which an add may replace
+                self.passage_attention = attention
         return None if problem is None else f"{FINAL_DIR}/{problem}"
 
     def _damaged(self, problem: str) -> DamagedIndexError:
@@ -164,10 +170,13 @@ class Searcher:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
+    def _check_open(self) -> None:
+        if self.docstore is None or self.docstore.closed:
+            raise GraphDocError(f"the searcher of index {self.index_dir} is closed")
+
     def record(self, row: int) -> dict[str, Any]:
         """The document store's record of document ``row``."""
-        if self.docstore.closed:
-            raise GraphDocError(f"the searcher of index {self.index_dir} is closed")
+        self._check_open()
         try:
             with reading(self.docstore.path):
                 return self.docstore[row]
@@ -190,7 +199,9 @@ class Searcher:
         if self._model is None:
             from graphdoc.backbones import load_index_model
 
-            self.model = load_index_model(self.manifest.model, device=self.device)
+            with self._model_lock:
+                if self._model is None:
+                    self.model = load_index_model(self.manifest.model, device=self.device)
         return self._model
 
     @model.setter
@@ -313,6 +324,7 @@ class Searcher:
                fusion: FusionConfig | Mapping[str, Any] | None = None) -> list[Hit]:
         """Rank documents for one query, with titles and each hit's best passage (``fusion`` as in
         :meth:`batch_search`); a blank or non-str query is refused."""
+        self._check_open()
         check_query(query)
         check_count("k", k)
         if mode not in MODES:
