@@ -296,7 +296,8 @@ def test_parts_merge_into_the_single_build(built, model, docs, tmp_path, capsys)
     assert {r["id"]: r["text"] for r in records(merged)} == {d["_id"]: d["text"] for d in docs}
 
 
-def test_merge_refuses_parts_of_another_model_or_settings(model, tiny_bert, tiny_roberta, tmp_path, capsys) -> None:
+def test_merge_refuses_parts_of_another_model_or_settings(model, model_dir, tiny_bert, tiny_roberta, tmp_path,
+                                                         capsys) -> None:
     corpus = str(write_jsonl(tmp_path / "corpus.jsonl", make_docs(4)))
     build_index(model, corpus, tmp_path / "a", IndexSettings(shard_size=3), part="1/2")
     chunker = save_model(tiny_bert, tmp_path / "m50", chunker_config(50))
@@ -319,9 +320,19 @@ def test_merge_refuses_parts_of_another_model_or_settings(model, tiny_bert, tiny
     assert cli("merge", "--index-dir", tmp_path / "out", tmp_path / "a", tmp_path / "hnsw") == 1
     assert error_line(capsys, "merge").endswith(f"cannot merge {tmp_path / 'hnsw'}: it has faiss_factory='HNSW32', "
                                                  f"{tmp_path / 'a'} faiss_factory='Flat'")
-    build_index(model, corpus, tmp_path / "terms", IndexSettings(bm25=BM25Config(terms="bm25s")), part="2/2")
-    with pytest.raises(GraphDocError, match=r"it has bm25\.terms='bm25s', .*/a bm25\.terms='unicode'$"):
+    # a part as graphdoc built it before the terms setting: bm25s terms; the command line builds one to match
+    assert cli("index", "--corpus", corpus, "--index-dir", tmp_path / "terms", "--model", model_dir,
+               "--bm25-terms", "bm25s", "--shard", "2/2") == 0
+    with pytest.raises(GraphDocError) as info:
         merge_indexes(tmp_path / "out", [tmp_path / "a", tmp_path / "terms"])  # the setting named, not "bm25"
+    assert str(info.value) == (f"cannot merge {tmp_path / 'terms'}: it has bm25.terms='bm25s', {tmp_path / 'a'} "
+                               f"bm25.terms='unicode' ({tmp_path / 'terms'} was built before graphdoc had this "
+                               f"setting: build the other parts with graphdoc index --bm25-terms bm25s, or index "
+                               f"{tmp_path / 'terms'}'s corpus again)")
+    build_index(model, corpus, tmp_path / "a-old", IndexSettings(shard_size=3, bm25=BM25Config(terms="bm25s")),
+                part="1/2")
+    merge_indexes(tmp_path / "merged", [tmp_path / "a-old", tmp_path / "terms"])
+    assert Manifest.load(tmp_path / "merged").bm25["terms"] == "bm25s"
     assert not (tmp_path / "out").exists()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import logging
 import random
 import re
@@ -105,6 +106,31 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, tmp_path, mo
     losses = [float(r["loss"]) for r in read_log(tmp_path / "run")]
     assert losses == pytest.approx([float(r["loss"]) for r in read_log(tmp_path / "whole")], rel=1e-5)
     assert resumed.epoch_loss == pytest.approx(whole.epoch_loss, rel=1e-5)  # its sum is in the checkpoint
+
+
+@pytest.mark.parametrize("kept", ["step-00000002", "step-00000004"])
+def test_a_checkpoint_from_before_distinct_documents_were_counted_resumes_without_a_wrong_count(
+        tiny_bert, tmp_path, monkeypatch, kept):
+    from graphdoc.cli.pretrain import describe_run
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    setup = tiny_setup(tiny_bert, frozen_encoder=True)
+    whole = pretrain(corpus, tmp_path / "whole", setup, device="cpu")
+    pretrain_killed_before_step_5(corpus, tmp_path / "run", setup, monkeypatch)
+    for folder in ckpt.list_checkpoints(tmp_path / "run"):
+        if folder.name != kept:
+            shutil.rmtree(folder)
+    state = json.loads((tmp_path / "run" / "checkpoints" / kept / ckpt.STATE_NAME).read_text(encoding="utf-8"))
+    del state["stats"]["distinct"]  # as graphdoc wrote it before it counted them
+    (tmp_path / "run" / "checkpoints" / kept / ckpt.STATE_NAME).write_text(json.dumps(state), encoding="utf-8")
+    resumed = pretrain(corpus, tmp_path / "run", setup, resume=True, device="cpu")
+    assert (resumed.steps, resumed.documents_used) == (whole.steps, whole.documents_used)
+    if kept == "step-00000002":  # in the first epoch the documents used so far are the distinct ones
+        assert resumed.distinct_documents == whole.distinct_documents
+        assert describe_run(resumed) == describe_run(whole) == f"6 steps, 2 epochs over {whole.distinct_documents} documents"
+    else:  # past it, unknown: not a count of the documents after the resume point
+        assert resumed.distinct_documents == 0
+        assert describe_run(resumed) == f"6 steps over {whole.documents_used} documents"
 
 
 def test_checkpoint_folder_holds_no_pickle(tiny_bert, tmp_path):

@@ -30,6 +30,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-passages", action="store_true",
                         help="do not keep passage vectors (smaller; no passage-level scores or explanations)")
     parser.add_argument("--bm25-stemmer", default=None, help="PyStemmer algorithm, e.g. english (default none; fixed once the index is finalised)")
+    parser.add_argument("--bm25-terms", choices=("unicode", "bm25s"), default=None,
+                        help="how BM25 finds terms: unicode (default) or bm25s, the terms of indexes built before "
+                             "graphdoc had this setting, for a part to merge with theirs (fixed once the index is "
+                             "finalised)")
     add_model_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -39,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     from graphdoc.retrieval.builder import IndexSettings, build_index
 
     # checked here, before the model loads; None keeps an existing index's own setting
-    bm25 = BM25Config(stemmer=args.bm25_stemmer) if args.bm25_stemmer is not None else None
+    given = args.bm25_stemmer is not None or args.bm25_terms is not None
+    bm25 = BM25Config(stemmer=args.bm25_stemmer, terms=args.bm25_terms) if given else None
     settings = IndexSettings(faiss_factory=args.faiss_factory, metric=args.metric, bm25=bm25,
                              store_passages=not args.no_passages, shard_size=args.shard_size,
                              on_duplicate=args.on_duplicate)

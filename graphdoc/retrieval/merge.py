@@ -14,6 +14,7 @@ from typing import Sequence
 
 from graphdoc.errors import GraphDocError, IndexMismatchError
 from graphdoc.fileio import LOCK_NAME, atomic_directory, remove_stale_temporaries, writer_lock
+from graphdoc.retrieval.bm25 import LEGACY_TERMS
 from graphdoc.retrieval.finalize import finalize
 from graphdoc.retrieval.manifest import (
     Manifest,
@@ -112,7 +113,12 @@ def _check_compatible(parts: list[Path], manifests: list[Manifest]) -> None:
                 if isinstance(ours, dict) and isinstance(theirs, dict):  # name the setting: bm25.terms, say
                     key = next(k for k in sorted({*ours, *theirs}) if ours.get(k) != theirs.get(k))
                     name, ours, theirs = f"{name}.{key}", ours.get(key), theirs.get(key)
-                raise GraphDocError(f"cannot merge {path}: it has {name}={theirs!r}, {parts[0]} {name}={ours!r}")
+                hint = ""
+                if name == "bm25.terms" and LEGACY_TERMS in (ours, theirs):
+                    old = parts[0] if ours == LEGACY_TERMS else path
+                    hint = (f" ({old} was built before graphdoc had this setting: build the other parts with "
+                            f"graphdoc index --bm25-terms {LEGACY_TERMS}, or index {old}'s corpus again)")
+                raise GraphDocError(f"cannot merge {path}: it has {name}={theirs!r}, {parts[0]} {name}={ours!r}{hint}")
         if not manifest.sources:
             raise GraphDocError(f"cannot merge {path}: nothing was indexed into it (the build_index call or graphdoc "
                                 "index command that made it stopped before the first shard was saved): rerun it")

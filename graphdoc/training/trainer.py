@@ -441,7 +441,10 @@ class Trainer:
         self.step = self.saved_step = state["step"]
         self.seconds_before = state.get("loop_seconds", 0.0)
         self.position = data.DataPosition(state["epoch"], state["offset"])
-        self.stats = data.DataStats(**state["stats"])
+        stats = dict(state["stats"])
+        if "distinct" not in stats:  # a checkpoint from before the distinct documents were counted: in the first
+            stats["distinct"] = stats.get("used", 0) if state["epoch"] == 0 else 0  # epoch they are the used ones
+        self.stats = data.DataStats(**stats)
         # a resumed run that takes no step (finished, or its time budget spent) still reports its last loss
         self.last_loss, self.last_mlm = state.get("loss"), state.get("mlm_loss")
         self.epoch_loss = list(state.get("epoch_loss") or [0, 0.0, 0])  # (none in a checkpoint before stop 28)
