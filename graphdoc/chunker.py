@@ -323,9 +323,9 @@ def fit_to_token_limit(
     them is dropped as soon as it is known to, before it is tokenized again, and counts once however many
     passages it would have made.
 
-    A passage with over twice the limit (a long token with no space in it: a base64 blob, a hyphenated string)
-    is halved, and its halves halved, without tokenizing them while a piece's share of its tokens (by characters)
-    is over twice the limit: halving and re-tokenizing the whole once a level took 13 rounds and 39 s for 1M
+    A passage over the limit is halved, and a piece of it halved again without tokenizing it while its share of
+    the passage's tokens (by characters) is over :data:`PRESPLIT` times the limit (a long token with no space in
+    it: a base64 blob, a hyphenated string): halving and re-tokenizing the whole once a level took 13 rounds and 39 s for 1M
     characters of "a-b-". Text of even density splits as halving one level at a time would.
     """
     items = list(passages)
@@ -366,7 +366,7 @@ PRESPLIT = 4
 def _halve(doc_text: str, passage: Passage, density: float, max_tokens: int,
            room: int | None) -> tuple[list[Passage], int]:
     """``passage`` split in two, and each piece whose estimated tokens (``density`` tokens a character) are over
-    twice ``max_tokens`` split again, first pieces first, until ``room`` pieces are made (``None``: no room limit).
+    :data:`PRESPLIT` times ``max_tokens`` split again, first pieces first, until ``room`` pieces are made (``None``: no room limit).
     Returns the pieces in order and how many pieces past ``room`` were dropped unsplit."""
     pieces: list[Passage] = []
     stack = list(reversed(split_passage(doc_text, passage)))

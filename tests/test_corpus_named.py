@@ -247,6 +247,8 @@ def reader_failing_with(error: BaseException):
     (EOFError("Compressed file ended before the end-of-stream marker was reached"),
      "could not be read (Compressed file ended before the end-of-stream marker was reached)"),
     (ValueError("expected 2 fields, got 3"), "could not be read (expected 2 fields, got 3)"),
+    (FileNotFoundError(2, "No such file or directory", "/home/u/Downloads/irds/docs.tsv"),
+     "could not be read ([Errno 2] No such file or directory: '/home/u/Downloads/irds/docs.tsv')"),
     (OSError("Unable to connect to proxy", OSError("Tunnel connection failed: 426 Upgrade Required")),
      "could not be downloaded (Unable to connect to proxy: Tunnel connection failed: 426 Upgrade Required)"),
 ])

@@ -199,10 +199,10 @@ def test_a_frozen_flat_classifier_predicts_what_it_was_scored_on(tiny_bert, tmp_
     (["animals"], "has a 'label' that is an array"),
     ({"name": "animals"}, "has a 'label' that is an object"),
     (True, "has a 'label' that is true/false"),
-    (1.5, "has a 'label' that is a number with a decimal point"),
+    (1.5, "has a 'label' that is a JSON float (2.0, 1e3)"),
     (None, "has no 'label'"),
     (" ", "has no 'label'"),
-    (2.0, "has a 'label' that is a number with a decimal point; a label is a string or an integer (write 2, not 2.0)"),
+    (2.0, "has a 'label' that is a JSON float (2.0, 1e3); a label is a string or an integer (write 2, not 2.0)"),
 ])
 def test_a_label_that_is_not_a_string_or_an_integer_is_refused_naming_file_and_line(label, problem, tmp_path):
     from graphdoc.errors import InputError

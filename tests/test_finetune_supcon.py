@@ -85,7 +85,7 @@ def test_config_validation_lists_the_valid_values():
         ClassificationConfig(objective="ce")
     with pytest.raises(GraphDocError, match="similarity must be one of dot, cosine; got 'l2'"):
         ClassificationConfig(similarity="l2")
-    with pytest.raises(GraphDocError, match="temperature must be positive; got 0"):
+    with pytest.raises(GraphDocError, match="temperature must be positive and finite; got 0"):
         ClassificationConfig(temperature=0)
 
 
@@ -222,4 +222,4 @@ def test_cli_objective_and_temperature_override_the_config(spread_bert, tmp_path
                  "--output", str(tmp_path / "p.jsonl")]) == 0
     assert len((tmp_path / "p.jsonl").read_text().splitlines()) == 12
     assert main([*common, "--output", str(tmp_path / "r2"), "--objective", "supcon", "--temperature", "0"]) == 1
-    assert capsys.readouterr().err.strip() == "graphdoc finetune: error: classification.temperature must be positive; got 0.0"
+    assert capsys.readouterr().err.strip() == "graphdoc finetune: error: classification.temperature must be positive and finite; got 0.0"

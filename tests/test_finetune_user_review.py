@@ -98,7 +98,7 @@ def test_a_classifier_without_its_head_config_says_so(tmp_path):
 
 
 def test_an_infinite_supcon_temperature_is_refused():
-    with pytest.raises(GraphDocError, match=r"^classification.temperature must be positive; got inf$"):
+    with pytest.raises(GraphDocError, match=r"^classification.temperature must be positive and finite; got inf$"):
         ClassificationConfig(objective="supcon", temperature=float("inf"))
 
 

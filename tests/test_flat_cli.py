@@ -152,6 +152,19 @@ def test_an_index_built_with_flat_document_is_searched_and_extended_in_its_mode(
         np.testing.assert_allclose(np.load(index / "final" / "doc_vectors.npy"), unit(mean.encode(docs)), atol=1e-5)
 
 
+def test_the_same_flat_index_command_runs_again_with_its_config_and_mode(tiny_bert: Path, docs, tmp_path: Path,
+                                                                        capsys) -> None:
+    (tmp_path / "flat.yaml").write_text(FLAT_YAML.replace("{pooling: mean}", f"{{pooling: mean, model_name_or_path: "
+                                                          f"{tiny_bert}}}"), encoding="utf-8")
+    first, rest = tmp_path / "first.jsonl", tmp_path / "rest.jsonl"
+    first.write_text("".join(json.dumps(d) + "\n" for d in docs[:5]), encoding="utf-8")
+    rest.write_text("".join(json.dumps(d) + "\n" for d in docs[5:]), encoding="utf-8")
+    for corpus in (first, rest):  # a model named by --config: --flat-document is its mode each time
+        assert cli("index", "--corpus", corpus, "--index-dir", tmp_path / "index", "--config", tmp_path / "flat.yaml",
+                   "--backbone", "flat", "--flat-document", "mean") == 0
+    assert manifest_json(tmp_path / "index")["counts"]["documents"] == 8
+
+
 @pytest.mark.parametrize("text, message", [
     ("graph: {graph_type: flat, document: maxp}\n", "graph.document must be one of first, mean; got 'maxp'"),
     ("passage_encoder: {pooling: mean, projection_dim: 16}\ngraph: {graph_type: flat}\n",

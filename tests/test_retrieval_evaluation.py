@@ -96,13 +96,39 @@ def test_err_is_computed_where_perl_is_and_its_tool_prints_nothing(capfd):
 
 
 @needs_perl
-def test_err_with_query_ids_that_are_not_numbers_says_so_in_one_line(capfd):
-    qrels, run = {"a": {"d1": 1}}, {"a": {"d1": 1.0}}
-    with pytest.raises(GraphDocError, match=r"^ir_measures cannot compute ERR@10: gdeval.pl, which computes ERR@10, "
-                                            r"takes numeric query ids only; got 'a' \(nDCG@10 and the other "):
+@pytest.mark.parametrize("named", ["a", "a-1", "\uff12"])  # gdeval.pl reads "a-1" as query 1
+def test_err_with_query_ids_that_are_not_numbers_says_so_in_one_line(capfd, named):
+    qrels, run = {named: {"d1": 1}, "1": {"d2": 1}}, {named: {"d1": 1.0}, "1": {"d2": 1.0}}
+    with pytest.raises(GraphDocError, match=rf"^ir_measures cannot compute ERR@10: gdeval.pl, which computes "
+                                            rf"ERR@10, takes numeric query ids only; got '{named}' \(nDCG@10 and "):
         evaluate(run, qrels, ["ERR@10"])
-    assert capfd.readouterr().err == ""  # gdeval.pl's "format error on line 1" is held back
+    assert capfd.readouterr().err == ""
     assert evaluate(run, qrels, ["nDCG@10"]) == {"nDCG@10": 1.0}
+
+
+@needs_perl
+def test_threads_evaluating_err_at_once_leave_standard_error_as_it_was():
+    import os
+    import threading
+
+    before = os.fstat(2)
+    qrels, run = {"1": {"d1": 1, "d2": 2}}, {"1": {"d1": 2.0, "d2": 1.0}}
+    errors = []
+
+    def work():
+        try:
+            for _ in range(3):
+                evaluate(run, qrels, ["nDCG@10", "ERR@10"])
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    after = os.fstat(2)
+    assert errors == [] and (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
 
 
 def test_ties_follow_graphdoc_order():

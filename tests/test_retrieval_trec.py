@@ -79,6 +79,13 @@ def test_read_a_compressed_run_as_the_plain_one(tmp_path, suffix, opener):
         read_run(path)
 
 
+def test_a_run_graphdoc_wrote_under_a_compressed_name_reads_as_written(tmp_path):
+    write_run(RUN, tmp_path / "run.gz")  # plain text, as search --output run.gz writes it
+    assert read_run(tmp_path / "run.gz") == RUN
+    (tmp_path / "cr.trec").write_bytes(b"q0 Q0 d1 1 2.0 t\rq0 Q0 d2 2 1.0 t\r")  # old Mac line ends
+    assert read_run(tmp_path / "cr.trec") == {"q0": {"d1": 2.0, "d2": 1.0}}
+
+
 def test_read_a_folder_says_it_is_a_folder(tmp_path):
     with pytest.raises(InputError) as err:
         read_run(tmp_path)

@@ -65,7 +65,8 @@ def _model(args: argparse.Namespace):
 
     given = (args.model, args.config, args.backbone, args.flat_document)
     exists = (args.index_dir / MANIFEST_NAME).is_file()
-    if args.flat_document is not None and args.model is None and exists and Manifest.load(args.index_dir).model:
+    if args.flat_document is not None and all(x is None for x in given[:3]) and exists \
+            and Manifest.load(args.index_dir).model:  # no model named: it would be the default, not the index's
         raise GraphDocError(f"--flat-document sets the document mode of --model; {args.index_dir} keeps the model and "
                             "mode it was built with: leave --flat-document out to add to it")
     identity = Manifest.load(args.index_dir).model if all(x is None for x in given) and exists else None

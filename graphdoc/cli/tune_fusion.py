@@ -31,8 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="score normalisation of weighted fusion (default: the index's, as graphdoc search "
                              "uses, so the tuned alpha means what search --alpha does)")
     parser.add_argument("--depth", type=int, default=100,
-                        help="candidates per retriever, and the documents a fused ranking keeps, as search -k "
-                             "DEPTH --depth DEPTH (default 100)")
+                        help="candidates per retriever, and the documents a fused ranking keeps (default 100: "
+                             "what search -k 100 returns)")
     parser.add_argument("--output", type=Path, help="write the cross-validated fused run here (-: as TREC lines "
                         "on standard output, the report then going to standard error)")
     parser.add_argument("--save", action="store_true",

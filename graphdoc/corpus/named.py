@@ -84,9 +84,10 @@ def is_download_error(err: BaseException) -> bool:
     while err is not None and err not in seen and len(seen) < 20:
         seen.append(err)
         module = type(err).__module__ or ""
+        local = isinstance(err, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError))
         if isinstance(err, (ConnectionError, TimeoutError, socket.gaierror, urllib.error.URLError)) \
                 or module.split(".")[0] in _NETWORK_PACKAGES or module.startswith(_NETWORK_PACKAGES) \
-                or _NETWORK_WORDS.search(str(err)):
+                or (not local and _NETWORK_WORDS.search(str(err))):  # (a local file's path may hold "Downloads")
             return True
         err = err.__cause__ or err.__context__
     return False

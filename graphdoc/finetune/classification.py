@@ -65,7 +65,7 @@ def label_problem(label) -> str | None:
         return None
     if isinstance(label, float):  # pandas writes a whole-number column holding a null as floats: 1.0
         hint = f" (write {int(label)}, not {label!r})" if label.is_integer() else ""
-        return f"has a 'label' that is a number with a decimal point; a label is a string or an integer{hint}"
+        return f"has a 'label' that is a JSON float (2.0, 1e3); a label is a string or an integer{hint}"
     kind = {**JSON_TYPE_NAMES, dict: "an object"}.get(type(label), type(label).__name__)
     return f"has a 'label' that is {kind}; a label is a string or an integer"
 

@@ -168,7 +168,7 @@ class ClassificationConfig(TrainingConfig):
         _check_choice(self._key("objective"), self.objective, CLASSIFICATION_OBJECTIVES)
         _check_choice(self._key("similarity"), self.similarity, SIMILARITIES)
         if not 0 < self.temperature < math.inf:  # inf: every logit the same, a supcon loss with no gradient
-            raise GraphDocError(f"{self._key('temperature')} must be positive; got {self.temperature!r}")
+            raise GraphDocError(f"{self._key('temperature')} must be positive and finite; got {self.temperature!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise GraphDocError(f"{self._key('dropout')} must be in [0, 1); got {self.dropout!r}")
         for name, value in (("shots", self.shots), ("repeats", self.repeats), ("head_lr", self.head_lr)):

@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -153,23 +154,30 @@ def evaluate_per_query(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEF
     results: dict[str, dict[str, float]] = {q: dict.fromkeys(names, 0.0) for q in qrels_plain}
     run_plain = {q: docs for q, docs in _rank_scores(_plain_run(run)).items() if q in qrels_plain and docs}
     if run_plain:
+        problem = _gdeval_problem(parsed, qrels_plain)
+        if problem is not None:
+            raise GraphDocError(f"ir_measures cannot compute {', '.join(names)}: {problem}")
         try:
             with _captured_stderr() as captured:
                 for metric in ir_measures.iter_calc(parsed, qrels_plain, run_plain):
                     results[metric.query_id][str(metric.measure)] = float(metric.value)
         except _CALC_ERRORS as err:  # (what check_computable finds first, for the commands)
-            raise GraphDocError(f"ir_measures cannot compute {', '.join(names)}: "
-                                f"{_gdeval_reason(parsed, qrels_plain) or _reason(err)}") from None
+            raise GraphDocError(f"ir_measures cannot compute {', '.join(names)}: {_reason(err)}") from None
         sys.stderr.write(captured[0])  # what the tools said, when they succeeded: not theirs to lose
     return results
 
 
-def _gdeval_reason(measures: Sequence[Any], qrels: Qrels) -> str | None:
-    """Why gdeval.pl failed, when a measure only it computes meets a query id that is not a number."""
+_NUMBER = re.compile(r"[0-9]+")
+
+
+def _gdeval_problem(measures: Sequence[Any], qrels: Qrels) -> str | None:
+    """Why gdeval.pl cannot score these queries: a measure only it computes, and a query id that is not a
+    number. It refuses some such ids, and it cuts others to what follows their last hyphen ("a-1" is query 1),
+    merging queries or losing them; so any id other than ASCII digits is refused before it runs."""
     import ir_measures
 
     gdeval = [str(m) for m in measures if _supports(ir_measures.gdeval, m)]
-    named = next((q for q in qrels if not q.isdigit()), None)
+    named = next((q for q in qrels if not _NUMBER.fullmatch(q)), None)
     if gdeval and named is not None:
         return (f"gdeval.pl, which computes {', '.join(gdeval)}, takes numeric query ids only; got {named!r} "
                 f"(nDCG@10 and the other trec_eval measures take any id)")
@@ -183,27 +191,33 @@ def _supports(provider: Any, measure: Any) -> bool:
         return False
 
 
+_STDERR_LOCK = threading.RLock()  # descriptor 2 is the process's: one capture at a time
+
+
 @contextlib.contextmanager
 def _captured_stderr() -> Iterator[list[str]]:
     """What is written to file descriptor 2 meanwhile (a tool run by ir_measures writes there, not to
-    ``sys.stderr``), held back: ``[text]`` once the block ends."""
+    ``sys.stderr``), held back: ``[text]`` once the block ends. Threads capture one after the other."""
     captured = [""]
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError, AttributeError):  # no descriptor 2 (an embedded interpreter): nothing held back
-        yield captured
-        return
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
+    with _STDERR_LOCK:
         try:
-            yield captured
-        finally:
             sys.stderr.flush()
-            os.dup2(saved, 2)
+            saved = os.dup(2)
+        except (OSError, ValueError, AttributeError):  # no descriptor 2 (an embedded interpreter): none held back
+            yield captured
+            return
+        try:
+            with tempfile.TemporaryFile() as held:
+                os.dup2(held.fileno(), 2)
+                try:
+                    yield captured
+                finally:
+                    sys.stderr.flush()
+                    os.dup2(saved, 2)
+                    held.seek(0)
+                    captured[0] = held.read().decode("utf-8", "replace")
+        finally:
             os.close(saved)
-            held.seek(0)
-            captured[0] = held.read().decode("utf-8", "replace")
 
 
 #: what ir_measures' providers raise for a measure they cannot compute (ValueError: unsupported; AssertionError:

@@ -99,16 +99,40 @@ def read_run(path: str | Path) -> Run:
     return run
 
 
-def _numbered_lines(path: Path, stdin: bool) -> Iterator[tuple[int, str]]:
-    """The run's lines, numbered from 1: a file's as the corpus readers read them (``.gz``, ``.bz2`` and ``.xz``
-    decompressed, a byte-order mark dropped, a bad byte named by its line), standard input's as UTF-8."""
-    if not stdin:
-        from graphdoc.corpus.files import iter_lines
+#: what a compressed run file starts with (a file is read as it is, whatever its name: graphdoc writes a run
+#: named ``run.gz`` as plain text)
+_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ\x00": "lzma"}
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
-        yield from iter_lines(path)
+
+def _numbered_lines(path: Path, stdin: bool) -> Iterator[tuple[int, str]]:
+    """The run's lines, numbered from 1: a file's decompressed when it is gzip, bzip2 or xz, a byte-order mark
+    dropped, a bad byte named by its line, lines ended by ``\n``, ``\r\n`` or ``\r``; standard input's as UTF-8."""
+    if stdin:
+        try:
+            text = sys.stdin.buffer.read().decode("utf-8-sig")  # a byte-order mark is not part of the first query id
+        except UnicodeDecodeError as err:
+            raise InputError(f"{path}: not UTF-8 text") from err
+        yield from enumerate(io.StringIO(text), start=1)
         return
+    import importlib
+
+    from graphdoc.corpus.files import READ_ERRORS, bad_utf8
+
     try:
-        text = sys.stdin.buffer.read().decode("utf-8-sig")  # a byte-order mark is not part of the first query id
-    except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not UTF-8 text") from err
-    yield from enumerate(io.StringIO(text), start=1)
+        with open(path, "rb") as raw:  # opened once: a named pipe (eval --run <(...)) is read once
+            start = raw.peek(6)[:6]
+            kind = next((name for magic, name in _MAGIC.items() if start.startswith(magic)), None)
+            stream = importlib.import_module(kind).open(raw, "rb") if kind else raw
+            lineno = 0
+            for raw_line in stream:
+                try:
+                    text = raw_line.decode("utf-8-sig" if lineno == 0 else "utf-8")
+                except UnicodeDecodeError as err:
+                    raise bad_utf8(path, err, lineno + 1) from None
+                for line in _LINE_END.split(text.rstrip("\r\n")):
+                    lineno += 1
+                    yield lineno, line
+            stream.close()
+    except READ_ERRORS as err:
+        raise InputError(f"{path}: cannot read file ({err})") from None
