@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -223,6 +224,79 @@ def test_an_error_mid_corpus_leaves_no_output_and_keeps_an_earlier_one(tiny_bert
     fresh = tmp_path / "fresh.npy"
     assert embed(corpus, fresh, tiny_bert, "--batch-size", "2") == 1
     assert not fresh.exists() and not (tmp_path / "fresh.ids.txt").exists()
+
+
+_ITER_FORWARD = GraphDocEncoder.iter_forward
+
+
+def stop_after(monkeypatch, batches: int) -> list[str]:
+    """Make ``iter_forward`` stop the run (Ctrl-C) after ``batches`` batches; returns the ids it was given."""
+    given: list[str] = []
+    real = _ITER_FORWARD  # not an earlier stop_after's
+
+    def iter_forward(self, documents, *args, **kwargs):
+        def seen():
+            for doc in documents:
+                given.append(doc.id)
+                yield doc
+
+        for n, out in enumerate(real(self, seen(), *args, **kwargs)):
+            if n == batches:
+                raise KeyboardInterrupt
+            yield out
+
+    monkeypatch.setattr(GraphDocEncoder, "iter_forward", iter_forward)
+    return given
+
+
+def test_a_run_stopped_midway_goes_on_from_what_it_saved(tiny_bert: Path, tmp_path: Path, monkeypatch,
+                                                         capsys) -> None:
+    from graphdoc.cli import embed as embed_command
+
+    records = [{"_id": f"doc{i}", "text": f"Document number {i} has a sentence."} for i in range(9)]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records)
+    assert embed(corpus, tmp_path / "whole.npy", tiny_bert, "--batch-size", "2") == 0
+    monkeypatch.setattr(embed_command, "SAVE_EVERY", 3)
+    stop_after(monkeypatch, 3)  # 6 documents embedded; saved: the first 4 (a save every 3 or more read)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2") != 0
+    assert not (tmp_path / "emb.npy").exists()
+    state = json.loads((tmp_path / "emb.npy.partial" / "state.json").read_text(encoding="utf-8"))
+    saved = state["documents"]
+    assert 0 < saved < 9
+    given = stop_after(monkeypatch, 100)
+    capsys.readouterr()
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2", quiet=False) == 0
+    assert given == [f"doc{i}" for i in range(saved, 9)]  # the saved ones are not embedded again
+    assert f"going on after the {saved} documents embedded before" in capsys.readouterr().err
+    np.testing.assert_allclose(np.load(tmp_path / "emb.npy"), np.load(tmp_path / "whole.npy"), atol=1e-6)
+    assert (tmp_path / "emb.ids.txt").read_text(encoding="utf-8") == "".join(f"doc{i}\n" for i in range(9))
+    assert not (tmp_path / "emb.npy.partial").exists()
+
+
+@pytest.mark.parametrize("change", ["normalize", "corpus"])
+def test_what_another_run_saved_is_not_taken(tiny_bert: Path, tmp_path: Path, monkeypatch, capsys,
+                                             change: str) -> None:
+    from graphdoc.cli import embed as embed_command
+
+    records = [{"_id": f"doc{i}", "text": f"Document number {i} has a sentence."} for i in range(9)]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records)
+    monkeypatch.setattr(embed_command, "SAVE_EVERY", 2)
+    stop_after(monkeypatch, 3)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2") != 0
+    extra = ["--normalize"] if change == "normalize" else []
+    if change == "corpus":  # the same state to the file system (size, time), other documents
+        stat = corpus.stat()
+        write_jsonl(corpus, [{**r, "_id": r["_id"].replace("doc", "new")} for r in records])
+        os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    given = stop_after(monkeypatch, 100)
+    capsys.readouterr()
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2", *extra) == 0
+    assert len(given) == 9
+    expected = {"normalize": "holds what an embed of another model, corpus or --normalize left: starting again",
+                "corpus": "document 1 is 'new0', not 'doc0' as when"}[change]
+    assert expected in capsys.readouterr().err
+    prefix = "new" if change == "corpus" else "doc"
+    assert (tmp_path / "emb.ids.txt").read_text(encoding="utf-8") == "".join(f"{prefix}{i}\n" for i in range(9))
 
 
 def test_error_is_one_line_without_quiet(tiny_bert: Path, tmp_path: Path, capsys) -> None:

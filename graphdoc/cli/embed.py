@@ -1,9 +1,15 @@
-"""``graphdoc embed``: one float32 row per document in a .npy file, ids in row order beside it."""
+"""``graphdoc embed``: one float32 row per document in a .npy file, ids in row order beside it.
+
+A long run keeps what it has embedded in ``FILE.npy.partial/`` every few thousand documents; run the same
+command again after a crash and it goes on from there (with the same model, corpus and ``--normalize``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +36,68 @@ def ids_path(output: Path) -> Path:
     return output.with_name(output.name[:-len(".npy")] + ".ids.txt")
 
 
+#: documents embedded between two saves of a run's partial output: a crash loses at most these
+SAVE_EVERY = 5_000
+PARTIAL_FORMAT = "graphdoc.embed-partial"
+
+
+def partial_path(output: Path) -> Path:
+    """``emb.npy`` -> ``emb.npy.partial/``: what a run has embedded so far, kept until the output is written."""
+    return output.with_name(output.name + ".partial")
+
+
+class Partial:
+    """The saved part of a run: chunks ``rows-N.npy`` and ``ids-N.txt``, and ``state.json`` naming the run (model
+    identity, corpus and its state, ``--normalize``) and how many chunks and documents are saved. A chunk is
+    written before the state that counts it, so a crash between the two leaves a chunk no state counts."""
+
+    def __init__(self, output: Path, run: dict) -> None:
+        self.folder, self.run = partial_path(output), run
+        self.chunks, self.ids = 0, []
+        state = self._state()
+        if state is None:
+            return
+        if state.get("run") != run:
+            logger.warning("%s holds what an embed of another model, corpus or --normalize left: starting again",
+                           self.folder)
+            return
+        try:
+            for chunk in range(state["chunks"]):
+                self.ids += (self.folder / f"ids-{chunk:06d}.txt").read_text(encoding="utf-8").splitlines()
+        except (OSError, KeyError, TypeError, UnicodeDecodeError):
+            logger.warning("%s cannot be read: starting again", self.folder)
+            self.ids = []
+            return
+        self.chunks = state["chunks"]
+        logger.info("%s: going on after the %d documents embedded before", self.folder, len(self.ids))
+
+    def _state(self) -> dict | None:
+        try:
+            state = json.loads((self.folder / "state.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            return None
+        return state if isinstance(state, dict) and state.get("format") == PARTIAL_FORMAT else None
+
+    def save(self, ids: list[str], rows: list[np.ndarray]) -> None:
+        """Add a chunk: these documents' ids and rows."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with atomic_write(self.folder / f"rows-{self.chunks:06d}.npy", "wb") as handle:
+            np.save(handle, np.concatenate(rows).astype(np.float32, copy=False))
+        with atomic_write(self.folder / f"ids-{self.chunks:06d}.txt", "w", encoding="utf-8") as handle:
+            handle.write("".join(f"{i}\n" for i in ids))
+        self.chunks += 1
+        self.ids += ids
+        with atomic_write(self.folder / "state.json", "w", encoding="utf-8") as handle:
+            json.dump({"format": PARTIAL_FORMAT, "run": self.run, "chunks": self.chunks,
+                       "documents": len(self.ids)}, handle)
+
+    def rows(self) -> list[np.ndarray]:
+        return [np.load(self.folder / f"rows-{chunk:06d}.npy", allow_pickle=False) for chunk in range(self.chunks)]
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from graphdoc.corpus import ReadStats, check_outside_corpus, read_corpus
 
@@ -43,24 +111,42 @@ def run(args: argparse.Namespace) -> int:
     stats = ReadStats()
     documents = read_corpus(args.corpus, stats=stats)  # a missing or unknown corpus fails here, at once
     model = load_model(args)
-    ids: list[str] = []
+    partial = Partial(args.output, _run_identity(args, model))
+    done = partial.ids
+    ids: list[str] = []  # this session's, since the last save
     rows: list[np.ndarray] = []
 
     def tracked():
-        for doc in documents:
+        for position, doc in enumerate(documents):
+            if position < len(done):  # embedded before a crash: passed over (the same document, or start again)
+                if doc.id != done[position]:
+                    raise _Restart(position, doc.id, done[position])
+                continue
             ids.append(doc.id)
             yield doc
 
-    with progress_bar(desc="Embedding", unit="doc", disable=args.quiet, delay=1) as bar:
-        for out in model.iter_forward(tracked(), batch_size=args.batch_size, document_only=True):
-            vectors = out.document_embeddings.float()
-            if args.normalize:
-                vectors = vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=1e-12)
-            rows.append(vectors.cpu().numpy())
-            bar.update(len(out.documents))
+    try:
+        with progress_bar(desc="Embedding", unit="doc", disable=args.quiet, delay=1, initial=len(done)) as bar:
+            for out in model.iter_forward(tracked(), batch_size=args.batch_size, document_only=True):
+                vectors = out.document_embeddings.float()
+                if args.normalize:
+                    vectors = vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+                rows.append(vectors.cpu().numpy())
+                bar.update(len(out.documents))
+                if len(ids) >= SAVE_EVERY:
+                    saved = sum(len(r) for r in rows)
+                    partial.save(ids[:saved], rows)
+                    del ids[:saved]
+                    rows.clear()
+    except _Restart as restart:
+        logger.warning("%s: document %d is %r, not %r as when %s was saved: the corpus changed; starting again",
+                       args.corpus, restart.position + 1, restart.found, restart.saved, partial.folder)
+        partial.remove()
+        return run(args)
+    ids = done + ids
     if not ids:
         raise GraphDocError(f"no documents to embed in {args.corpus}")
-    matrix = np.concatenate(rows).astype(np.float32, copy=False)
+    matrix = np.concatenate(partial.rows() + rows).astype(np.float32, copy=False)
     note = replacing(args.output)
     # both written out before either replaces its file (the ids flushed and synced first: a full disk shows there,
     # not after the matrix is in); then the matrix goes in, then its ids
@@ -70,7 +156,26 @@ def run(args: argparse.Namespace) -> int:
         os.fsync(id_file.fileno())
         with atomic_write(args.output, "wb") as matrix_file:
             np.save(matrix_file, matrix)
+    partial.remove()
     model.chunker.warn_cut()
     logger.info("wrote %d x %d embeddings to %s%s and ids to %s", *matrix.shape, args.output, note,
                 ids_path(args.output))
     return 0
+
+
+class _Restart(Exception):
+    """The corpus is not what the saved part of the run read: the run starts again."""
+
+    def __init__(self, position: int, found: str, saved: str) -> None:
+        super().__init__(position, found, saved)
+        self.position, self.found, self.saved = position, found, saved
+
+
+def _run_identity(args: argparse.Namespace, model) -> dict:
+    """What decides the rows of a run, as JSON values: the model's identity, the corpus and its state, --normalize."""
+    from graphdoc.corpus import source_key
+    from graphdoc.retrieval.manifest import model_identity
+    from graphdoc.retrieval.progress import corpus_state
+
+    return json.loads(json.dumps({"model": model_identity(model), "corpus": source_key(args.corpus),
+                                  "corpus_state": corpus_state(args.corpus), "normalize": bool(args.normalize)}))
