@@ -273,6 +273,34 @@ def test_a_run_stopped_midway_goes_on_from_what_it_saved(tiny_bert: Path, tmp_pa
     assert not (tmp_path / "emb.npy.partial").exists()
 
 
+def test_a_run_that_fails_after_another_runs_save_never_takes_its_rows(tiny_bert: Path, tmp_path: Path,
+                                                                       monkeypatch, capsys) -> None:
+    from graphdoc.cli import embed as embed_command
+
+    records = [{"_id": f"doc{i}", "text": f"Document number {i} has a sentence."} for i in range(9)]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records)
+    assert embed(corpus, tmp_path / "whole.npy", tiny_bert, "--batch-size", "2") == 0
+    monkeypatch.setattr(embed_command, "SAVE_EVERY", 2)
+    stop_after(monkeypatch, 3)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2") != 0  # run A: saved, stopped
+    stop_after(monkeypatch, 100)
+    real_write = embed_command.atomic_write
+
+    def full_on_state(path, *args, **kwargs):
+        if Path(path).name == "state.json":
+            raise OSError(28, "No space left on device")
+        return real_write(path, *args, **kwargs)
+
+    monkeypatch.setattr(embed_command, "atomic_write", full_on_state)
+    # run B, normalised: its first chunk is written, its state is not
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2", "--normalize") == 1
+    monkeypatch.setattr(embed_command, "atomic_write", real_write)
+    capsys.readouterr()
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2") == 0  # run A again: from the start
+    assert "going on after" not in capsys.readouterr().err
+    np.testing.assert_allclose(np.load(tmp_path / "emb.npy"), np.load(tmp_path / "whole.npy"), atol=1e-6)
+
+
 @pytest.mark.parametrize("change", ["normalize", "corpus"])
 def test_what_another_run_saved_is_not_taken(tiny_bert: Path, tmp_path: Path, monkeypatch, capsys,
                                              change: str) -> None:

@@ -107,6 +107,16 @@ def test_err_with_query_ids_that_are_not_numbers_says_so_in_one_line(capfd, name
 
 
 @needs_perl
+def test_err_with_ids_that_are_one_number_to_gdeval_says_so():
+    qrels, run = {"1": {"d1": 1}, "01": {"d2": 1}}, {"1": {"d1": 1.0}, "01": {"d2": 1.0}}
+    with pytest.raises(GraphDocError, match=r"^ir_measures cannot compute ERR@10: gdeval.pl, which computes ERR@10, "
+                                            r"reads query ids as numbers: '1' and '01' are one query to it"):
+        evaluate(run, qrels, ["ERR@10"])
+    assert evaluate({"001": {"d1": 1.0}, "002": {"d2": 1.0}}, {"001": {"d1": 1}, "002": {"d1": 1}},
+                    ["ERR@10"])["ERR@10"] == pytest.approx((1 / 16) / 2, abs=1e-5)
+
+
+@needs_perl
 def test_threads_evaluating_err_at_once_leave_standard_error_as_it_was():
     import os
     import threading

@@ -79,6 +79,26 @@ def test_read_a_compressed_run_as_the_plain_one(tmp_path, suffix, opener):
         read_run(path)
 
 
+def test_a_query_id_that_starts_like_bzip2_is_plain_text(tmp_path):
+    (tmp_path / "bz.trec").write_text("BZh9 Q0 d1 1 2.0 t\nBZhang Q0 d2 1 1.0 t\n", encoding="utf-8")
+    assert read_run(tmp_path / "bz.trec") == {"BZh9": {"d1": 2.0}, "BZhang": {"d2": 1.0}}
+
+
+@pytest.mark.parametrize("compress", [None, "gzip"])
+def test_standard_input_reads_as_a_file_does_even_a_byte_at_a_time(monkeypatch, compress):
+    import gzip
+    import io
+
+    class Trickle(io.BytesIO):  # a slow pipe: one byte a read
+        def read(self, size=-1):
+            return super().read(1 if size is None or size < 0 else min(size, 1))
+
+    data = b"q0 Q0 d1 1 2.0 t\rq0 Q0 d2 2 1.0 t\r"
+    stdin = io.TextIOWrapper(Trickle(gzip.compress(data) if compress else data))
+    monkeypatch.setattr("sys.stdin", stdin)
+    assert read_run("-") == {"q0": {"d1": 2.0, "d2": 1.0}}
+
+
 def test_a_run_graphdoc_wrote_under_a_compressed_name_reads_as_written(tmp_path):
     write_run(RUN, tmp_path / "run.gz")  # plain text, as search --output run.gz writes it
     assert read_run(tmp_path / "run.gz") == RUN

@@ -54,22 +54,23 @@ class Partial:
     def __init__(self, output: Path, run: dict) -> None:
         self.folder, self.run = partial_path(output), run
         self.chunks, self.ids = 0, []
+        if not self.folder.exists():
+            return
         state = self._state()
-        if state is None:
-            return
-        if state.get("run") != run:
-            logger.warning("%s holds what an embed of another model, corpus or --normalize left: starting again",
-                           self.folder)
-            return
         try:
-            for chunk in range(state["chunks"]):
-                self.ids += (self.folder / f"ids-{chunk:06d}.txt").read_text(encoding="utf-8").splitlines()
+            if state is not None and state.get("run") == run:
+                for chunk in range(state["chunks"]):
+                    self.ids += (self.folder / f"ids-{chunk:06d}.txt").read_text(encoding="utf-8").splitlines()
+                self.chunks = state["chunks"]
+                logger.info("%s: going on after the %d documents embedded before", self.folder, len(self.ids))
+                return
+            why = "what an embed of another model, corpus or --normalize left" if state is not None else \
+                "no state of a run (one stopped before its first save)"
         except (OSError, KeyError, TypeError, UnicodeDecodeError):
-            logger.warning("%s cannot be read: starting again", self.folder)
-            self.ids = []
-            return
-        self.chunks = state["chunks"]
-        logger.info("%s: going on after the %d documents embedded before", self.folder, len(self.ids))
+            why = "files that cannot be read"
+        logger.warning("%s holds %s: starting again", self.folder, why)
+        self.ids = []
+        self.remove()  # before a chunk of this run is written: no state may ever count another run's chunks
 
     def _state(self) -> dict | None:
         try:
@@ -95,7 +96,8 @@ class Partial:
         return [np.load(self.folder / f"rows-{chunk:06d}.npy", allow_pickle=False) for chunk in range(self.chunks)]
 
     def remove(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        if self.folder.exists():
+            shutil.rmtree(self.folder)  # a failure is an error: this run's chunks must not join another's
 
 
 def run(args: argparse.Namespace) -> int:
@@ -156,7 +158,10 @@ def run(args: argparse.Namespace) -> int:
         os.fsync(id_file.fileno())
         with atomic_write(args.output, "wb") as matrix_file:
             np.save(matrix_file, matrix)
-    partial.remove()
+    try:
+        partial.remove()
+    except OSError as exc:  # the output is written: what is left over is only in the way of the next run
+        logger.warning("could not remove %s, no longer needed (%s)", partial.folder, exc)
     model.chunker.warn_cut()
     logger.info("wrote %d x %d embeddings to %s%s and ids to %s", *matrix.shape, args.output, note,
                 ids_path(args.output))

@@ -65,11 +65,11 @@ class DocStore:
         return len(self.offsets)
 
     def __getitem__(self, row: int) -> dict[str, Any]:
-        row = int(row)
+        asked = row = int(row)
         if row < 0:
             row += len(self.offsets)
         if not 0 <= row < len(self.offsets):
-            raise IndexError(f"row {row} of a store of {len(self.offsets)} records")
+            raise IndexError(f"row {asked} of a store of {len(self.offsets)} records")
         start = int(self.offsets[row])
         end = int(self.offsets[row + 1]) if row + 1 < len(self.offsets) else self._size
         if hasattr(os, "pread"):

@@ -177,10 +177,18 @@ def _gdeval_problem(measures: Sequence[Any], qrels: Qrels) -> str | None:
     import ir_measures
 
     gdeval = [str(m) for m in measures if _supports(ir_measures.gdeval, m)]
+    if not gdeval:
+        return None
     named = next((q for q in qrels if not _NUMBER.fullmatch(q)), None)
-    if gdeval and named is not None:
+    if named is not None:
         return (f"gdeval.pl, which computes {', '.join(gdeval)}, takes numeric query ids only; got {named!r} "
                 f"(nDCG@10 and the other trec_eval measures take any id)")
+    seen: dict[int, str] = {}
+    for q in qrels:
+        other = seen.setdefault(int(q), q)
+        if other != q:
+            return (f"gdeval.pl, which computes {', '.join(gdeval)}, reads query ids as numbers: {other!r} and {q!r} "
+                    f"are one query to it (nDCG@10 and the other trec_eval measures take them apart)")
     return None
 
 

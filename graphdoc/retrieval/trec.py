@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import re
@@ -100,30 +101,30 @@ def read_run(path: str | Path) -> Run:
 
 
 #: what a compressed run file starts with (a file is read as it is, whatever its name: graphdoc writes a run
-#: named ``run.gz`` as plain text)
-_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ\x00": "lzma"}
+#: named ``run.gz`` as plain text); bzip2's "BZh" and a block size, then a block's or the end's magic
+_MAGIC = (("gzip", re.compile(rb"\x1f\x8b")), ("bz2", re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)")),
+          ("lzma", re.compile(rb"\xfd7zXZ\x00")))
+_HEAD = 10  # bytes that tell them apart
 _LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def _numbered_lines(path: Path, stdin: bool) -> Iterator[tuple[int, str]]:
-    """The run's lines, numbered from 1: a file's decompressed when it is gzip, bzip2 or xz, a byte-order mark
-    dropped, a bad byte named by its line, lines ended by ``\n``, ``\r\n`` or ``\r``; standard input's as UTF-8."""
-    if stdin:
-        try:
-            text = sys.stdin.buffer.read().decode("utf-8-sig")  # a byte-order mark is not part of the first query id
-        except UnicodeDecodeError as err:
-            raise InputError(f"{path}: not UTF-8 text") from err
-        yield from enumerate(io.StringIO(text), start=1)
-        return
+    """The run's lines, numbered from 1: decompressed when it is gzip, bzip2 or xz (a file or standard input), a
+    byte-order mark dropped, a bad byte named by its line, lines ended by ``\n``, ``\r\n`` or ``\r``."""
     import importlib
 
     from graphdoc.corpus.files import READ_ERRORS, bad_utf8
 
     try:
-        with open(path, "rb") as raw:  # opened once: a named pipe (eval --run <(...)) is read once
-            start = raw.peek(6)[:6]
-            kind = next((name for magic, name in _MAGIC.items() if start.startswith(magic)), None)
-            stream = importlib.import_module(kind).open(raw, "rb") if kind else raw
+        # opened once: a named pipe (eval --run <(...)) is read once
+        with contextlib.nullcontext(sys.stdin.buffer) if stdin else open(path, "rb") as raw:
+            head = b""
+            while len(head) < _HEAD and (more := raw.read(_HEAD - len(head))):  # a pipe may give less at a time
+                head += more
+            kind = next((name for name, magic in _MAGIC if magic.match(head)), None)
+            stream = io.BufferedReader(_Prepended(head, raw))
+            if kind:
+                stream = importlib.import_module(kind).open(stream, "rb")
             lineno = 0
             for raw_line in stream:
                 try:
@@ -133,6 +134,24 @@ def _numbered_lines(path: Path, stdin: bool) -> Iterator[tuple[int, str]]:
                 for line in _LINE_END.split(text.rstrip("\r\n")):
                     lineno += 1
                     yield lineno, line
-            stream.close()
     except READ_ERRORS as err:
         raise InputError(f"{path}: cannot read file ({err})") from None
+
+
+class _Prepended(io.RawIOBase):
+    """The bytes ``head``, then the rest of ``rest``: a stream whose first bytes were read to tell its kind."""
+
+    def __init__(self, head: bytes, rest) -> None:
+        self.head, self.rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.head:
+            n = min(len(buffer), len(self.head))
+            buffer[:n], self.head = self.head[:n], self.head[n:]
+            return n
+        data = self.rest.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
