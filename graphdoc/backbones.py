@@ -179,10 +179,11 @@ def load_index_model(identity: Mapping[str, Any], device=None):
 
     path = identity.get("path")
     graph = identity.get("graph", {})
-    if saved_backbone(path) is not None:
+    saved = saved_backbone(path)
+    if saved is not None:
         model = load_model(path, device=device)
         document = graph.get("document")
-        if saved_backbone(path) == FLAT and document is not None and document != model.config.graph.document:
+        if saved == FLAT and document is not None and document != model.config.graph.document:
             # built with --flat-document: the mode is the index's, not the saved model's (no weights depend on it)
             model.config = dataclasses.replace(model.config,
                                                graph=dataclasses.replace(model.config.graph, document=document))

@@ -69,17 +69,16 @@ def _words(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     unspaced = _UNSPACED[points]
     other = ~(unspaced | _SPACE[points])
-    starts = np.flatnonzero(unspaced | (other & ~_before(other)))
+    unspaced_ends = unspaced  # where a word of an unspaced character ends: after it, or after its marks
     mark = _MARK[points]
-    if not mark.any():
-        return starts, np.flatnonzero(unspaced | (other & ~_after(other))) + 1
-    # the marks of a run of them right after an unspaced character are that character's
-    first_mark = mark & ~_before(mark)
-    owned = (first_mark & _before(unspaced))[first_mark]
-    attached = mark & np.concatenate(([False], owned))[np.cumsum(first_mark)]
-    other &= ~attached
+    if mark.any():  # the marks of a run of them right after an unspaced character are that character's
+        first_mark = mark & ~_before(mark)
+        owned = (first_mark & _before(unspaced))[first_mark]
+        attached = mark & np.concatenate(([False], owned))[np.cumsum(first_mark)]
+        other &= ~attached
+        unspaced_ends = (unspaced | attached) & ~_after(attached)
     starts = np.flatnonzero(unspaced | (other & ~_before(other)))
-    ends = np.flatnonzero(((unspaced | attached) & ~_after(attached)) | (other & ~_after(other))) + 1
+    ends = np.flatnonzero(unspaced_ends | (other & ~_after(other))) + 1
     return starts, ends
 
 
@@ -325,8 +324,9 @@ def fit_to_token_limit(
 
     A passage over the limit is halved, and a piece of it halved again without tokenizing it while its share of
     the passage's tokens (by characters) is over :data:`PRESPLIT` times the limit (a long token with no space in
-    it: a base64 blob, a hyphenated string): halving and re-tokenizing the whole once a level took 13 rounds and 39 s for 1M
-    characters of "a-b-". Text of even density splits as halving one level at a time would.
+    it: a base64 blob, a hyphenated string): re-tokenizing the whole once a level took 13 tokenizations and
+    11.7 s for 1M characters of "a-b-", against 4 and 3.0 s (``benchmarks/token_fit.py``). Text of even density
+    splits as halving one level at a time would.
     """
     items = list(passages)
     ids = tokenize([make_input(p) for p in items])
@@ -366,8 +366,8 @@ PRESPLIT = 4
 def _halve(doc_text: str, passage: Passage, density: float, max_tokens: int,
            room: int | None) -> tuple[list[Passage], int]:
     """``passage`` split in two, and each piece whose estimated tokens (``density`` tokens a character) are over
-    :data:`PRESPLIT` times ``max_tokens`` split again, first pieces first, until ``room`` pieces are made (``None``: no room limit).
-    Returns the pieces in order and how many pieces past ``room`` were dropped unsplit."""
+    :data:`PRESPLIT` times ``max_tokens`` split again, first pieces first, until ``room`` pieces are made
+    (``None``: no limit). Returns the pieces in order and how many pieces past ``room`` were dropped unsplit."""
     pieces: list[Passage] = []
     stack = list(reversed(split_passage(doc_text, passage)))
     while stack and (room is None or len(pieces) < room):

@@ -70,7 +70,7 @@ def edge_index(section_ids: Sequence[int], graph_type: str = "full") -> torch.Te
     """The ``[2, E]`` edge index of a document graph (sorted, no duplicates, no self-loops).
 
     The same edges as :func:`full_edges` and :func:`section_edges`, built with tensor operations: a document
-    of 4,000 passages with no cap took 177 s and 3 GB as Python pairs."""
+    of 2,000 passages (no cap) took 9.7 s as Python pairs, 0.08 s so."""
     if graph_type not in GRAPH_BUILDERS:
         raise GraphDocError(f"unknown graph type {graph_type!r}; valid: {', '.join(GRAPH_BUILDERS)}")
     key = (tuple(section_ids), graph_type)
@@ -90,42 +90,32 @@ def edge_index(section_ids: Sequence[int], graph_type: str = "full") -> torch.Te
     return edges
 
 
+def _clique_index(nodes: torch.Tensor) -> torch.Tensor:
+    """Every ordered pair of distinct ``nodes``, ``[2, n * (n - 1)]``, sorted when ``nodes`` is."""
+    source, target = nodes.repeat_interleave(len(nodes)), nodes.repeat(len(nodes))
+    keep = source != target
+    return torch.stack([source[keep], target[keep]])
+
+
 def _full_edge_index(passages: int) -> torch.Tensor:
     if passages <= 1:
         return torch.empty((2, 0), dtype=torch.long)
-    nodes = passages + 1
-    source = torch.arange(nodes).repeat_interleave(nodes)
-    target = torch.arange(nodes).repeat(nodes)
-    keep = source != target
-    return torch.stack([source[keep], target[keep]])
+    return _clique_index(torch.arange(passages + 1))
 
 
 def _section_edge_index(section_ids: tuple[int, ...]) -> torch.Tensor:
     if len(section_ids) <= 1:
         return torch.empty((2, 0), dtype=torch.long)
     sections = torch.tensor(section_ids, dtype=torch.long)
-    _, group = torch.unique(sections, return_inverse=True)
-    # each group's passages in order: the clique of its members, grouped (stable sort keeps passage order)
-    order = torch.sort(group, stable=True).indices
+    zero = torch.zeros(1, dtype=torch.long)
     pairs = []
-    starts = torch.searchsorted(group[order], torch.arange(int(group.max()) + 1))
-    ends = torch.cat([starts[1:], torch.tensor([len(order)])])
-    for first, last in zip(starts.tolist(), ends.tolist()):
-        members = order[first:last] + 1  # passage i is node i + 1
-        size = len(members)
-        source = members.repeat_interleave(size)
-        target = members.repeat(size)
-        keep = source != target
-        head = members[:1]
-        zero = torch.zeros(1, dtype=torch.long)
-        pairs.append(torch.stack([torch.cat([source[keep], zero, head]), torch.cat([target[keep], head, zero])]))
+    for section in torch.unique(sections):
+        members = torch.nonzero(sections == section).flatten() + 1  # passage i is node i + 1
+        first = members[:1]
+        pairs += [_clique_index(members), torch.stack([torch.cat([zero, first]), torch.cat([first, zero])])]
     edges = torch.cat(pairs, dim=1)
     nodes = len(section_ids) + 1
-    return _sorted_unique(edges, nodes)
-
-
-def _sorted_unique(edges: torch.Tensor, nodes: int) -> torch.Tensor:
-    keys = torch.unique(edges[0] * nodes + edges[1])  # sorted
+    keys = torch.unique(edges[0] * nodes + edges[1])  # sorted, as the pairs are listed
     return torch.stack([keys // nodes, keys % nodes])
 
 

@@ -63,13 +63,12 @@ def _model(args: argparse.Namespace):
     documents to it, or resuming its build), as ``graphdoc search`` takes it."""
     from graphdoc.retrieval.manifest import MANIFEST_NAME, Manifest
 
-    given = (args.model, args.config, args.backbone, args.flat_document)
-    exists = (args.index_dir / MANIFEST_NAME).is_file()
-    if args.flat_document is not None and all(x is None for x in given[:3]) and exists \
-            and Manifest.load(args.index_dir).model:  # no model named: it would be the default, not the index's
+    named = any(x is not None for x in (args.model, args.config, args.backbone))
+    identity = Manifest.load(args.index_dir).model \
+        if not named and (args.index_dir / MANIFEST_NAME).is_file() else None
+    if identity and args.flat_document is not None:  # no model named: it would be the default, not the index's
         raise GraphDocError(f"--flat-document sets the document mode of --model; {args.index_dir} keeps the model and "
                             "mode it was built with: leave --flat-document out to add to it")
-    identity = Manifest.load(args.index_dir).model if all(x is None for x in given) and exists else None
     if identity:  # an index holding no documents yet binds no model
         from graphdoc.backbones import load_index_model
 

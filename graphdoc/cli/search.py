@@ -159,6 +159,14 @@ def _print_run(run_: dict, args: argparse.Namespace) -> None:
             print(json.dumps({"query_id": qid, "rank": rank, "doc_id": doc_id, "score": score}, ensure_ascii=False))
 
 
+def warn_deeper(measures, k: int, flag: str, kept: str) -> None:
+    """Warn of the measures whose cutoff is over ``k``, the documents a ranking keeps (``flag`` sets it)."""
+    deeper = [str(m) for m in measures if (getattr(m, "params", {}).get("cutoff") or 0) > k]
+    if deeper:
+        logger.warning("%s %s a cutoff over %s %d: computed over the %d %s", ", ".join(deeper),
+                       "has" if len(deeper) == 1 else "have", flag, k, k, kept)
+
+
 def run(args: argparse.Namespace) -> int:
     _check_options(args)
     to_stdout = is_stdio(args.output)  # --output -: the run is printed
@@ -171,11 +179,7 @@ def run(args: argparse.Namespace) -> int:
         from graphdoc.cli.eval import read_judgements
 
         judgements = read_judgements(args.qrels, args.measures, args.split)
-        k = 100 if args.k is None else args.k
-        deeper = [str(m) for m in judgements.measures if (getattr(m, "params", {}).get("cutoff") or 0) > k]
-        if deeper:
-            logger.warning("%s %s a cutoff over -k %d: computed over the %d results a query keeps", ", ".join(deeper),
-                           "has" if len(deeper) == 1 else "have", k, k)
+        warn_deeper(judgements.measures, 100 if args.k is None else args.k, "-k", "results a query keeps")
     with open_searcher(args) as searcher:
         fusion = fusion_config(searcher, args)
         if args.query is not None:

@@ -45,19 +45,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphdoc.cli.search import check_run_output, open_searcher
+    from graphdoc.cli.search import check_run_output, open_searcher, warn_deeper
     from graphdoc.retrieval.evaluation import check_computable, parse_measures
 
     check_at_least_one("--depth", args.depth)
     check_at_least_one("--nprobe", args.nprobe)
     if args.output is not None and not is_stdio(args.output):
         check_run_output(args)
-    measure = parse_measures([args.measure])[0]
-    check_computable([measure])
-    cutoff = getattr(measure, "params", {}).get("cutoff")
-    if cutoff is not None and cutoff > args.depth:
-        logger.warning("%s has a cutoff over --depth %d: computed over the %d documents a fused ranking keeps",
-                       measure, args.depth, args.depth)
+    measures = parse_measures([args.measure])
+    check_computable(measures)
+    warn_deeper(measures, args.depth, "--depth", "documents a fused ranking keeps")
     args.mode = "hybrid"
     with open_searcher(args) as searcher:
         return _tune(args, searcher)

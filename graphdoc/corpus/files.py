@@ -96,15 +96,23 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     """
     try:
         with open_binary(path) as stream:
-            for lineno, raw in enumerate(stream, 1):
-                error = utf16_error(path, raw) if lineno == 1 else None
-                if error is not None:
-                    raise error
-                try:
-                    line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-                except UnicodeDecodeError as err:
-                    raise bad_utf8(path, err, lineno) from None
-                yield lineno, line.rstrip("\r\n")
+            yield from decoded_lines(path, stream)
+    except READ_ERRORS as err:
+        raise InputError(f"{path}: cannot read file ({err})") from None
+
+
+def decoded_lines(path: Path, stream: IO[bytes]) -> Iterator[tuple[int, str]]:
+    """:func:`iter_lines` of an open binary ``stream`` (``path`` names it in errors)."""
+    try:
+        for lineno, raw in enumerate(stream, 1):
+            error = utf16_error(path, raw) if lineno == 1 else None
+            if error is not None:
+                raise error
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise bad_utf8(path, err, lineno) from None
+            yield lineno, line.rstrip("\r\n")
     except READ_ERRORS as err:
         raise InputError(f"{path}: cannot read file ({err})") from None
 

@@ -63,15 +63,16 @@ def guarded(corpus: str, produce: Callable[[], Iterable[T]], quiet: Sequence[str
         raise InputError(f"named corpus {corpus!r} {message}; {LOCAL_HINT}") from err
 
 
-#: packages whose errors are a failed download
+#: packages (and modules) whose errors are a failed download
 _NETWORK_PACKAGES = ("requests", "urllib3", "httpx", "httpcore", "huggingface_hub", "aiohttp",
                      "fsspec.implementations.http")
-
-
 #: what an error's message says when the network failed (as an ``OSError`` from a resolver or socket says it), or
 #: a download did (ir_datasets checks what it fetched)
-_NETWORK_WORDS = re.compile(r"download|checksum|md5|sha256|name or service not known|name resolution|network is unreachable|"
-                            r"connection (refused|reset|aborted)|timed out|no route to host|proxy", re.IGNORECASE)
+_NETWORK_WORDS = re.compile(r"download|checksum|md5|sha256|name or service not known|name resolution|"
+                            r"network is unreachable|connection (refused|reset|aborted)|timed out|no route to host|"
+                            r"proxy", re.IGNORECASE)
+#: a local file's errors: their message names a path, which may hold any word ("Downloads")
+_LOCAL_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 
 
 def is_download_error(err: BaseException) -> bool:
@@ -80,17 +81,22 @@ def is_download_error(err: BaseException) -> bool:
     import socket
     import urllib.error
 
-    seen: list[BaseException] = []
-    while err is not None and err not in seen and len(seen) < 20:
-        seen.append(err)
-        module = type(err).__module__ or ""
-        local = isinstance(err, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError))
-        if isinstance(err, (ConnectionError, TimeoutError, socket.gaierror, urllib.error.URLError)) \
-                or module.split(".")[0] in _NETWORK_PACKAGES or module.startswith(_NETWORK_PACKAGES) \
-                or (not local and _NETWORK_WORDS.search(str(err))):  # (a local file's path may hold "Downloads")
+    for error in _chain(err):
+        module = type(error).__module__ or ""
+        if isinstance(error, (ConnectionError, TimeoutError, socket.gaierror, urllib.error.URLError)) \
+                or any(module == name or module.startswith(f"{name}.") for name in _NETWORK_PACKAGES) \
+                or (not isinstance(error, _LOCAL_ERRORS) and _NETWORK_WORDS.search(str(error))):
             return True
-        err = err.__cause__ or err.__context__
     return False
+
+
+def _chain(err: BaseException | None) -> list[BaseException]:
+    """``err`` and the errors behind it (causes, and contexts not suppressed), outermost first."""
+    chain: list[BaseException] = []
+    while err is not None and err not in chain and len(chain) < 20:
+        chain.append(err)
+        err = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
+    return chain
 
 
 def quietly(produce: Callable[[], Iterable[T]], names: Sequence[str]) -> Iterator[T]:
@@ -146,11 +152,7 @@ def _with_children(names: tuple[str, ...]) -> list[logging.Logger]:
 def short_reason(err: BaseException, limit: int = MAX_REASON) -> str:
     """Why ``err`` happened, in one short line: the innermost cause's first line, widened to an enclosing
     message that contains it while that fits in ``limit`` (a host name, say), and cut at a word."""
-    chain: list[BaseException] = []
-    while err is not None and err not in chain and len(chain) < 20:
-        chain.append(err)
-        err = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
-    lines = [_first_line(e) for e in chain]
+    lines = [_first_line(e) for e in _chain(err)]
     reason = lines[-1]
     for outer in reversed(lines[:-1]):
         if reason not in outer or len(outer) > limit:

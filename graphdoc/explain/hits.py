@@ -18,8 +18,7 @@ from graphdoc.explain.passages import explain_passages
 from graphdoc.retrieval.dense import prepare_vectors
 from graphdoc.retrieval.finalize import FINAL_DIR
 from graphdoc.retrieval.queries import check_query
-
-ATTENTION_FILE = "passage_attention.npy"
+from graphdoc.retrieval.searcher import ATTENTION_FILE
 
 
 def load_passage_attention(index_dir: str | Path) -> np.ndarray | None:

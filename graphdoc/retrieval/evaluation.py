@@ -154,11 +154,12 @@ def evaluate_per_query(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEF
     results: dict[str, dict[str, float]] = {q: dict.fromkeys(names, 0.0) for q in qrels_plain}
     run_plain = {q: docs for q, docs in _rank_scores(_plain_run(run)).items() if q in qrels_plain and docs}
     if run_plain:
-        problem = _gdeval_problem(parsed, qrels_plain)
+        gdeval = _gdeval_measures(parsed)
+        problem = _gdeval_problem(gdeval, qrels_plain) if gdeval else None
         if problem is not None:
             raise GraphDocError(f"ir_measures cannot compute {', '.join(names)}: {problem}")
-        try:
-            with _captured_stderr() as captured:
+        try:  # gdeval.pl, a perl script, writes to descriptor 2: held back (the other providers print nothing)
+            with _captured_stderr() if gdeval else contextlib.nullcontext([""]) as captured:
                 for metric in ir_measures.iter_calc(parsed, qrels_plain, run_plain):
                     results[metric.query_id][str(metric.measure)] = float(metric.value)
         except _CALC_ERRORS as err:  # (what check_computable finds first, for the commands)
@@ -170,15 +171,17 @@ def evaluate_per_query(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEF
 _NUMBER = re.compile(r"[0-9]+")
 
 
-def _gdeval_problem(measures: Sequence[Any], qrels: Qrels) -> str | None:
-    """Why gdeval.pl cannot score these queries: a measure only it computes, and a query id that is not a
-    number. It refuses some such ids, and it cuts others to what follows their last hyphen ("a-1" is query 1),
-    merging queries or losing them; so any id other than ASCII digits is refused before it runs."""
+def _gdeval_measures(measures: Sequence[Any]) -> list[str]:
+    """The names of the measures that gdeval.pl computes (``ERR``, ``nDCG(dcg='exp-log2')``)."""
     import ir_measures
 
-    gdeval = [str(m) for m in measures if _supports(ir_measures.gdeval, m)]
-    if not gdeval:
-        return None
+    return [str(m) for m in measures if _supports(ir_measures.gdeval, m)]
+
+
+def _gdeval_problem(gdeval: list[str], qrels: Qrels) -> str | None:
+    """Why gdeval.pl cannot score these queries for the measures ``gdeval``: a query id that is not a number.
+    It refuses some such ids, and it cuts others to what follows their last hyphen ("a-1" is query 1), merging
+    queries or losing them; so any id other than ASCII digits is refused before it runs."""
     named = next((q for q in qrels if not _NUMBER.fullmatch(q)), None)
     if named is not None:
         return (f"gdeval.pl, which computes {', '.join(gdeval)}, takes numeric query ids only; got {named!r} "

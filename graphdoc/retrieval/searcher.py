@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 MODES = ("dense", "bm25", "hybrid")
 SNIPPET_CHARS = 300
 OPEN_ATTEMPTS = 3  # tries at opening a final/ that adds keep replacing
-ATTENTION_FILE = "passage_attention.npy"  # read by graphdoc.explain; checked here with the others
+ATTENTION_FILE = "passage_attention.npy"  # checked here with the others, and kept for explanations
 
 
 @dataclass

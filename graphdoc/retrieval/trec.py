@@ -113,7 +113,7 @@ def _numbered_lines(path: Path, stdin: bool) -> Iterator[tuple[int, str]]:
     byte-order mark dropped, a bad byte named by its line, lines ended by ``\n``, ``\r\n`` or ``\r``."""
     import importlib
 
-    from graphdoc.corpus.files import READ_ERRORS, bad_utf8
+    from graphdoc.corpus.files import READ_ERRORS, decoded_lines
 
     try:
         # opened once: a named pipe (eval --run <(...)) is read once
@@ -126,12 +126,8 @@ def _numbered_lines(path: Path, stdin: bool) -> Iterator[tuple[int, str]]:
             if kind:
                 stream = importlib.import_module(kind).open(stream, "rb")
             lineno = 0
-            for raw_line in stream:
-                try:
-                    text = raw_line.decode("utf-8-sig" if lineno == 0 else "utf-8")
-                except UnicodeDecodeError as err:
-                    raise bad_utf8(path, err, lineno + 1) from None
-                for line in _LINE_END.split(text.rstrip("\r\n")):
+            for _, text in decoded_lines(path, stream):
+                for line in _LINE_END.split(text):  # lines ended by a carriage return alone too
                     lineno += 1
                     yield lineno, line
     except READ_ERRORS as err:
