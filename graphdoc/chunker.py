@@ -325,7 +325,7 @@ def fit_to_token_limit(
     A passage over the limit is halved, and a piece of it halved again without tokenizing it while its share of
     the passage's tokens (by characters) is over :data:`PRESPLIT` times the limit (a long token with no space in
     it: a base64 blob, a hyphenated string): re-tokenizing the whole once a level took 13 tokenizations and
-    11.7 s for 1M characters of "a-b-", against 4 and 3.0 s (``benchmarks/token_fit.py``). Text of even density
+    7.0 s for 1M characters of "a-b-", against 4 and 2.7 s (``benchmarks/token_fit.py``). Text of even density
     splits as halving one level at a time would.
     """
     items = list(passages)
