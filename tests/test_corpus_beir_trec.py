@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,18 @@ def test_missing_path_and_unknown_format(tmp_path):
         read_corpus(tmp_path / "table.csv")
     with pytest.raises(InputError, match=r"unknown queries format"):
         read_queries(tmp_path / "table.csv")
+
+
+def test_a_missing_path_close_to_a_named_corpus_or_a_file_beside_it_is_suggested(tmp_path):
+    with pytest.raises(InputError, match=r"^robust4: no such file or folder, and not a named corpus; did you mean "
+                                         r"robust04\? \(accepted: "):
+        read_corpus("robust4")
+    (tmp_path / "scifact").mkdir()
+    with pytest.raises(InputError, match=r"scifcat: no such file or folder, and not a named corpus; did you mean "
+                                         rf"{re.escape(str(tmp_path / 'scifact'))}\? \(accepted: "):
+        read_corpus(tmp_path / "scifcat")
+    with pytest.raises(InputError, match=r"elsewhere: no such file or folder, and not a named corpus \(accepted: "):
+        read_corpus(tmp_path / "elsewhere")
 
 
 def test_a_latin1_queries_or_qrels_file_is_named_as_not_utf8_not_as_an_unknown_format(tmp_path):

@@ -216,6 +216,9 @@ def test_one_query_prints_one_line_snippets_and_says_when_nothing_matched(spaced
     assert len(lines) == 2
     assert cli("search", "--index-dir", spaced_index, "zzzz", "--mode", "bm25") == 0
     assert capsys.readouterr().out == "no results\n"
+    assert cli("search", "--index-dir", spaced_index, "the of ?!", "--mode", "bm25") == 0  # stop words only
+    assert capsys.readouterr().out == ("no results: the query has no word BM25 indexes (2+ letters or digits, "
+                                       "not a stop word)\n")
 
 
 # ------------------------------------------------------------------ 6. cutoffs below 1 never reach trec_eval

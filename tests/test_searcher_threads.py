@@ -127,3 +127,19 @@ def test_a_closed_searcher_refuses_a_search_that_finds_nothing(index):
     searcher.close()
     with pytest.raises(GraphDocError, match=r"^the searcher of index .* is closed$"):
         searcher.search("qqqqzzzz", mode="bm25")
+
+
+def test_a_closed_searcher_refuses_every_search_and_lets_go_of_its_maps(index):
+    from graphdoc.explain import explain_hits
+
+    searcher = Searcher(index)
+    hits = searcher.search("graph attention", k=2, mode="bm25")
+    searcher.close()
+    assert searcher.dense is None and searcher.bm25 is None and searcher.passage_attention is None
+    closed = r"^the searcher of index .* is closed$"
+    with pytest.raises(GraphDocError, match=closed):
+        searcher.batch_search(["graph attention"], mode="bm25")
+    with pytest.raises(GraphDocError, match=closed):
+        searcher.component_runs({"q": "graph attention"})
+    with pytest.raises(GraphDocError, match=closed):
+        explain_hits(searcher, "graph attention", hits)

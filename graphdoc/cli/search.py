@@ -128,10 +128,19 @@ def _explain(searcher, args: argparse.Namespace, hits: list) -> list:
     return explain_hits(searcher, args.query, hits, top=args.explain)
 
 
+def _no_terms(searcher, query: str) -> str:
+    """Why BM25 found nothing when the query has no term it indexes, else ``""``."""
+    from graphdoc.retrieval.bm25 import tokenize
+
+    if tokenize([query], searcher.bm25.config)[0]:
+        return ""
+    return ": the query has no word BM25 indexes (2+ letters or digits, not a stop word)"
+
+
 def _print_hits(searcher, args: argparse.Namespace, fusion) -> None:
     hits = searcher.search(args.query, k=10 if args.k is None else args.k, mode=args.mode, fusion=fusion)
     if not hits and not args.json:
-        print("no results")
+        print("no results" + (_no_terms(searcher, args.query) if args.mode == "bm25" else ""))
     explained = _explain(searcher, args, hits)
     for hit, explanation in zip(hits, explained):
         if args.json:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -79,7 +80,7 @@ QRELS_FORMATS = (
 def detect(path: Path, formats: tuple[Format, ...], what: str, split: str | None = None) -> Format:
     """The first format that matches ``path``, or an :class:`InputError` listing the accepted ones."""
     if not path.exists():
-        raise InputError(f"{path}: no such file or folder, and not a named corpus "
+        raise InputError(f"{path}: no such file or folder, and not a named corpus{_did_you_mean(path)} "
                          f"(accepted: {accepted(formats)})")
     found = next((fmt for fmt in formats if fmt.matches(path)), None)
     if found is None:
@@ -96,6 +97,20 @@ def detect(path: Path, formats: tuple[Format, ...], what: str, split: str | None
         raise InputError(f"{path}: split={split!r} applies only to BEIR folders and named corpora "
                          "(a file holds one split: leave the split out)")
     return found
+
+
+def _did_you_mean(path: Path) -> str:
+    """``"; did you mean X?"`` for a missing ``path`` close to a named corpus or to a file beside it (a typo), else
+    ``""``."""
+    named = difflib.get_close_matches(str(path), list(NAMED_CORPORA), n=1, cutoff=0.75)
+    if named:
+        return f"; did you mean {named[0]}?"
+    try:
+        siblings = [entry.name for entry in path.parent.iterdir()] if path.parent.is_dir() else []
+    except OSError:  # a folder that cannot be listed: no suggestion
+        siblings = []
+    close = difflib.get_close_matches(path.name, siblings, n=1, cutoff=0.75)
+    return f"; did you mean {path.parent / close[0]}?" if close else ""
 
 
 def accepted(formats: tuple[Format, ...]) -> str:

@@ -34,6 +34,7 @@ def explain_hits(searcher, query: str, hits: Sequence, top: int = 3, by: str = "
     The query is encoded with the searcher's model unless ``query_vector`` (``[d]``) is given; a blank or
     non-str query is refused, as :meth:`Searcher.search` refuses it.
     """
+    searcher._check_open()
     check_query(query)
     dense = searcher.dense
     if not dense.has_passages:

@@ -159,10 +159,12 @@ class Searcher:
         return DamagedIndexError(self.index_dir, problem)
 
     def close(self) -> None:
-        """Close the document store file: :meth:`search` and :meth:`record` refuse to run afterwards. Closing
-        twice is harmless."""
+        """Close the document store file and let go of the index's vectors, FAISS indexes and BM25 matrices (their
+        memory maps close once nothing else holds them): searching, :meth:`record` and explanations refuse to run
+        afterwards. Closing twice is harmless."""
         if self.docstore is not None:
             self.docstore.close()
+        self.dense = self.bm25 = self.passage_attention = None
 
     def __enter__(self) -> Searcher:
         return self
@@ -256,6 +258,7 @@ class Searcher:
         index's. ``query_vectors``, ``[queries, dimension]``, replaces encoding the queries with the model.
         Hybrid scores both retrievers over the union of their top ``depth`` (default ``max(k, 100)``).
         """
+        self._check_open()
         if mode not in MODES:
             raise GraphDocError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
         check_count("k", k)
@@ -282,6 +285,7 @@ class Searcher:
 
     def component_runs(self, queries: Mapping[str, str], depth: int = 100) -> tuple[dict, dict]:
         """Dense and BM25 runs, each scored over the union of both top ``depth`` (for fusion tuning)."""
+        self._check_open()
         check_count("depth", depth)
         qids, texts = split_queries(queries)
         dense_run, sparse_run = {}, {}
