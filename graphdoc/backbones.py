@@ -27,10 +27,9 @@ BACKBONES = {GRAPH: "graphdoc.encoder:GraphDocEncoder", FLAT: "graphdoc.flat_enc
 
 def backbone_class(name: str) -> type:
     """The model class of a backbone name (imported on first use)."""
-    try:
-        module, attr = BACKBONES[name].split(":")
-    except KeyError:
-        raise GraphDocError(f"unknown backbone {name!r}; valid: {', '.join(BACKBONES)}") from None
+    if not isinstance(name, str) or name not in BACKBONES:  # a YAML list or mapping is no key either
+        raise GraphDocError(f"unknown backbone {name!r}; valid: {', '.join(BACKBONES)}")
+    module, attr = BACKBONES[name].split(":")
     return getattr(importlib.import_module(module), attr)
 
 

@@ -280,7 +280,8 @@ def read_config_file(path: str | Path) -> Any:
 
         try:
             _check_no_duplicate_keys(text)
-            return yaml.safe_load(text) or {}
+            data = yaml.safe_load(text)
+            return {} if data is None else data  # an empty file (or comments only): the defaults
         except yaml.YAMLError as exc:
             raise GraphDocError(f"{path}: invalid YAML ({str(exc).splitlines()[0]})") from None
     try:

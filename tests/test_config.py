@@ -185,6 +185,26 @@ def test_missing_and_broken_files_are_named(tmp_path: Path) -> None:
         load_config_file(bad_json)
 
 
+@pytest.mark.parametrize("text", ["[]", "0", "false", "''"])
+def test_a_yaml_file_of_an_empty_list_or_a_falsy_scalar_is_no_config(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "odd.yaml"
+    path.write_text(text + "\n", encoding="utf-8")
+    with pytest.raises(GraphDocError, match="must be a mapping"):
+        load_config_file(path)
+    path.write_text("# nothing set\n", encoding="utf-8")  # an empty file, or comments only: the defaults
+    assert load_config_file(path) == ModelConfig()
+
+
+@pytest.mark.parametrize("backbone", [["graph"], {"a": 1}, 1])
+def test_a_backbone_that_is_no_name_is_one_error_line(tmp_path: Path, backbone) -> None:
+    from graphdoc.training import load_setup
+
+    path = tmp_path / "setup.yaml"
+    path.write_text(yaml.safe_dump({"backbone": backbone}), encoding="utf-8")
+    with pytest.raises(GraphDocError, match=r"^unknown backbone .*; valid: graph, flat$"):
+        load_setup(path)
+
+
 def test_json_config_files_load_too(tmp_path: Path) -> None:
     path = tmp_path / "model.json"
     path.write_text(json.dumps({"graph": {"graph_type": "section"}}), encoding="utf-8")

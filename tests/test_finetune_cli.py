@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch
 from _finetune_helpers import labelled_files, ranking_files
 
 from graphdoc.cli import main
+from graphdoc.errors import GraphDocError
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +53,25 @@ def test_error_lines(tiny_bert, tmp_path, capsys):
     assert main(["finetune", "--task", "ranking", "--config", str(tmp_path / "bad.yaml"), "--corpus", "c",
                  "--queries", "q", "--qrels", "r", "--output", str(tmp_path / "y")]) == 1
     assert "epochs must be positive" in capsys.readouterr().err
+
+
+def test_finetune_under_torchrun_stops_before_writing(tiny_bert, tmp_path, capsys, monkeypatch):
+    from graphdoc.finetune import finetune_classification
+
+    files = labelled_files(tmp_path)
+    train, dev = files["train"], files["dev"]
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun --nproc_per_node 2 sets it: each process would run it all
+    expected = ("fine-tuning runs in one process, not data-parallel (WORLD_SIZE is 2): run graphdoc finetune "
+                "without torchrun (only pretrain runs under torchrun)")
+    assert main(["finetune", "--task", "classification", "--model", str(tiny_bert), "--train", str(train),
+                 "--dev", str(dev), "--output", str(tmp_path / "run")]) == 1
+    assert capsys.readouterr().err.strip() == f"graphdoc finetune: error: {expected}"
+    with pytest.raises(GraphDocError, match=re.escape(expected)):
+        finetune_classification(train, dev, tmp_path / "run", model=str(tiny_bert))
+    assert not (tmp_path / "run").exists()
+    monkeypatch.setenv("WORLD_SIZE", "1")  # torchrun --nproc_per_node 1: one process, as without torchrun
+    assert main(["finetune", "--task", "classification", "--model", str(tiny_bert), "--train", str(train),
+                 "--dev", str(dev), "--output", str(tmp_path / "run"), "--epochs", "1"]) == 0
 
 
 def test_a_config_for_the_other_task_only_is_a_warning(tiny_bert, tmp_path, capsys):

@@ -198,6 +198,9 @@ def test_config_errors_name_the_bad_value():
         RankingConfig(eval_mode="sparse")
     with pytest.raises(GraphDocError, match="negative_pool must be one of corpus, judged; got 'test'"):
         RankingConfig(negative_pool="test")
+    with pytest.raises(GraphDocError,
+                       match=r"^ranking\.fusion_normalization must be one of minmax, zscore, none; got 'zscor'$"):
+        RankingConfig(fusion_normalization="zscor")  # before any training, not when the trainer first fuses
     with pytest.raises(GraphDocError, match="lr must be a number"):
         RankingConfig(lr="fast")
     assert RankingConfig(lr="5e-5").lr == 5e-5

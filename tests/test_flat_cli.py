@@ -127,6 +127,20 @@ def test_flat_document_replaces_a_saved_flat_models_mode(tiny_bert: Path, corpus
     np.testing.assert_allclose(np.load(tmp_path / "emb.npy"), mean.encode(docs), atol=1e-6)
 
 
+def test_a_saved_model_ignores_a_config_for_another_backbone(tiny_bert: Path, corpus: Path, docs, tmp_path: Path,
+                                                             capsys) -> None:
+    model = FlatEncoder.from_pretrained(str(tiny_bert), config=flat_config("mean"), device="cpu")
+    model.save_pretrained(tmp_path / "flat")
+    capsys.readouterr()
+    for command, output in (("embed", "--output"), ("index", "--index-dir")):  # a graph config: not even read
+        written = tmp_path / ("emb.npy" if command == "embed" else "index")
+        assert cli(command, "--corpus", corpus, output, written, "--model", tmp_path / "flat",
+                   "--config", "section-graph") == 0
+        assert (f"ignoring the given config section-graph: {tmp_path / 'flat'} is a saved graphdoc model with its "
+                "own") in capsys.readouterr().err
+    np.testing.assert_allclose(np.load(tmp_path / "emb.npy"), model.encode(docs), atol=1e-6)
+
+
 def test_an_index_built_with_flat_document_is_searched_and_extended_in_its_mode(tiny_bert: Path, docs,
                                                                                  tmp_path: Path, capsys) -> None:
     FlatEncoder.from_pretrained(str(tiny_bert), config=flat_config("first"), device="cpu").save_pretrained(

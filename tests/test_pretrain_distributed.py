@@ -116,3 +116,18 @@ def test_two_gloo_processes_equal_one_for_flat_docsplit_with_mlm(tiny_bert, tmp_
     got, expected = load_file(str(tmp_path / "ddp" / "model" / name)), load_file(str(single.model_dir / name))
     for key in expected:
         torch.testing.assert_close(got[key], expected[key], atol=1e-4, rtol=1e-4, msg=key)
+
+
+def test_two_gloo_processes_in_frozen_mode_count_every_processes_cache_lookups(tiny_bert, tmp_path):
+    """Each process looks up the passages of its own documents: pretrain.json sums both (it gave process 0's)."""
+    if shutil.which("torchrun") is None:
+        pytest.skip("torchrun not on PATH")
+    corpus, config = write_inputs(tmp_path, no_dropout_copy(tiny_bert, tmp_path / "encoder"))
+    setup = yaml.safe_load(config.read_text(encoding="utf-8"))
+    setup["pretrain"].update(frozen_encoder=True, epochs=2)
+    config.write_text(yaml.safe_dump(setup), encoding="utf-8")
+    single = run_two_processes_and_one(corpus, config, tmp_path)
+    ddp = json.loads((tmp_path / "ddp" / "pretrain.json").read_text(encoding="utf-8"))
+    assert single.cache_misses > 0 and single.cache_hits > 0  # each passage a miss, then a hit
+    # every lookup counted once (a process misses what the other cached during the run: the split differs)
+    assert ddp["cache_hits"] + ddp["cache_misses"] == single.cache_hits + single.cache_misses

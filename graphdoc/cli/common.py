@@ -64,12 +64,17 @@ def load_model(args: argparse.Namespace):
     if getattr(args, "ignored_batch_size", None) is not None:
         logger.warning("--batch-size is ignored: this command embeds one document or one pair, not batches")
     saved = saved_backbone(args.model)
-    section, file_backbone = model_section(args.config) if args.config else (None, None)
+    config_file = args.config
+    if saved is not None and config_file:  # not read: a config for another backbone is no error here
+        logger.warning("ignoring the given config %s: %s is a saved graphdoc model with its own", config_file,
+                       args.model)
+        config_file = None
+    section, file_backbone = model_section(config_file) if config_file else (None, None)
     chosen = args.backbone or (file_backbone if saved is None else None)
     backbone = chosen or saved or DEFAULT_BACKBONE
     config = None
-    if args.config:
-        config, read_as = _config_file(args.config, section, backbone, chosen is None and saved is None)
+    if config_file:
+        config, read_as = _config_file(config_file, section, backbone, chosen is None and saved is None)
         if read_as != backbone:
             chosen = backbone = read_as
     if args.flat_document is not None:

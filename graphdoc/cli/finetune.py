@@ -86,12 +86,14 @@ def _default_help(text: str, name: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from graphdoc.finetune import (
+        check_one_process,
         finetune_classification,
         finetune_ranking,
         load_finetune_setup,
     )
     from graphdoc.serialization import saved_backbone
 
+    check_one_process()  # before the model and data are read
     _check_task_options(args)
     if not args.output.strip():
         raise GraphDocError("--output is empty: name the run's folder")

@@ -82,6 +82,14 @@ def _load_start_model(model: Any, model_config, device: str | None, backbone: st
                       config=model_config, device=device)
 
 
+def check_one_process() -> None:
+    """Fine-tuning is not data-parallel: under ``torchrun`` every process would run the whole job into one folder."""
+    world_size = os.environ.get("WORLD_SIZE", "1").strip()
+    if world_size not in ("", "1"):
+        raise GraphDocError(f"fine-tuning runs in one process, not data-parallel (WORLD_SIZE is {world_size}): "
+                            "run graphdoc finetune without torchrun (only pretrain runs under torchrun)")
+
+
 def _one_writer(function: Callable) -> Callable:
     """Run ``function`` holding the writer lock of its ``output`` folder: a second run into it stops at once
     (``another graphdoc process is writing DIR``) instead of both writing checkpoints, log and model."""
@@ -89,6 +97,7 @@ def _one_writer(function: Callable) -> Callable:
 
     @functools.wraps(function)
     def one_writer(*args, **kwargs):
+        check_one_process()
         output = signature.bind(*args, **kwargs).arguments["output"]
         if not isinstance(output, (str, os.PathLike)) or not str(output).strip() or os.path.isfile(output):
             return function(*args, **kwargs)  # it says what is wrong with the name

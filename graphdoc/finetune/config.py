@@ -117,6 +117,9 @@ class RankingConfig(TrainingConfig):
         _check_choice(self._key("similarity"), self.similarity, SIMILARITIES)
         _check_choice(self._key("eval_mode"), self.eval_mode, EVAL_MODES)
         _check_choice(self._key("negative_pool"), self.negative_pool, NEGATIVE_POOLS)
+        from graphdoc.retrieval.fusion import NORMALIZERS
+
+        _check_choice(self._key("fusion_normalization"), self.fusion_normalization, tuple(NORMALIZERS))
         if not 0 < self.temperature < math.inf:
             raise GraphDocError(f"{self._key('temperature')} must be positive; got {self.temperature!r}")
         if self.negative_depth < 1:

@@ -52,14 +52,18 @@ class PretrainResult:
     epoch_loss: float | None = None
 
     @classmethod
-    def from_run(cls, trainer: "Trainer", peak_rss_mib: float, peak_cuda_mib: float | None) -> "PretrainResult":
+    def from_run(cls, trainer: "Trainer", peak_rss_mib: float, peak_cuda_mib: float | None,
+                 cache_counts: tuple[int, int] | None = None) -> "PretrainResult":
+        """The run's figures; ``cache_counts`` (hits, misses) are every process's, the trainer's cache only its
+        own process's."""
         seconds = trainer.loop_seconds()  # the steps and documents before a resumption count, and their time
-        cache = trainer.cache
+        hits, misses = cache_counts if cache_counts is not None else \
+            ((trainer.cache.hits, trainer.cache.misses) if trainer.cache else (None, None))
         return cls(trainer.output / "model", trainer.step, trainer.total_steps, trainer.position.epoch,
                    trainer.stats.used, trainer.stats.empty_skipped, trainer.stats.one_passage_skipped,
                    trainer.last_loss, seconds, trainer.stats.used / max(seconds, 1e-9),
                    trainer.step / max(seconds, 1e-9),
-                   peak_rss_mib, peak_cuda_mib, cache.hits if cache else None, cache.misses if cache else None,
+                   peak_rss_mib, peak_cuda_mib, hits, misses,
                    trainer.last_mlm, seconds, trainer.time_up, trainer.stats.distinct, trainer.mean_epoch_loss())
 
     def to_dict(self) -> dict[str, Any]:

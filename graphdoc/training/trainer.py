@@ -452,11 +452,20 @@ class Trainer:
                     self.total_steps, self.position.epoch + 1, self.position.offset)
 
     # ------------------------------------------------------------------ end
+    def _cache_counts(self) -> tuple[int, int] | None:
+        """The passage cache's hits and misses summed over the processes (each looks up its own documents'
+        passages), or ``None`` without a cache."""
+        if self.cache is None:
+            return None
+        counts = torch.tensor([self.cache.hits, self.cache.misses], dtype=torch.int64, device=self.device)
+        hits, misses = torch.stack(gather_tensors(counts, self.ctx)).sum(0).tolist()
+        return int(hits), int(misses)
+
     def _finish(self) -> PretrainResult:
         if self.cache is not None:
             self.cache.flush()
         rss, cuda = peak_memory_mib(self.device)
-        result = PretrainResult.from_run(self, rss, cuda)
+        result = PretrainResult.from_run(self, rss, cuda, self._cache_counts())
         if self.ctx.is_main:
             self.model.save_pretrained(self.output / ckpt.MODEL_DIR)
             with atomic_write(self.output / SUMMARY_NAME, "w", encoding="utf-8") as handle:
