@@ -191,3 +191,20 @@ def test_a_latin1_queries_or_qrels_file_is_named_as_not_utf8_not_as_an_unknown_f
     (tmp_path / "qrels.trec").write_bytes("1 0 d\xe9 1\n".encode("latin-1"))
     with pytest.raises(InputError, match=r"qrels\.trec:1: not valid UTF-8 \(byte 0xe9 at column 6\): qrels files"):
         read_qrels(tmp_path / "qrels.trec")
+
+
+def test_query_topic_and_qrels_files_with_lines_ended_by_a_carriage_return_alone(tmp_path):
+    """Old Mac line ends: each CR ends a line (a TSV query file read as one query 'graph\\rq2\\tattention')."""
+    files = {"queries.tsv": "q1\tgraph\rq2\tattention\r",
+             "topics.txt": "<top>\r<num> 1\r<title> graph\r</top>\r<top>\r<num> 2\r<title> attention\r</top>\r",
+             "qrels.txt": "q1 0 d1 1\rq2 0 d2 1\r",
+             "qrels.tsv": "query-id\tcorpus-id\tscore\rq1\td1\t1\rq2\td2\t1\r"}
+    for name, text in files.items():
+        (tmp_path / name).write_bytes(text.encode("utf-8"))
+    assert list(read_queries(tmp_path / "queries.tsv")) == [("q1", "graph"), ("q2", "attention")]
+    assert list(read_queries(tmp_path / "topics.txt")) == [("1", "graph"), ("2", "attention")]
+    for name in ("qrels.txt", "qrels.tsv"):
+        assert read_qrels(tmp_path / name) == {"q1": {"d1": 1}, "q2": {"d2": 1}}
+    (tmp_path / "bad.tsv").write_bytes(b"q1\tgraph\rq2\tatten\xfftion\r")
+    with pytest.raises(InputError, match=r"bad\.tsv:2: "):  # the line of the bad byte, counted as lines
+        list(read_queries(tmp_path / "bad.tsv"))

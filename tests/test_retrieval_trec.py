@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from graphdoc.errors import GraphDocError, InputError
-from graphdoc.retrieval.trec import read_run, write_run
+from graphdoc.retrieval.trec import read_run, run_lines, write_run
 
 RUN = {"q2": {"d1": 0.5, "d3": 2.25, "d2": 0.5}, "q1": {"x": float(np.float32(0.1))}}
 
@@ -99,8 +99,26 @@ def test_standard_input_reads_as_a_file_does_even_a_byte_at_a_time(monkeypatch, 
     assert read_run("-") == {"q0": {"d1": 2.0, "d2": 1.0}}
 
 
-def test_a_run_graphdoc_wrote_under_a_compressed_name_reads_as_written(tmp_path):
-    write_run(RUN, tmp_path / "run.gz")  # plain text, as search --output run.gz writes it
+@pytest.mark.parametrize(("name", "module"), [("run.gz", "gzip"), ("run.trec.bz2", "bz2"), ("run.XZ", "lzma")])
+def test_a_run_written_under_a_compressed_name_is_compressed_so(tmp_path, name, module):
+    import importlib
+
+    import ir_measures
+
+    write_run(RUN, tmp_path / name)
+    plain = tmp_path / "run.trec"
+    write_run(RUN, plain)
+    assert importlib.import_module(module).decompress((tmp_path / name).read_bytes()) == plain.read_bytes()
+    assert read_run(tmp_path / name) == RUN
+    if name.endswith(".gz"):  # what other tools read too; the same run gives the same bytes (no time stamp)
+        assert len(list(ir_measures.read_trec_run(str(tmp_path / name)))) == sum(map(len, RUN.values()))
+        before = (tmp_path / name).read_bytes()
+        write_run(RUN, tmp_path / name)
+        assert (tmp_path / name).read_bytes() == before
+
+
+def test_a_plain_run_under_a_compressed_name_reads_as_written(tmp_path):
+    (tmp_path / "run.gz").write_bytes("".join(run_lines(RUN)).encode("utf-8"))  # as older graphdoc versions wrote it
     assert read_run(tmp_path / "run.gz") == RUN
     (tmp_path / "cr.trec").write_bytes(b"q0 Q0 d1 1 2.0 t\rq0 Q0 d2 2 1.0 t\r")  # old Mac line ends
     assert read_run(tmp_path / "cr.trec") == {"q0": {"d1": 2.0, "d2": 1.0}}

@@ -57,7 +57,7 @@ def spaced_index(model_dir, tmp_path_factory) -> Path:
     """Document ids with spaces (as text folder file names have) and a text with line breaks."""
     folder = tmp_path_factory.mktemp("spaced")
     docs = [{"_id": "my notes.md", "title": "Notes", "text": "Deltas and estuaries.\n\n## Two\n\nRivers   end here."},
-            {"_id": "plain", "title": "Plain", "text": "Nothing about water at all."}]
+            {"_id": "plain", "title": "Plain\ntitle\twith a tab", "text": "Nothing about water at all."}]
     corpus = write_jsonl(folder / "corpus.jsonl", docs)
     assert cli("index", "--corpus", corpus, "--index-dir", folder / "index", "--model", model_dir) == 0
     return folder / "index"
@@ -167,6 +167,13 @@ def test_batch_search_without_output_prints_the_run(index, files, model, capsys)
     assert cli("search", "--index-dir", index, "--queries", files["queries"], "--mode", "bm25", "-k", 3,
                "--output", "-") == 0  # "-": standard output, as in other tools
     assert capsys.readouterr().out == out
+    assert cli("search", "--index-dir", index, "--queries", files["queries"], "--mode", "bm25", "-k", 3,
+               "--output", "-", "--qrels", files["qrels"]) == 0
+    printed = capsys.readouterr()
+    assert printed.out == out and "nDCG@10" in printed.err  # the run piped on, the evaluation beside it
+    assert cli("search", "--index-dir", index, "--queries", files["q3"], "--mode", "bm25", "--json",
+               "--output", "-") == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
 
     assert cli("search", "--index-dir", index, "--queries", files["q3"], "--mode", "bm25", "--json") == 0
     assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [
@@ -193,7 +200,7 @@ def test_ignored_options_of_a_batch_are_refused(index, files, own_rrf_index, cap
     base = ["--index-dir", index, "--queries", files["queries"]]
     assert refused(capsys, "search", *base, "--measures", "P@5") == "--measures needs --qrels"
     assert refused(capsys, "search", *base, "--json", "--output", "x.trec") == (
-        "--json prints the run of --queries: it cannot be combined with --output or --qrels")
+        "--json prints the run of --queries: it cannot be combined with --output FILE or --qrels")
     assert refused(capsys, "search", "--index-dir", own_rrf_index, "aardvark", "--alpha", "0.2") == (
         "--alpha applies to weighted fusion, not rrf (the index's fusion; add --fusion weighted)")
 
@@ -214,6 +221,8 @@ def test_one_query_prints_one_line_snippets_and_says_when_nothing_matched(spaced
     assert lines[0].split()[2:] == ["my", "notes.md", "Notes"]
     assert lines[1] == "     Deltas and estuaries. ## Two Rivers end here."
     assert len(lines) == 2
+    assert cli("search", "--index-dir", spaced_index, "water", "--mode", "bm25") == 0  # a title's line break too
+    assert capsys.readouterr().out.splitlines()[0].split("  ")[2:] == ["plain", "Plain title with a tab"]
     assert cli("search", "--index-dir", spaced_index, "zzzz", "--mode", "bm25") == 0
     assert capsys.readouterr().out == "no results\n"
     assert cli("search", "--index-dir", spaced_index, "the of ?!", "--mode", "bm25") == 0  # stop words only

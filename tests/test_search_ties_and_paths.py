@@ -51,6 +51,44 @@ def test_dense_ties_rank_by_document_id(twins, monkeypatch):
     assert list(twins.batch_search({"q": "alpha"}, k=3, mode="dense")["q"]) == ["aa", "mm", "zz"]
 
 
+def test_faiss_keeps_a_tie_at_its_cut_whole():
+    from graphdoc.retrieval.dense import DenseIndex
+
+    vectors = np.ones((150, 4), dtype=np.float32)
+    index = DenseIndex.build(vectors, "Flat", "ip")
+    query = np.ones((1, 4), dtype=np.float32)
+    assert sorted(index.search_ties(query, 1)[0].tolist()) == list(range(150))  # past FAISS's first depth too
+    vectors[7] *= 2
+    vectors[140:] *= 0.5
+    index = DenseIndex.build(vectors, "Flat", "ip")
+    assert index.search_ties(query, 1)[0].tolist() == [7]  # no tie at the cut: the top alone
+    second = index.search_ties(query, 2)[0].tolist()
+    assert second[0] == 7 and sorted(second[1:]) == [r for r in range(140) if r != 7]
+    assert len(index.search_ties(query, 140)[0]) == 140  # 7, then the 139 of one score: the cut falls after them
+    assert len(index.search_ties(query, 145)[0]) == 150  # into the last 10, tied: all of them
+    assert len(index.search_ties(query, 500)[0]) == 150
+
+
+def test_dense_ties_at_the_candidate_cut_rank_by_document_id(model, tmp_path, monkeypatch):
+    """150 documents with equal dense scores, indexed in reverse id order: -k 1 is the first of -k 150 (FAISS
+    cut the tie in row order, so -k 1 gave a document from the middle)."""
+    from graphdoc.retrieval.dense import DenseIndex
+    from graphdoc.retrieval.dense_searcher import DenseSettings
+
+    docs = make_docs(150)[::-1]
+    build_index(model, str(write_jsonl(tmp_path / "c.jsonl", docs)), tmp_path / "index", IndexSettings())
+    searcher = Searcher(tmp_path / "index", model=model)
+    dimension = searcher.manifest.dimension
+    searcher.dense.doc_index = DenseIndex.build(np.ones((150, dimension), dtype=np.float32), "Flat", "ip")
+    searcher.dense.settings = DenseSettings(0.0)  # the document node alone
+    monkeypatch.setattr(searcher.dense, "score", lambda query, rows, all_passages=None: np.ones(len(rows)))
+    query = np.ones((1, dimension), dtype=np.float32)
+    whole = list(searcher.batch_search(["x"], k=150, mode="dense", query_vectors=query)["0"])
+    assert whole == sorted(d["_id"] for d in docs)
+    for k in (1, 5, 100):
+        assert list(searcher.batch_search(["x"], k=k, mode="dense", query_vectors=query)["0"]) == whole[:k]
+
+
 def test_a_merge_in_another_order_ranks_bm25_ties_the_same(model, tmp_path):
     """(Dense scores of copies encoded in other batches differ in their last bits, as their vectors do.)"""
     docs = make_docs(12)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -108,8 +109,9 @@ def _check_options(args: argparse.Namespace) -> None:
             raise GraphDocError(f"{flag} works with --queries, not with one QUERY")
     if args.measures is not None and args.qrels is None:
         raise GraphDocError("--measures needs --qrels")
-    if args.json and args.queries is not None and (args.output or args.qrels):
-        raise GraphDocError("--json prints the run of --queries: it cannot be combined with --output or --qrels")
+    if args.json and args.queries is not None and ((args.output and not is_stdio(args.output)) or args.qrels):
+        raise GraphDocError("--json prints the run of --queries: it cannot be combined with --output FILE or "
+                            "--qrels")
     unused = ((("--fusion", args.fusion), ("--alpha", args.alpha), ("--normalization", args.normalization))
               if args.mode != "hybrid" else ())
     if args.mode == "bm25" and args.explain is None:  # --explain encodes the query even then
@@ -137,6 +139,11 @@ def _no_terms(searcher, query: str) -> str:
     return ": the query has no word BM25 indexes (2+ letters or digits, not a stop word)"
 
 
+def _one_line(text: str) -> str:
+    """``text`` on one line, whatever its layout (a hit is two lines: a title holding a newline broke that)."""
+    return " ".join(text.split())
+
+
 def _print_hits(searcher, args: argparse.Namespace, fusion) -> None:
     hits = searcher.search(args.query, k=10 if args.k is None else args.k, mode=args.mode, fusion=fusion)
     if not hits and not args.json:
@@ -147,9 +154,9 @@ def _print_hits(searcher, args: argparse.Namespace, fusion) -> None:
             extra = {} if explanation is None else {"explanation": explanation}
             print(json.dumps({**vars(hit), **extra}, ensure_ascii=False))
         else:
-            section = f" [{hit.passage['section_title']}]" if hit.passage.get("section_title") else ""
-            snippet = " ".join(hit.passage.get("snippet", "").split())  # one line, whatever the text's layout
-            print(f"{hit.rank:>3}. {hit.score:.4f}  {hit.doc_id}  {hit.title}{section}\n     {snippet}")
+            section = f" [{_one_line(hit.passage['section_title'])}]" if hit.passage.get("section_title") else ""
+            snippet = _one_line(hit.passage.get("snippet", ""))
+            print(f"{hit.rank:>3}. {hit.score:.4f}  {hit.doc_id}  {_one_line(hit.title)}{section}\n     {snippet}")
             if explanation is not None:
                 from graphdoc.explain import format_explanation
 
@@ -220,4 +227,5 @@ def _search_queries(searcher, args: argparse.Namespace, fusion, judgements, to_s
     if judgements is not None:
         from graphdoc.cli.eval import print_evaluation
 
-        print_evaluation(run_, judgements, name=args.mode, run_name=str(args.queries))
+        with contextlib.redirect_stdout(sys.stderr if to_stdout else sys.stdout):  # stdout holds the run
+            print_evaluation(run_, judgements, name=args.mode, run_name=str(args.queries))

@@ -73,7 +73,7 @@ def read_tsv_qrels(path: Path) -> Qrels:
     """A BEIR qrels file: ``query-id<TAB>corpus-id<TAB>score`` lines after an optional header."""
     qrels: Qrels = {}
     qrels_builder = QrelsBuilder(path, qrels)
-    for lineno, line in iter_lines(path):
+    for lineno, line in iter_lines(path, lone_cr=True):
         if not line.strip():
             continue
         fields = line.split("\t")

@@ -88,38 +88,45 @@ def decode_text(path: Path, data: bytes) -> str:
         raise bad_utf8(path, err) from None
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+def iter_lines(path: Path, lone_cr: bool = False) -> Iterator[tuple[int, str]]:
     """Yield ``(line number, line)`` without its line break, decoding each line on its own.
 
     Decoding line by line lets an encoding error name its line; a BOM on the first line is dropped, and a
-    UTF-16 file is named as one.
+    UTF-16 file is named as one. ``lone_cr``: a carriage return alone ends a line too (old Mac line ends), for
+    formats whose lines hold no such character (TSV, TREC); not for JSON lines, where it is whitespace.
     """
     try:
         with open_binary(path) as stream:
-            yield from decoded_lines(path, stream)
+            yield from decoded_lines(path, stream, lone_cr)
     except READ_ERRORS as err:
         raise InputError(f"{path}: cannot read file ({err})") from None
 
 
-def decoded_lines(path: Path, stream: IO[bytes]) -> Iterator[tuple[int, str]]:
+def decoded_lines(path: Path, stream: IO[bytes], lone_cr: bool = False) -> Iterator[tuple[int, str]]:
     """:func:`iter_lines` of an open binary ``stream`` (``path`` names it in errors)."""
+    lineno = 0
     try:
-        for lineno, raw in enumerate(stream, 1):
-            error = utf16_error(path, raw) if lineno == 1 else None
+        for number, raw in enumerate(stream, 1):
+            error = utf16_error(path, raw) if number == 1 else None
             if error is not None:
                 raise error
             try:
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as err:
-                raise bad_utf8(path, err, lineno) from None
-            yield lineno, line.rstrip("\r\n")
+                if lone_cr:  # name the line as they are counted: CR ends one (same length, same offsets)
+                    err = UnicodeDecodeError(err.encoding, raw.replace(b"\r", b"\n"), err.start, err.end, err.reason)
+                raise bad_utf8(path, err, lineno + 1) from None
+            line = line.rstrip("\r\n")
+            for piece in line.split("\r") if lone_cr and "\r" in line else (line,):
+                lineno += 1
+                yield lineno, piece
     except READ_ERRORS as err:
         raise InputError(f"{path}: cannot read file ({err})") from None
 
 
 def first_line(path: Path) -> str:
     """The first non-blank line of a file, stripped ('' for an empty file); used to sniff formats."""
-    for _, line in iter_lines(path):
+    for _, line in iter_lines(path, lone_cr=True):  # a TSV or TREC file's lines may end in CR alone
         if line.strip():
             return line.strip()
     return ""

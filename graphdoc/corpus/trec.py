@@ -22,7 +22,7 @@ def read_trec_topics(path: Path) -> Iterator[tuple[str, str]]:
     ids = IdTracker(path, "topic")
     block: list[str] = []
     start = 0
-    for lineno, line in iter_lines(path):
+    for lineno, line in iter_lines(path, lone_cr=True):
         if line.strip().lower().startswith("<top>"):
             if block:
                 raise InputError(f"{path}:{lineno}: <top> before the topic opened on line {start} was closed")
@@ -54,7 +54,7 @@ def read_trec_qrels(path: Path) -> Qrels:
     """A TREC qrels file: whitespace-separated ``query-id iteration doc-id relevance`` lines."""
     qrels: Qrels = {}
     qrels_builder = QrelsBuilder(path, qrels)
-    for lineno, line in iter_lines(path):
+    for lineno, line in iter_lines(path, lone_cr=True):
         fields = line.split()
         if not fields:
             continue
@@ -72,7 +72,7 @@ def read_tsv_queries(path: Path) -> Iterator[tuple[str, str]]:
     """Yield ``(query id, text)`` from ``query-id<TAB>text`` lines (a header line is skipped); an id given twice
     is an error naming both lines."""
     ids = IdTracker(path, "query")
-    for lineno, line in iter_lines(path):
+    for lineno, line in iter_lines(path, lone_cr=True):
         if not line.strip():
             continue
         qid, tab, text = line.partition("\t")

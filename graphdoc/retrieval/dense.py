@@ -172,6 +172,28 @@ class DenseIndex:
             scores, rows = index.search(prepare_vectors(queries, self.metric), k)
         return scores, rows
 
+    def search_ties(self, queries: np.ndarray, k: int) -> list[np.ndarray]:
+        """The rows of :meth:`search` per query (valid ones), and every further row whose score equals the last
+        one's: FAISS cuts equal scores at ``k`` in its own order (the order the rows were indexed in), and the
+        caller orders ties by document id, whichever of them FAISS returned first."""
+        k = max(1, min(k, self.size))
+        scores, rows = self.search(queries, min(k + 1, self.size))  # one more: does the row past the cut tie?
+        found = []
+        for i in range(len(rows)):
+            s, r = scores[i], rows[i]
+            cut = s[k - 1]
+            if len(r) > k and r[k] >= 0 and s[k] >= cut:
+                depth = len(r)
+                while depth < self.size and r[-1] >= 0 and s[-1] >= cut:  # the tie goes on past what was read
+                    depth = min(2 * depth, self.size)
+                    s, r = (x[0] for x in self.search(queries[i:i + 1], depth))
+                keep = (r >= 0) & (s >= cut)
+                keep[:k] = r[:k] >= 0
+                found.append(r[keep])
+            else:
+                found.append(r[:k][r[:k] >= 0])
+        return found
+
     def _search_index(self):
         """The index searches run on: the GPU copy (made now, the first time) or the CPU index."""
         if self._gpu is None:

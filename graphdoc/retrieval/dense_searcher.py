@@ -94,14 +94,14 @@ class DenseSearcher:
         return None
 
     def candidates(self, queries: np.ndarray, depth: int) -> list[np.ndarray]:
-        """Candidate document rows per query: FAISS top ``depth`` documents and passages' documents."""
-        _, rows = self.doc_index.search(queries, depth)
-        found = [r[r >= 0] for r in rows]
+        """Candidate document rows per query: FAISS top ``depth`` documents and passages' documents (with any
+        rows tied with the last of each)."""
+        found = self.doc_index.search_ties(queries, depth)  # a tie at the cut whole: ties rank by document id
         if self.has_passages and self.settings.passage_weight > 0:
             # several passages of one document can crowd the top: look deeper to reach ``depth`` documents
-            _, p_rows = self.passage_index.search(queries, depth * PASSAGE_DEPTH_FACTOR)
+            p_rows = self.passage_index.search_ties(queries, depth * PASSAGE_DEPTH_FACTOR)
             for i, pr in enumerate(p_rows):
-                docs = np.searchsorted(self.passage_ptr, pr[pr >= 0], side="right") - 1
+                docs = np.searchsorted(self.passage_ptr, pr, side="right") - 1
                 found[i] = np.unique(np.concatenate([found[i], docs]))
         return found
 

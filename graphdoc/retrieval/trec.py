@@ -46,15 +46,35 @@ def _run_lines(run: Mapping[str, Mapping[str, float]], tag: str, k: int | None):
             yield f"{qid} Q0 {doc} {rank} {float(score)!r} {tag}\n"
 
 
-def write_run(run: Mapping[str, Mapping[str, float]], path: str | Path, tag: str = "graphdoc", k: int | None = None) -> None:
-    """Write `run` as a TREC run file, atomically (temporary file in the same folder, then rename).
+#: run files written compressed, by the name's suffix (as ir_measures and trec_eval's wrappers read them)
+_COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
+
+
+def write_run(run: Mapping[str, Mapping[str, float]], path: str | Path, tag: str = "graphdoc",
+              k: int | None = None) -> None:
+    """Write `run` as a TREC run file, atomically (temporary file in the same folder, then rename); a name
+    ending in ``.gz``, ``.bz2`` or ``.xz`` is written compressed so (gzip without a time stamp: the same run
+    gives the same bytes).
 
     Queries keep the run's order; within a query documents are sorted by score desc, ties by doc
     id, and cut to the top `k` if given. Ranks start at 1.
     """
+    import importlib
+
     lines = run_lines(run, tag, k)
-    with atomic_write(path, "w", encoding="utf-8") as f:
-        f.writelines(lines)
+    module = _COMPRESSED.get(Path(path).suffix.lower())
+    with atomic_write(path, "wb") as raw:
+        if module == "gzip":
+            import gzip
+
+            stream = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
+        else:
+            stream = contextlib.nullcontext(raw) if module is None else importlib.import_module(module).open(raw, "wb")
+        with stream as binary:
+            text = io.TextIOWrapper(binary, encoding="utf-8", newline="\n")
+            text.writelines(lines)
+            text.flush()
+            text.detach()  # the compressor closes itself; the raw file is atomic_write's to close
 
 
 def _parse_line(line: str, where: str) -> tuple[str, str, float]:
@@ -100,12 +120,11 @@ def read_run(path: str | Path) -> Run:
     return run
 
 
-#: what a compressed run file starts with (a file is read as it is, whatever its name: graphdoc writes a run
-#: named ``run.gz`` as plain text); bzip2's "BZh" and a block size, then a block's or the end's magic
+#: what a compressed run file starts with (a file is read as it is, whatever its name: a plain-text run named
+#: ``run.gz`` reads as plain text); bzip2's "BZh" and a block size, then a block's or the end's magic
 _MAGIC = (("gzip", re.compile(rb"\x1f\x8b")), ("bz2", re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)")),
           ("lzma", re.compile(rb"\xfd7zXZ\x00")))
 _HEAD = 10  # bytes that tell them apart
-_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def _numbered_lines(path: Path, stdin: bool) -> Iterator[tuple[int, str]]:
@@ -125,11 +144,7 @@ def _numbered_lines(path: Path, stdin: bool) -> Iterator[tuple[int, str]]:
             stream = io.BufferedReader(_Prepended(head, raw))
             if kind:
                 stream = importlib.import_module(kind).open(stream, "rb")
-            lineno = 0
-            for _, text in decoded_lines(path, stream):
-                for line in _LINE_END.split(text):  # lines ended by a carriage return alone too
-                    lineno += 1
-                    yield lineno, line
+            yield from decoded_lines(path, stream, lone_cr=True)  # lines ended by a carriage return alone too
     except READ_ERRORS as err:
         raise InputError(f"{path}: cannot read file ({err})") from None
 
