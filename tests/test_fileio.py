@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -184,3 +185,69 @@ def test_compare_names_the_json_file_of_a_bad_document(tmp_path, capsys, restore
     assert main(["compare", str(good), str(bad), "--model", str(tmp_path / "no-such-model")]) == 1
     assert capsys.readouterr().err.splitlines() == [
         f"graphdoc compare: error: {bad}: document 'b': text is not valid Unicode (lone surrogate \\ud800)"]
+
+
+def _disk_full_errors():
+    import shutil
+
+    from safetensors import SafetensorError
+
+    return [OSError("19200 requested and 8160 written"),  # np.save on a full disk: no error number, no file
+            RuntimeError("Error in void faiss::write_index(...) at impl/io.cpp:118: write error in "
+                         "/d/.final.x.tmp/passages.faiss: 131027 != 399360 (No space left on device)"),
+            SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
+            shutil.Error([("p2/docs.jsonl", "/d/.m.x.tmp/docs.jsonl", "[Errno 28] No space left on device: 'x'")])]
+
+
+@pytest.mark.parametrize("error", _disk_full_errors(), ids=["numpy", "faiss", "safetensors", "shutil"])
+def test_a_full_disk_in_a_librarys_words_is_an_os_error_naming_the_output(tmp_path, error):
+    for writer, path in ((atomic_write, tmp_path / "file.npy"), (atomic_directory, tmp_path / "folder")):
+        with pytest.raises(OSError) as info:
+            with writer(path):
+                raise error
+        assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)
+        assert info.value.__cause__ is error
+        assert info.value.strerror == ("a write was cut short (8160 of 19200 bytes written): the disk is full or "
+                                       "over its quota" if "requested" in str(error) else os.strerror(errno.ENOSPC))
+    assert list(tmp_path.iterdir()) == []  # no temporary left
+
+
+def test_a_full_disk_error_naming_a_file_of_the_temporary_names_the_file_it_was_to_be(tmp_path):
+    with pytest.raises(OSError) as info:
+        with atomic_directory(tmp_path / "shard") as tmp:
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp / "docs.jsonl"))
+    assert info.value.filename == str(tmp_path / "shard" / "docs.jsonl")
+
+
+def test_other_library_errors_are_raised_as_they_are(tmp_path):
+    for error in (RuntimeError("faiss: bad factory"), ValueError("19200 requested and 8160 written")):
+        with pytest.raises(type(error)) as info:
+            with atomic_directory(tmp_path / "folder"):
+                raise error
+        assert info.value is error
+
+
+def test_an_index_finalised_on_a_full_disk_is_one_error_line_and_keeps_its_last_build(tiny_bert, tmp_path, capsys,
+                                                                                      monkeypatch,
+                                                                                      restore_cli_state):
+    from _retrieval_helpers import make_docs, write_jsonl
+
+    from graphdoc.retrieval.dense import DenseIndex
+    from graphdoc.retrieval.searcher import Searcher
+
+    corpus = write_jsonl(tmp_path / "c.jsonl", make_docs(6))
+    index = tmp_path / "index"
+    assert main(["index", "--corpus", str(corpus), "--index-dir", str(index), "--model", str(tiny_bert)]) == 0
+    before = Searcher(index).batch_search(["alpha"], mode="bm25")
+
+    def full(self, path):
+        raise RuntimeError(f"Error in void faiss::write_index: write error in {path}: 1 != 9 (No space left on "
+                           "device)")
+
+    monkeypatch.setattr(DenseIndex, "save", full)
+    capsys.readouterr()
+    more = write_jsonl(tmp_path / "more.jsonl", make_docs(3, start=6))
+    assert main(["index", "--corpus", str(more), "--index-dir", str(index)]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (f"graphdoc index: error: No space left on device: "
+                                                        f"{index / 'final'} (-v shows where it happened)")
+    assert Searcher(index).batch_search(["alpha"], mode="bm25") == before  # the last complete build, searched
