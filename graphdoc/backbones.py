@@ -60,15 +60,18 @@ def read_as_flat_if_not(read: Callable[[], T], path: str | Path, read_flat: Call
     names no backbone but reads as flat settings only). Returns the result and whether it is the flat one; when
     both fail, ``read``'s error, or ``read_flat``'s when the model settings ``model`` say ``graph_type: flat`` (a
     flat file with a mistake in it is told of its mistake, not that ``flat`` is no graph type)."""
+    from graphdoc.config import naming_file
     from graphdoc.flat_config import FLAT_GRAPH_TYPE
 
     try:
-        return read(), False
+        with naming_file(path):
+            return read(), False
     except GraphDocError as err:
         if read_flat is None:
             raise
         try:
-            result = read_flat()
+            with naming_file(path):
+                result = read_flat()
         except GraphDocError as flat_err:
             graph = model.get("graph") if isinstance(model, Mapping) else None
             if isinstance(graph, Mapping) and graph.get("graph_type") == FLAT_GRAPH_TYPE:

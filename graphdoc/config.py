@@ -6,6 +6,7 @@ YAML files in ``configs/`` map one to one onto :class:`ModelConfig` (sections ``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -13,7 +14,7 @@ import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, Iterator, Mapping, TypeVar
 
 from graphdoc.errors import ArgumentTypeError, GraphDocError
 
@@ -200,6 +201,11 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
         return cls(**kwargs)
     except TypeError as exc:
         raise GraphDocError(f"bad config for {where or cls.__name__}: {exc}") from None
+    except GraphDocError as exc:  # a section's checks name its keys by the section alone: name them in full
+        outer, _, own = where.rpartition(".")
+        if outer and str(exc).startswith(f"{own}."):
+            raise GraphDocError(f"{outer}.{exc}") from None
+        raise
 
 
 #: a field's annotated type -> how an error names it
@@ -346,5 +352,22 @@ def model_section(path: str | Path) -> tuple[Any, str | None]:
 
 
 def load_config_file(path: str | Path, cls: type[T] = ModelConfig) -> T:
-    """Read a JSON or YAML config file into ``cls``."""
-    return from_dict(cls, read_config_file(path))
+    """Read a JSON or YAML config file into ``cls``; an error in its settings names the file."""
+    data = read_config_file(path)
+    with naming_file(path):
+        return from_dict(cls, data)
+
+
+@contextlib.contextmanager
+def naming_file(path: str | Path) -> Iterator[None]:
+    """Errors raised inside start with ``path`` (a config file's settings being checked), once."""
+    try:
+        yield
+    except GraphDocError as exc:
+        if str(exc).startswith(f"{path}:"):
+            raise
+        try:
+            named = type(exc)(f"{path}: {exc}")  # (an ArgumentTypeError stays one)
+        except TypeError:
+            named = GraphDocError(f"{path}: {exc}")
+        raise named from None

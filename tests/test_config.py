@@ -77,7 +77,7 @@ def test_unknown_nested_key_lists_valid_keys(tmp_path: Path) -> None:
     path.write_text("chunker:\n  max_word: 10\n", encoding="utf-8")
     with pytest.raises(GraphDocError) as info:
         load_config_file(path)
-    assert str(info.value) == ("unknown config key chunker.max_word; "
+    assert str(info.value) == (f"{path}: unknown config key chunker.max_word; "
                                "valid keys: chunker.max_words, chunker.max_passages, chunker.title")
 
 
@@ -111,7 +111,8 @@ def test_a_key_given_twice_is_refused_and_yaml_merge_keys_still_work(tmp_path: P
 def test_unknown_keys_of_mixed_types_are_one_error_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("chunker:\n  1: 2\n  foo: 3\n", encoding="utf-8")  # YAML gives an int key and a str key
-    with pytest.raises(GraphDocError, match=r"^unknown config key chunker\.1; valid keys: chunker\.max_words"):
+    with pytest.raises(GraphDocError,
+                       match=r"bad\.yaml: unknown config key chunker\.1; valid keys: chunker\.max_words"):
         load_config_file(path)
 
 
@@ -201,7 +202,7 @@ def test_a_backbone_that_is_no_name_is_one_error_line(tmp_path: Path, backbone) 
 
     path = tmp_path / "setup.yaml"
     path.write_text(yaml.safe_dump({"backbone": backbone}), encoding="utf-8")
-    with pytest.raises(GraphDocError, match=r"^unknown backbone .*; valid: graph, flat$"):
+    with pytest.raises(GraphDocError, match=r"setup\.yaml: unknown backbone .*; valid: graph, flat$"):
         load_setup(path)
 
 

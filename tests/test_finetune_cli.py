@@ -160,7 +160,7 @@ def test_finetune_setup_without_a_backbone_reads_flat_model_settings_as_flat(tmp
     assert main(["-q", "finetune", "--task", "classification", "--train", "t", "--dev", "d", "--config", str(path),
                  "--backbone", "graph", "--output", str(tmp_path / "run")]) == 1
     assert capsys.readouterr().err.splitlines() == [
-        "graphdoc finetune: error: graph.graph_type must be one of full, section; got 'flat'"]
+        f"graphdoc finetune: error: {path}: model.graph.graph_type must be one of full, section; got 'flat'"]
     assert not (tmp_path / "run").exists()
 
 

@@ -42,18 +42,19 @@ def _yaml(tmp_path: Path, text: str) -> Path:
     ("classification: {cache_dir: 5}", "classification.cache_dir must be a string; got 5"),
     ("ranking: {eval_measure: [1]}", "ranking.eval_measure must be a string; got [1]"),
     ("classification: {epochs: null}", "classification.epochs must be an integer; got None"),
-    ("model: {graph: {dropout: high}}", "graph.dropout must be a number; got 'high'"),
-    ("model: {graph: {num_layers: 2.5}}", "graph.num_layers must be an integer; got 2.5"),
+    ("model: {graph: {dropout: high}}", "model.graph.dropout must be a number; got 'high'"),
+    ("model: {graph: {num_layers: 2.5}}", "model.graph.num_layers must be an integer; got 2.5"),
     ("model: {passage_encoder: {normalize: 'yes'}}",
-     "passage_encoder.normalize must be a boolean (true or false); got 'yes'"),
-    ("model: {passage_encoder: {model_name_or_path: 7}}", "passage_encoder.model_name_or_path must be a string; got 7"),
-    ("model: {chunker: {title: false}}", "chunker.title must be a string; got False"),
-    ("backbone: flat\nmodel: {graph: {document: 3}}", "graph.document must be a string; got 3"),
+     "model.passage_encoder.normalize must be a boolean (true or false); got 'yes'"),
+    ("model: {passage_encoder: {model_name_or_path: 7}}",
+     "model.passage_encoder.model_name_or_path must be a string; got 7"),
+    ("model: {chunker: {title: false}}", "model.chunker.title must be a string; got False"),
+    ("backbone: flat\nmodel: {graph: {document: 3}}", "model.graph.document must be a string; got 3"),
 ])
 def test_finetune_config_values_of_the_wrong_type(tmp_path, text, message):
     with pytest.raises(GraphDocError) as info:
         load_finetune_setup(_yaml(tmp_path, text))
-    assert str(info.value) == message
+    assert str(info.value) == f"{tmp_path / 'config.yaml'}: {message}"  # the file, and the key within it
 
 
 def test_numbers_still_accept_ints_and_yaml_strings(tmp_path):
@@ -79,11 +80,11 @@ def test_cli_rejects_a_string_for_a_bool(tmp_path, capsys):
     assert main(["finetune", "--task", "classification", "--train", "t", "--dev", "d", "--config", str(config),
                  "--output", str(tmp_path / "run")]) == 1
     assert error_line(capsys, "finetune") == \
-        "graphdoc finetune: error: classification.frozen_encoder must be a boolean (true or false); got 'no'"
+        f"graphdoc finetune: error: {config}: classification.frozen_encoder must be a boolean (true or false); got 'no'"
     config = _yaml(tmp_path, 'pretrain: {frozen_encoder: "no"}\n')
     assert main(["pretrain", "--corpus", "c", "--config", str(config), "--output", str(tmp_path / "run")]) == 1
     assert error_line(capsys, "pretrain") == \
-        "graphdoc pretrain: error: pretrain.frozen_encoder must be a boolean (true or false); got 'no'"
+        f"graphdoc pretrain: error: {config}: pretrain.frozen_encoder must be a boolean (true or false); got 'no'"
 
 
 # B. classification labels missing from the training set

@@ -66,7 +66,7 @@ def test_a_negative_max_grad_norm_in_the_yaml_is_one_line(tmp_path, corpus, caps
     assert main(["-q", "pretrain", "--corpus", str(corpus), "--output", str(tmp_path / "o"), "--config",
                  str(config)]) == 1
     assert capsys.readouterr().err.splitlines() == [
-        "graphdoc pretrain: error: pretrain.max_grad_norm must be > 0 or null; got -1"]
+        f"graphdoc pretrain: error: {config}: pretrain.max_grad_norm must be > 0 or null; got -1"]
 
 
 # ------------------------------------------------------------------ divergence

@@ -112,7 +112,7 @@ def test_a_config_of_flat_model_settings_is_refused_for_a_graph_model(tiny_bert,
                    "--output", str(tmp_path / "run")])
     assert status == 1
     assert capsys.readouterr().err.splitlines() == [
-        "graphdoc pretrain: error: graph.graph_type must be one of full, section; got 'flat'"]
+        f"graphdoc pretrain: error: {path}: model.graph.graph_type must be one of full, section; got 'flat'"]
     assert not (tmp_path / "run").exists()
 
 
