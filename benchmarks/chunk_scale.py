@@ -12,6 +12,8 @@ sentence end, so every window of a million characters is cut at its last space.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import gzip
 import json
 import re
@@ -26,6 +28,22 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "qmsum" 
 
 def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def reset_peak_mib() -> float:
+    """Start the peak RSS over from the current RSS (Linux: ``/proc/self/clear_refs``) and return it, so that
+    what was built and freed before (the transcripts, the joined text) is not counted in the baseline."""
+    gc.collect()
+    try:  # glibc keeps freed heap memory: hand it back, or the chunker would reuse it unseen by the RSS
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")  # VmHWM, which ru_maxrss reads, back to VmRSS
+    except OSError as exc:
+        sys.exit(f"chunk_scale: cannot reset the peak RSS ({exc}); it needs Linux")
+    return peak_mib()
 
 
 def one(size_mb: float, max_words: int, unpunctuated: bool = False) -> dict:
@@ -44,7 +62,7 @@ def one(size_mb: float, max_words: int, unpunctuated: bool = False) -> dict:
     text = "\n".join(parts)
     doc = Document("big", re.sub(r"[^\w ]+", " ", text) if unpunctuated else text)
     del parts, transcripts, text
-    before = peak_mib()
+    before = reset_peak_mib()
     start = time.perf_counter()
     passages = chunk_document(doc, max_words)
     seconds = time.perf_counter() - start
@@ -59,6 +77,8 @@ def main() -> None:
     parser.add_argument("--unpunctuated", action="store_true", help="one line, no punctuation")
     parser.add_argument("--one", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if min(args.sizes) <= 0:
+        parser.error(f"--sizes must be above 0 MB, got {min(args.sizes):g}")
     if args.one is not None:
         print(json.dumps(one(args.one, args.max_words, args.unpunctuated)))
         return
@@ -68,9 +88,12 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|---:|")
     for size in args.sizes:
         flags = ["--unpunctuated"] if args.unpunctuated else []
-        out = subprocess.run([sys.executable, __file__, "--one", str(size), "--max-words", str(args.max_words),
-                              *flags], check=True, capture_output=True, text=True).stdout
-        r = json.loads(out)
+        done = subprocess.run([sys.executable, __file__, "--one", str(size), "--max-words", str(args.max_words),
+                               *flags], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            sys.exit(f"chunk_scale: the {size:g} MB run failed: {last}")
+        r = json.loads(done.stdout)
         mb = r["chars"] / 1e6
         print(f"| {mb:.1f} M chars | {r['passages']:,} | {r['seconds']:.1f} | {r['seconds'] / mb:.2f} | "
               f"{r['peak_above_mib']:.0f} MiB | {r['peak_above_mib'] * 2**20 / r['chars']:.1f} |", flush=True)

@@ -18,6 +18,8 @@ MiniLM encodes ~10-15 passages/s and trains far slower on a 2-core CPU, so every
 defaults take about 30 minutes there. Longformer and BERT-base rows are GPU-scale (graphdoc/configs/docsplit-*.yaml).
 
     python benchmarks/compare_backbones.py               # writes docs/compare_backbones.md
+
+The report goes between the benchmark markers of ``--output``; the notes around them are kept.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import yaml
+from doc_blocks import write_block
 from finetune import peak_rss_mib
 from pretrain import (WIKI, clustering, cut_for_training, encode_many, graph_vectors, log, ndcg10, normalize,
                       passage_vectors, qmsum, read_jsonl_gz, require_data, run_pretrain, stratified, write_jsonl,
@@ -214,8 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         results[row] = evaluate(args, vectors, d)
         log(f"{row}: " + ", ".join(f"{k} {v:.3f}" for k, v in results[row].items() if not k.endswith("sd")))
     report = render(args, d, runs, results, encode, time.perf_counter() - started)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(report, encoding="utf-8")
+    write_block(args.output, report)
     print(report)
     return 0
 

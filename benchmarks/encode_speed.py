@@ -72,7 +72,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=2, help="runs per measurement, fastest kept (default 2)")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "encode_speed.md",
                         help="markdown table to write (default docs/encode_speed.md)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    return args
 
 
 # ------------------------------------------------------------------ data
@@ -112,7 +115,7 @@ def measure(corpus: str, runs: dict[str, Callable[[], object]], documents: int, 
     best = {name: float("inf") for name in runs}
     rss = {name: 0.0 for name in runs}
     gpu = {name: 0.0 for name in runs}
-    for _ in range(max(1, repeats)):
+    for _ in range(repeats):
         for name, run in runs.items():
             reset_peak_rss()
             if cuda:

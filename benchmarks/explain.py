@@ -41,9 +41,10 @@ from graphdoc.retrieval.bm25 import BM25Config, BM25Index  # noqa: E402
 from graphdoc.retrieval.dense import prepare_vectors  # noqa: E402
 from graphdoc.retrieval.docstore import DocStore  # noqa: E402
 
+from doc_blocks import write_block  # noqa: E402  (benchmarks/)
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "qmsum"
-START, END = "<!-- benchmark:start -->", "<!-- benchmark:end -->"
 KS = (1, 3)
 
 
@@ -142,17 +143,6 @@ def table(rows: list[dict]) -> str:
             lo, hi = bootstrap_ci(diff)
             lines.append(f"- {label}: explained - {other} hit@1 = {diff.mean():+.3f} (95% CI {lo:+.3f} to {hi:+.3f})")
     return "\n".join(lines)
-
-
-def write_block(path: Path, block: str) -> None:
-    """Replace the text between the benchmark markers of ``path`` (append the block if they are missing)."""
-    text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    wrapped = f"{START}\n{block}\n{END}"
-    if START in text and END in text:
-        text = text[:text.index(START)] + wrapped + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + wrapped + "\n"
-    path.write_text(text, encoding="utf-8")
 
 
 def main() -> None:

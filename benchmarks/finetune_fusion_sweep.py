@@ -6,7 +6,7 @@ z-score fusion alpha given. Choosing on val itself gives the most any of these s
 an upper bound for the fusion settings, not a result.
 
     python benchmarks/finetune_fusion_sweep.py --index /tmp/spanft/idx2 \\
-        --model /tmp/spanft/ft2/qmsum-section_graph/model --work-dir /tmp/spanft/ft2
+        --model /tmp/spanft/ft2/qmsum-section_graph/model --work-dir /tmp/spanft/ft2 --precision bf16
 
 ``--index`` is the index the model was fine-tuned over (its BM25 and passage vectors are read, as the
 benchmark reads them); ``--work-dir`` holds the benchmark's passage cache (reused).
@@ -28,8 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--index", type=Path, required=True, help="the QMSum index the model was fine-tuned over")
     p.add_argument("--model", type=Path, required=True, help="a saved graphdoc model folder")
     p.add_argument("--work-dir", type=Path, required=True, help="passage cache folder (the benchmark's)")
-    p.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
-    p.add_argument("--precision", default="bf16", help="the index's passage encoder precision")
+    p.add_argument("--data-dir", type=Path, default=bench.DEFAULT_DATA, help="holds qmsum/ (default: %(default)s)")
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="the precision the index was built at (as benchmarks/finetune.py's --precision)")
     p.add_argument("--passage-weights", type=float, nargs="+", default=[1.0, 0.9, 0.7, 0.5])
     p.add_argument("--alphas", type=float, nargs="+", default=[0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
     args = p.parse_args(argv)

@@ -47,7 +47,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="the precision the index was built at")
     p.add_argument("--threads", type=int, default=2)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    names = [spec.partition(":")[0] for spec in args.settings]
+    for name in names:  # each names a folder of --work-dir that the run deletes first, and a row of the report
+        if name in ("", ".", "..", "untuned") or "/" in name or "\\" in name:
+            p.error(f"--settings: {name!r} cannot name a setting (NAME:KEY=VALUE,...; NAME is a folder of "
+                    "--work-dir, not empty, '.', '..', 'untuned' or a path)")
+        if names.count(name) > 1:
+            p.error(f"--settings: {name!r} names two settings (each needs its own NAME)")
+    return args
 
 
 def parse_setting(spec: str, max_passages: int):

@@ -19,6 +19,9 @@ with native bfloat16 runs ~1.7x as fast as fp32 (~70 passages/s of 20news on 2 c
 
     python benchmarks/pretrain.py                     # writes docs/pretrain.md
     python benchmarks/pretrain.py --news-test 800 --news-train 1000 --epochs 10 --precision fp32
+
+The report fills the benchmark blocks (``setup``, ``results``, ``throughput``) of ``--output``; the notes
+written around them are kept.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import yaml
+
+from doc_blocks import write_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
@@ -429,10 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     untrained_gap = float((graph_vectors(base, v["news"]) -
                            torch.stack([p.mean(dim=0) for p, _ in v["news"]])).abs().max())
     cluster, retrieval = evaluate_models(args, models, v, d)
-    report = render(args, d, v, runs, cluster, retrieval, untrained_gap, time.perf_counter() - started)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(report, encoding="utf-8")
-    print(report)
+    blocks = render(args, d, v, runs, cluster, retrieval, untrained_gap, time.perf_counter() - started)
+    write_blocks(args.output, blocks)
+    print("\n\n".join(blocks.values()))
     return 0
 
 
@@ -468,28 +472,14 @@ def subset_checks(nmi: dict) -> list[tuple[str, bool]]:
              half > max(others) and half >= 0.65)]
 
 
-DOCS = ROOT / "docs" / "pretrain.md"
-
-
-def written_sections(path: Path = DOCS) -> tuple[list[str], list[str]]:
-    """The hand-written parts of the report, kept as they are in ``docs/pretrain.md``: what comes before
-    "## Does it help?" (how pretraining works) and the "### Choice of settings" section (held-out checks)."""
-    text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    usage = text[:text.index("## Does it help?")] if "## Does it help?" in text else ""
-    start = text.find("### Choice of settings")
-    end = text.find("\n## ", start) if start >= 0 else -1
-    tuning = text[start:end + 1] if start >= 0 and end >= 0 else ""
-    return usage.splitlines(), tuning.splitlines()
-
-
-def render(args, d, v, runs, cluster, retrieval, untrained_gap: float, seconds: float) -> str:
+def render(args, d, v, runs, cluster, retrieval, untrained_gap: float, seconds: float) -> dict[str, str]:
+    """The report's three generated blocks, by marker name (``docs/pretrain.md`` has notes between them)."""
     import transformers
 
     import graphdoc
 
     n_train = {"news_train": len(d["news_train"]), "wiki": d["wiki"], "qm_train": len(d["qm_train"])}
-    usage, tuning = written_sections()
-    lines = usage + ["## Does it help? (benchmarks/pretrain.py)", "",
+    setup = ["## Does it help? (benchmarks/pretrain.py)", "",
              f"Measured by `{' '.join(['python benchmarks/pretrain.py', *sys.argv[1:]])}` in {seconds / 60:.0f} min on "
              f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores, torch threads {args.threads}, "
              f"shared with other jobs); graphdoc {graphdoc.__version__}, torch {torch.__version__}, "
@@ -521,9 +511,8 @@ def render(args, d, v, runs, cluster, retrieval, untrained_gap: float, seconds: 
              f"(the trainer reads no further; this spares re-chunking 10,000-word transcripts every epoch); "
              f"{d['cut_differ']} of them prepare to different passages once cut",
              f"- untrained graphdoc = MeanP by construction (zero-initialised GAT outputs): max |difference| "
-             f"{untrained_gap:.1e}", ""]
-    lines += tuning
-    lines += ["## 20 Newsgroups test clustering", "", "| system | NMI | purity |", "|---|---:|---:|"]
+             f"{untrained_gap:.1e}"]
+    lines = ["## 20 Newsgroups test clustering", "", "| system | NMI | purity |", "|---|---:|---:|"]
     lines += [f"| {k} | {c['NMI']:.3f} ({c['NMI sd']:.3f}) | {c['purity']:.3f} ({c['purity sd']:.3f}) |"
               for k, c in cluster.items()]
     lines += ["", "## QMSum val retrieval", "", "| system | nDCG@10 |", "|---|---:|"]
@@ -532,17 +521,18 @@ def render(args, d, v, runs, cluster, retrieval, untrained_gap: float, seconds: 
     if args.train_on_test:  # the issue trains on other text than it clusters: these figures do not answer it
         checks[0] = "## Targets (not answered by this run: --train-on-test trained on the clustered documents)"
     lines += ["", *checks]
-    lines += ["", "## Training throughput", "",
-              "| run | mode | steps | docs/step | loss (last) | docs/s | steps/s | peak RSS MiB | wall s |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    throughput = ["## Training throughput", "",
+                  "| run | mode | steps | docs/step | loss (last) | docs/s | steps/s | peak RSS MiB | wall s |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in runs.items():
         mode = "full (encoder trained, grad cache + checkpointing)" if name.endswith("full") else "frozen encoder"
         per_step = args.full_batch if name.endswith("full") else args.batch_size
-        lines.append(f"| {name} | {mode} | {r['steps']} | {per_step} | {r['loss']:.3f} | {r['documents_per_s']:.1f} "
-                     f"| {r['steps_per_s']:.2f} | {r['peak_rss_mib']:.0f} | {r['wall_s']:.0f} |")
-    lines += ["", "docs/s and steps/s cover the training loop of `graphdoc pretrain` (a subprocess), after the "
-              "passage vectors were cached; wall s includes loading the model and the counting pass.", ""]
-    return "\n".join(lines)
+        throughput.append(f"| {name} | {mode} | {r['steps']} | {per_step} | {r['loss']:.3f} | "
+                          f"{r['documents_per_s']:.1f} | {r['steps_per_s']:.2f} | {r['peak_rss_mib']:.0f} | "
+                          f"{r['wall_s']:.0f} |")
+    throughput += ["", "docs/s and steps/s cover the training loop of `graphdoc pretrain` (a subprocess), after the "
+                   "passage vectors were cached; wall s includes loading the model and the counting pass."]
+    return {"setup": "\n".join(setup), "results": "\n".join(lines), "throughput": "\n".join(throughput)}
 
 
 if __name__ == "__main__":

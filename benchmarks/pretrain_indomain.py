@@ -42,9 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         config, passage_encoder=replace(config.passage_encoder, precision=args.precision)))
     args.work_dir.mkdir(parents=True, exist_ok=True)
     d = bench.prepare_data(args, args.work_dir, base)
+    d["sources"] = [s for s in d["sources"] if Path(s).name == "qmsum_train.jsonl"]  # the only text trained on
+    # the evaluation vectors (20news test, QMSum val), and the passages of the QMSum training text
     vectors = bench.encode_all(args, base, PassageVectorCache(args.work_dir / "cache", base.passage_encoder), d)
-    qmsum_only = [s for s in d["sources"] if Path(s).name == "qmsum_train.jsonl"]
-    runs = {o: bench.train(args, args.work_dir, o, qmsum_only) for o in ("ict", "half")}
+    runs = {o: bench.train(args, args.work_dir, o, d["sources"]) for o in ("ict", "half")}
     models = {"graphdoc untrained": base}
     models.update({f"graphdoc pretrained on QMSum train ({o})": GraphDocEncoder.from_pretrained(
         args.work_dir / "runs" / f"{o}-frozen" / "model", device="cpu") for o in runs})

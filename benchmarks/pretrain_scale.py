@@ -16,6 +16,8 @@ sampled training documents and the whole test set, not all of 20news train).
 
     python benchmarks/pretrain_scale.py --device cuda          # writes docs/pretrain_scale.md
     python benchmarks/pretrain_scale.py --device cpu --sizes 1000 --epochs 10 --output /tmp/pretrain_scale.md
+
+The report goes between the benchmark markers of ``--output``; the notes around them are kept.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from doc_blocks import write_block
 from pretrain import DEFAULT_DATA, ROOT, clustering, log, read_jsonl_gz, require_data, stratified
 
 _MODEL = None  # the model ``prepare`` runs in worker processes (set before the pool forks)
@@ -211,8 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                **scores(document_vectors(trained, test_vectors, test_prep))}
         rows.append(row)
         log(f"{row['run']}: {row['docs']} usable, loss {loss:.3f}, {seconds:.0f} s; full {json.dumps(row['full'])}")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(report(args, rows, encoded, encode_s, str(model.device), len(test)), encoding="utf-8")
+    write_block(args.output, report(args, rows, encoded, encode_s, str(model.device), len(test)))
     log(f"wrote {args.output}")
     return 0
 

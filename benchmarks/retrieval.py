@@ -2,16 +2,19 @@
 
     python benchmarks/retrieval.py [--collections scifact qmsum] [--work-dir /tmp/graphdoc-bench]
 
-Prints one table per collection and writes them to ``--output`` (default docs/retrieval_benchmark.md). Indexes are built
-under --work-dir (resumed if present: the build time is read from the index manifest). The flat
-baselines with passages (MaxP, MeanP) use the passage vectors of the untrained graphdoc index,
-which are exactly the default model's own passage vectors (the GAT layers start as the identity);
-FirstP encodes title + text truncated to 256 tokens with the same model.
+Prints one table per collection and writes them to ``--output`` (default docs/retrieval_benchmark.md),
+between its benchmark markers: the notes around them are kept. Indexes are built under --work-dir (resumed
+if present: the build time is read from the index manifest; ``NAME-data.json`` records the corpus they and
+the FirstP cache were made from, and other data is refused). The flat baselines with passages (MaxP, MeanP)
+use the passage vectors of the untrained graphdoc index, which are exactly the default model's own passage
+vectors (the GAT layers start as the identity); FirstP encodes title + text truncated to 256 tokens with
+the same model.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
@@ -29,6 +32,8 @@ from graphdoc.retrieval.fusion import FusionConfig, fuse  # noqa: E402
 from graphdoc.retrieval.searcher import Searcher  # noqa: E402
 from graphdoc.config import load_config_file  # noqa: E402
 
+from doc_blocks import write_block  # noqa: E402  (benchmarks/)
+
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MEASURES = ["nDCG@10", "nDCG@20", "R@100"]
 COLLECTIONS = {  # name: (folder, qrels split, model config or None)
@@ -40,6 +45,25 @@ FLAT_ALPHAS = (0.3, 0.5, 0.7)
 
 def folder_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def check_work_dir(work_dir: Path, name: str, corpus: Path) -> None:
+    """Refuse a ``--work-dir`` whose ``name`` index and FirstP cache were made from other data: they are kept
+    by collection name, and an index resumed over another corpus stops at its first document id."""
+    stamp = work_dir / f"{name}-data.json"  # the corpus the artefacts were made from
+    here = {"corpus": str(corpus.resolve()), "bytes": sum(f.stat().st_size for f in corpus.glob("corpus*"))}
+    index, first_p = work_dir / f"{name}-index", work_dir / f"{name}-firstp.npy"
+    artefacts = [p for p in (index, first_p) if p.exists()]
+    made = json.loads(stamp.read_text(encoding="utf-8")) if stamp.is_file() else None
+    if made is None and (index / "manifest.json").is_file():  # made before the stamp: the index names its corpus
+        sources = json.loads((index / "manifest.json").read_text(encoding="utf-8")).get("sources", [])
+        made = here if {s.get("corpus") for s in sources} == {here["corpus"]} else None
+    if artefacts and made != here:
+        origin = f"from {made['corpus']} ({made['bytes']:,} bytes)" if made else "from data it does not record"
+        raise SystemExit(f"{work_dir}: its {name} index and FirstP cache were made {origin}, not from "
+                         f"{here['corpus']} ({here['bytes']:,} bytes): use another --work-dir, or remove "
+                         + " and ".join(map(str, artefacts)))
+    stamp.write_text(json.dumps(here), encoding="utf-8")
 
 
 def first_p_vectors(model: GraphDocEncoder, corpus: Path, cache: Path) -> np.ndarray:
@@ -171,6 +195,8 @@ def main() -> None:
             raise SystemExit(f"{args.data_dir / folder}: no {name} data there (expected corpus.jsonl.gz, "
                              f"queries.jsonl and qrels/{split}.tsv; see ../shared/data/README.md)")
     args.work_dir.mkdir(parents=True, exist_ok=True)
+    for name in args.collections:  # every collection before the first is run
+        check_work_dir(args.work_dir, name, args.data_dir / COLLECTIONS[name][0])
     sections = []
     for name in args.collections:
         results, stats = benchmark(name, args)
@@ -181,10 +207,9 @@ def main() -> None:
         lines = [f"## {name}", "", format_markdown_table(results), ""]
         lines += [f"- {k}: {format_stat(v)}" for k, v in stats.items()]
         sections.append("\n".join(lines) + "\n")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
     header = ("# Retrieval benchmark\n\nProduced by `python benchmarks/retrieval.py` on a 2-core CPU "
               "(no GPU). Untrained default model (all-MiniLM-L6-v2).\n\n")
-    args.output.write_text(header + "\n".join(sections), encoding="utf-8")
+    write_block(args.output, header + "\n".join(sections))
 
 
 if __name__ == "__main__":

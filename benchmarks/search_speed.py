@@ -14,6 +14,7 @@ import argparse
 import time
 
 from graphdoc.corpus import read_queries
+from graphdoc.errors import GraphDocError
 from graphdoc.retrieval.searcher import Searcher
 
 
@@ -24,8 +25,15 @@ def main() -> None:
     parser.add_argument("-k", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    queries = dict(read_queries(args.queries))
-    with Searcher(args.index_dir) as searcher:
+    for flag, value in (("-k", args.k), ("--repeats", args.repeats)):
+        if value < 1:
+            parser.error(f"{flag} must be at least 1, got {value}")
+    try:  # a missing or unreadable --queries or --index-dir: the library's one-line message
+        queries = dict(read_queries(args.queries))
+        searcher = Searcher(args.index_dir)
+    except GraphDocError as exc:
+        raise SystemExit(f"search_speed: {exc}") from None
+    with searcher:
         vectors = searcher.encode_queries(queries)
         seconds = {}
         for mode in ("bm25", "dense", "hybrid"):

@@ -16,11 +16,14 @@ import time
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chars", type=int, default=1_000_000)
     parser.add_argument("--unit", default="a-b-", help="repeated to make the token")
     parser.add_argument("--cap", type=int, default=100, help="passages kept (the chunker's default cap)")
     args = parser.parse_args()
+    if not args.unit or args.chars < len(args.unit):
+        parser.error(f"--unit must be a non-empty string of at most --chars ({args.chars}) characters, "
+                     f"got {args.unit!r}")
 
     import graphdoc.chunker as chunker
     from graphdoc import GraphDocEncoder
