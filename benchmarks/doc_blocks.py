@@ -24,6 +24,8 @@ def replace_blocks(text: str, blocks: dict[str, str]) -> str:
         wrapped = f"{start}\n{block.strip(chr(10))}\n{end}"
         first = text.find(start)
         last = text.find(end, first + len(start)) if first >= 0 else -1
+        if first >= 0 and last < 0:  # replacing to a later block's end would drop the text between them
+            raise SystemExit(f"{start} has no {end} after it: put it back where the generated text ends")
         if last >= 0:
             text = text[:first] + wrapped + text[last + len(end):]
         else:

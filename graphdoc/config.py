@@ -159,8 +159,10 @@ class GraphConfig:
     def __post_init__(self) -> None:
         check_types(self, "graph")
         _check_choice("graph.graph_type", self.graph_type, ("full", "section"))
-        if self.num_layers < 0 or self.heads < 1:
-            raise GraphDocError("graph.num_layers must be >= 0 and graph.heads >= 1")
+        if self.num_layers < 0:
+            raise GraphDocError(f"graph.num_layers must be >= 0; got {self.num_layers}")
+        if self.heads < 1:
+            raise GraphDocError(f"graph.heads must be >= 1; got {self.heads}")
         _check_probability("graph.dropout", self.dropout)
         _check_probability("graph.attention_dropout", self.attention_dropout)
 
@@ -340,15 +342,15 @@ def _check_no_duplicate_keys(text: str) -> None:
             stack += node.value
 
 
-def model_section(path: str | Path) -> tuple[Any, str | None]:
-    """The model settings a config file (or a built-in config named) holds, and the backbone it names: a model
-    config is all model settings; a ``pretrain``/``finetune`` config holds them in its ``model`` section (and may
-    name a ``backbone``)."""
+def model_section(path: str | Path) -> tuple[Any, str | None, str]:
+    """The model settings a config file (or a built-in config named) holds, the backbone it names, and where
+    they are in it (for error messages: ``"model"`` or ``""``): a model config is all model settings; a
+    ``pretrain``/``finetune`` config holds them in its ``model`` section (and may name a ``backbone``)."""
     data = read_config_file(path)
     if isinstance(data, dict) and isinstance(data.get("model"), dict):
         logger.info("using the model section of %s", path)
-        return data["model"], data.get("backbone")
-    return data, None
+        return data["model"], data.get("backbone"), "model"
+    return data, None, ""
 
 
 def load_config_file(path: str | Path, cls: type[T] = ModelConfig) -> T:

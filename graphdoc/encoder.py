@@ -310,9 +310,11 @@ def config_from_file(cls: type, name_or_path: str | os.PathLike):
     """The model settings of a config file, or of a built-in config named (``"section-graph"``), as ``cls``'s
     configuration: a model config is all model settings; a pretrain or finetune config holds them in its
     ``model`` section."""
-    from graphdoc.config import from_dict, model_section
+    from graphdoc.config import from_dict, model_section, naming_file
 
-    return from_dict(serialization.config_class_of(cls), model_section(name_or_path)[0])
+    section, _, where = model_section(name_or_path)
+    with naming_file(name_or_path):
+        return from_dict(serialization.config_class_of(cls), section, where)
 
 
 def check_config_type(cls: type, config: Any) -> None:

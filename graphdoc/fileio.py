@@ -157,35 +157,46 @@ def atomic_write(path: str | Path, mode: str = "wb", encoding: str | None = None
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 #: numpy's words for a write cut short (``np.save`` on a full disk: no error number, no file name)
 _SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")
-#: how safetensors ("... (os error 28)"), FAISS ("... (No space left on device)") and shutil ("[Errno 28] ...")
-#: name the system error under their own
-_ERROR_NUMBER = re.compile(r"\(os error (\d+)\)|\[Errno (\d+)\]")
+#: how safetensors ("... (os error 28)") and FAISS ("... (No space left on device)") name the system error under
+#: their own
+_ERROR_NUMBER = re.compile(r"\(os error (\d+)\)")
+#: a failed copy of shutil.copytree: "[Errno 28] No space left on device: '/the/file'"
+_SHUTIL_WHY = re.compile(r"\[Errno (\d+)\] [^:]*: '(.*)'\Z", re.DOTALL)
 _ERROR_WORDS = {os.strerror(number): number for number in _FULL}
 
 
 def _raise_as_storage_error(exc: BaseException, path: Path, tmp: str | Path) -> None:
     """Raise what writing ``path`` failed with as one :class:`OSError` naming ``path`` when it was the disk (full,
     over quota, a file too large) but said so in a library's words: numpy's short write, safetensors' and FAISS's
-    errors, shutil's list of failed copies (a merge's); an ``OSError`` of a full disk that names no file gets
-    ``path``, one that names the temporary ``tmp`` (or a file in it) the path it was to have. Anything else is
-    left to be raised as it is."""
+    errors; an ``OSError`` of a full disk that names no file gets ``path``, one that names the temporary ``tmp``
+    (or a file in it) the path it was to have. shutil's list of failed copies (a merge's) is raised as its first
+    failure, naming the file that failed (a source it could not read, or the file it was writing). Anything else
+    is left to be raised as it is."""
     if isinstance(exc, OSError) and exc.errno in _FULL:
         if exc.filename is None:
             exc.filename = str(path)  # a failed write() names no file: the error line names the output
         elif str(exc.filename) == str(tmp) or str(exc.filename).startswith(f"{tmp}{os.sep}"):
             exc.filename = str(path) + str(exc.filename)[len(str(tmp)):]  # gone with the temporary
         return
-    text = str(exc.args[0][0][2]) if isinstance(exc, shutil.Error) and exc.args and exc.args[0] and \
-        isinstance(exc.args[0], list) and len(exc.args[0][0]) == 3 else str(exc)
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0] and \
+            len(exc.args[0][0]) == 3:  # copytree's list of (source, destination, why): its first failure
+        failed = _SHUTIL_WHY.match(str(exc.args[0][0][2]))
+        if failed is not None:
+            number, name = int(failed[1]), failed[2]
+            if number in _FULL and (name == str(tmp) or name.startswith(f"{tmp}{os.sep}")):
+                name = str(path) + name[len(str(tmp)):]
+            raise OSError(number, os.strerror(number), name) from exc  # a source it could not read, named so
+        return
+    text = str(exc)
     if isinstance(exc, OSError) and exc.errno is None and (short := _SHORT_WRITE.search(text)):
         raise OSError(errno.ENOSPC, f"a write was cut short ({short[2]} of {short[1]} bytes written): the disk is "
                                     "full or over its quota", str(path)) from exc
     if not isinstance(exc, (OSError, RuntimeError)) and type(exc).__name__ != "SafetensorError":
         return
     found = _ERROR_NUMBER.search(text)
-    number = int(found[1] or found[2]) if found else next((n for words, n in _ERROR_WORDS.items()
+    number = int(found[1]) if found else next((n for words, n in _ERROR_WORDS.items()
                                                            if f"({words})" in text), None)
-    if number is not None and (number in _FULL or isinstance(exc, shutil.Error)):  # shutil's: its first failure
+    if number is not None and number in _FULL:
         raise OSError(number, os.strerror(number), str(path)) from exc
 
 

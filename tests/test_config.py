@@ -125,7 +125,8 @@ def test_unknown_keys_of_mixed_types_are_one_error_line(tmp_path: Path) -> None:
      "passage_encoder.precision must be one of auto, fp32, fp16, bf16; got 'int8'"),
     ({"chunker": {"max_words": 0}}, "chunker.max_words must be at least 1; got 0"),
     ({"chunker": {"max_passages": 0}}, "chunker.max_passages must be at least 1 or null; got 0"),
-    ({"graph": {"num_layers": -1}}, "graph.num_layers must be >= 0 and graph.heads >= 1"),
+    ({"graph": {"num_layers": -1}}, "graph.num_layers must be >= 0; got -1"),
+    ({"graph": {"heads": 0}}, "graph.heads must be >= 1; got 0"),
     ({"passage_encoder": {"max_tokens_per_batch": 0}}, "passage_encoder.max_tokens_per_batch must be positive"),
 ])
 def test_bad_values_are_one_line_errors(data: dict, expected: str) -> None:

@@ -180,6 +180,10 @@ def test_a_missing_path_close_to_a_named_corpus_or_a_file_beside_it_is_suggested
         read_corpus(tmp_path / "scifcat")
     with pytest.raises(InputError, match=r"elsewhere: no such file or folder, and not a named corpus \(accepted: "):
         read_corpus(tmp_path / "elsewhere")
+    (tmp_path / "queries.tsv").symlink_to(tmp_path / "gone.tsv")  # a broken link: its target is named
+    with pytest.raises(InputError, match=rf"queries\.tsv: no such file or folder, and not a named corpus \(a link to "
+                                         rf"{re.escape(str(tmp_path / 'gone.tsv'))}, which is missing\) \(accepted: "):
+        read_queries(tmp_path / "queries.tsv")
 
 
 def test_a_latin1_queries_or_qrels_file_is_named_as_not_utf8_not_as_an_unknown_format(tmp_path):
@@ -205,6 +209,8 @@ def test_query_topic_and_qrels_files_with_lines_ended_by_a_carriage_return_alone
     assert list(read_queries(tmp_path / "topics.txt")) == [("1", "graph"), ("2", "attention")]
     for name in ("qrels.txt", "qrels.tsv"):
         assert read_qrels(tmp_path / name) == {"q1": {"d1": 1}, "q2": {"d2": 1}}
+    (tmp_path / "stray.tsv").write_bytes(b"q1\tgraph\rneural networks\nq2\tattention\n")  # LF ends: a CR in a line
+    assert list(read_queries(tmp_path / "stray.tsv")) == [("q1", "graph\rneural networks"), ("q2", "attention")]
     (tmp_path / "bad.tsv").write_bytes(b"q1\tgraph\rq2\tatten\xfftion\r")
     with pytest.raises(InputError, match=r"bad\.tsv:2: "):  # the line of the bad byte, counted as lines
         list(read_queries(tmp_path / "bad.tsv"))

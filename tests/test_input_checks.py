@@ -238,3 +238,19 @@ def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path, name):
     path.write_bytes("epochs: 3 # é\n".encode("utf-16"))
     with pytest.raises(GraphDocError, match=rf"^{re.escape(str(path))}: not UTF-8 text \(byte 0\)$"):
         read_config_file(path)
+
+
+def test_embed_names_a_setup_files_model_settings_by_their_key_in_it(tmp_path, capsys):
+    from graphdoc.encoder import GraphDocEncoder, config_from_file
+
+    config = _yaml(tmp_path, "model: {graph: {heads: 0}}\npretrain: {epochs: 1}\n")  # a pretrain setup
+    expected = f"{config}: model.graph.heads must be >= 1; got 0"
+    with pytest.raises(GraphDocError) as info:
+        config_from_file(GraphDocEncoder, config)
+    assert str(info.value) == expected
+    corpus = str(write_jsonl(tmp_path / "c.jsonl", [{"_id": "d1", "text": "One short document."}]))
+    assert main(["-q", "embed", "--corpus", corpus, "--output", str(tmp_path / "e.npy"), "--config", str(config)]) == 1
+    assert error_line(capsys, "embed") == f"graphdoc embed: error: {expected}"
+    config = _yaml(tmp_path, "graph: {heads: 0}\n")  # a model config: its keys are at the top
+    assert main(["-q", "embed", "--corpus", corpus, "--output", str(tmp_path / "e.npy"), "--config", str(config)]) == 1
+    assert error_line(capsys, "embed") == f"graphdoc embed: error: {config}: graph.heads must be >= 1; got 0"

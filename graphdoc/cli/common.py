@@ -69,12 +69,12 @@ def load_model(args: argparse.Namespace):
         logger.warning("ignoring the given config %s: %s is a saved graphdoc model with its own", config_file,
                        args.model)
         config_file = None
-    section, file_backbone = model_section(config_file) if config_file else (None, None)
+    section, file_backbone, where = model_section(config_file) if config_file else (None, None, "")
     chosen = args.backbone or (file_backbone if saved is None else None)
     backbone = chosen or saved or DEFAULT_BACKBONE
     config = None
     if config_file:
-        config, read_as = _config_file(config_file, section, backbone, chosen is None and saved is None)
+        config, read_as = _config_file(config_file, section, where, backbone, chosen is None and saved is None)
         if read_as != backbone:
             chosen = backbone = read_as
     if args.flat_document is not None:
@@ -92,15 +92,15 @@ def load_model(args: argparse.Namespace):
     return model
 
 
-def _config_file(path: str, data, backbone: str, guessed: bool):
-    """The model settings ``data`` of ``path`` and the backbone they are for: ``backbone``, or, when it was
-    not given (nor a saved model's) and they read as flat-backbone settings only (``graph: {graph_type:
-    flat, document: first}``), the flat one."""
+def _config_file(path: str, data, where: str, backbone: str, guessed: bool):
+    """The model settings ``data`` of ``path`` (its section ``where``, or all of it) and the backbone they are for:
+    ``backbone``, or, when it was not given (nor a saved model's) and they read as flat-backbone settings only
+    (``graph: {graph_type: flat, document: first}``), the flat one."""
     from graphdoc import backbones
     from graphdoc.serialization import config_class_of
 
     def read(name: str):
-        return from_dict(config_class_of(backbones.backbone_class(name)), data)
+        return from_dict(config_class_of(backbones.backbone_class(name)), data, where)
 
     config, flat = backbones.read_as_flat_if_not(lambda: read(backbone), path,
                                                  (lambda: read(FLAT)) if guessed and backbone != FLAT else None, data)

@@ -92,8 +92,9 @@ def iter_lines(path: Path, lone_cr: bool = False) -> Iterator[tuple[int, str]]:
     """Yield ``(line number, line)`` without its line break, decoding each line on its own.
 
     Decoding line by line lets an encoding error name its line; a BOM on the first line is dropped, and a
-    UTF-16 file is named as one. ``lone_cr``: a carriage return alone ends a line too (old Mac line ends), for
-    formats whose lines hold no such character (TSV, TREC); not for JSON lines, where it is whitespace.
+    UTF-16 file is named as one. ``lone_cr``: in a file with no line feed at all, a carriage return ends a line
+    (old Mac line ends), for formats whose lines hold no such character (TSV, TREC); not for JSON lines, where
+    it is whitespace.
     """
     try:
         with open_binary(path) as stream:
@@ -117,7 +118,9 @@ def decoded_lines(path: Path, stream: IO[bytes], lone_cr: bool = False) -> Itera
                     err = UnicodeDecodeError(err.encoding, raw.replace(b"\r", b"\n"), err.start, err.end, err.reason)
                 raise bad_utf8(path, err, lineno + 1) from None
             line = line.rstrip("\r\n")
-            for piece in line.split("\r") if lone_cr and "\r" in line else (line,):
+            # a file with no LF at all has CR line ends; elsewhere a CR is a stray character of its line
+            cr_ends = lone_cr and number == 1 and "\r" in line and not raw.endswith(b"\n")
+            for piece in line.split("\r") if cr_ends else (line,):
                 lineno += 1
                 yield lineno, piece
     except READ_ERRORS as err:

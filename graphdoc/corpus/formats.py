@@ -100,8 +100,10 @@ def detect(path: Path, formats: tuple[Format, ...], what: str, split: str | None
 
 
 def _did_you_mean(path: Path) -> str:
-    """``"; did you mean X?"`` for a missing ``path`` close to a named corpus or to a file beside it (a typo), else
-    ``""``."""
+    """``"; did you mean X?"`` for a missing ``path`` close to a named corpus or to a file beside it (a typo), what
+    a broken link points to, else ``""``."""
+    if path.is_symlink():
+        return f" (a link to {path.readlink()}, which is missing)"
     named = difflib.get_close_matches(str(path), list(NAMED_CORPORA), n=1, cutoff=0.75)
     if named:
         return f"; did you mean {named[0]}?"
