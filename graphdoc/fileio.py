@@ -61,8 +61,23 @@ def _target(path: str | Path) -> Path:
 
 
 def is_stdio(path: str | Path | None) -> bool:
-    """Whether a file argument is ``-``: standard output (or input) instead of a file."""
-    return path is not None and str(path) == "-"
+    """Whether a file argument is ``-`` (or ``/dev/stdout``, ``/dev/stdin``): standard output (or input) instead of
+    a file."""
+    return path is not None and str(path) in ("-", "/dev/stdout", "/dev/stdin")
+
+
+def _is_stream(path: str | Path) -> bool:
+    """Whether ``path`` is written into rather than replaced: a device, a pipe or a socket (``/dev/null``, a FIFO),
+    or a descriptor's name (``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``, which may stand for a file
+    opened for appending)."""
+    name = os.path.abspath(path)
+    if re.match(r"/(dev/(std(out|err)|fd/\d+)|proc/(self|\d+)/fd/\d+)\Z", name):
+        return True
+    try:
+        mode = os.stat(name).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
 def check_output_file(path: str | Path, flag: str = "--output") -> None:
@@ -125,16 +140,21 @@ def reading(path: Path) -> Iterator[None]:
 def replacing(path: str | Path) -> str:
     """What a report of an output about to be written adds: `` (replacing the earlier file)`` when ``path``
     exists (outputs are replaced whole, never appended to), else nothing."""
-    return " (replacing the earlier file)" if os.path.exists(path) else ""
+    return " (replacing the earlier file)" if os.path.exists(path) and not _is_stream(path) else ""
 
 
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "wb", encoding: str | None = None) -> Iterator[IO]:
-    """Open a temporary file beside ``path``; on success it replaces ``path`` (fsynced), else it is removed.
+    """Open a temporary file beside ``path``; on success it replaces ``path`` (fsynced), else it is removed. A
+    device, a pipe or a descriptor's name (``/dev/null``, a FIFO, ``/dev/stdout``) is written into instead.
 
     The file gets the permissions a plain ``open`` would give it: those of the file it replaces, else 0666 less
     the umask (not ``mkstemp``'s 0600).
     """
+    if _is_stream(path):  # written into as `>>` would, never replaced by a file (as root, /dev/null would be)
+        with open(path, mode.replace("w", "a"), encoding=encoding) as handle:
+            yield handle
+        return
     path = _target(path)
     if path.is_dir():
         raise GraphDocError(f"cannot write {path}: it is a folder")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 from pathlib import Path
 
@@ -214,3 +215,14 @@ def test_query_topic_and_qrels_files_with_lines_ended_by_a_carriage_return_alone
     (tmp_path / "bad.tsv").write_bytes(b"q1\tgraph\rq2\tatten\xfftion\r")
     with pytest.raises(InputError, match=r"bad\.tsv:2: "):  # the line of the bad byte, counted as lines
         list(read_queries(tmp_path / "bad.tsv"))
+
+
+def test_standard_input_and_pipes_are_refused_as_corpus_queries_or_qrels_in_one_line(tmp_path):
+    with pytest.raises(InputError, match=r"^- \(standard input\) cannot be read as queries: give a file, a folder "
+                                         r"or a corpus name$"):
+        list(read_queries("-"))
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # as <(...) or /dev/stdin on a pipe: read twice (format, then data), so not read at all
+    with pytest.raises(InputError, match=rf"^{re.escape(str(fifo))} is a pipe or a device, not a file: graphdoc "
+                                         r"reads qrels from a file"):
+        read_qrels(fifo)

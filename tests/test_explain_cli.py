@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from _retrieval_helpers import cli, error_line
 import torch
+from _retrieval_helpers import cli, error_line
 
+from graphdoc.cli import main
 from graphdoc.config import ChunkerConfig, ModelConfig, PassageEncoderConfig
 from graphdoc.encoder import GraphDocEncoder
 from graphdoc.retrieval.builder import IndexSettings, build_index
@@ -99,8 +100,9 @@ def test_compare_writes_html_and_prints_json(model_dir, tmp_path, capsys) -> Non
     assert [s["title"] for s in data["a"]["sections"]] == ["Start", "Next"]
     html = page.read_text(encoding="utf-8")
     assert 'id="passage-heatmap"' in html and 'id="section-heatmap"' in html and "&lt;script&gt;" in html
-    assert cli("compare", a, b, "--model", model_dir, "--html", page, "--top", "2") == 0
-    assert capsys.readouterr().out.splitlines()[-1] == f"wrote {page} (replacing the earlier file)"
+    assert main(["compare", str(a), str(b), "--model", str(model_dir), "--html", str(page), "--top", "2"]) == 0
+    printed = capsys.readouterr()  # the "wrote" line is a log line (-q leaves it out), not output
+    assert printed.err.splitlines()[-1].endswith(f"wrote {page} (replacing the earlier file)")
 
 
 def test_compare_ids_of_a_corpus_prints_a_summary(model_dir, corpus, capsys) -> None:
@@ -208,10 +210,11 @@ def test_plot_embeddings_and_attention(model_dir, corpus, tmp_path, capsys) -> N
                "--model", model_dir) == 0
     for name in ("map.png", "att.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert capsys.readouterr().out.splitlines() == [f"wrote {tmp_path / 'map.png'}", f"wrote {tmp_path / 'att.png'}"]
-    assert cli("plot", "attention", "--corpus", corpus, "--id", "d1", "--output", tmp_path / "att.png",
-               "--model", model_dir) == 0
-    assert capsys.readouterr().out == f"wrote {tmp_path / 'att.png'} (replacing the earlier file)\n"
+    assert capsys.readouterr().out == ""  # -q: no "wrote" lines
+    assert main(["plot", "attention", "--corpus", str(corpus), "--id", "d1", "--output", str(tmp_path / "att.png"),
+                 "--model", str(model_dir)]) == 0
+    printed = capsys.readouterr()
+    assert printed.out == "" and f"wrote {tmp_path / 'att.png'} (replacing the earlier file)\n" in printed.err
 
 
 @pytest.mark.parametrize("args, message", [

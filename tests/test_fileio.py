@@ -264,3 +264,24 @@ def test_an_index_finalised_on_a_full_disk_is_one_error_line_and_keeps_its_last_
     assert capsys.readouterr().err.splitlines()[-1] == (f"graphdoc index: error: No space left on device: "
                                                         f"{index / 'final'} (-v shows where it happened)")
     assert Searcher(index).batch_search(["alpha"], mode="bm25") == before  # the last complete build, searched
+
+
+def test_an_output_that_is_a_pipe_is_written_into_not_replaced(tmp_path):
+    import threading
+
+    from graphdoc.fileio import _is_stream, is_stdio, replacing
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    with atomic_write(fifo, "w", encoding="utf-8") as handle:
+        handle.write("q1 Q0 d1 1 1.0 t\n")
+    reader.join(10)
+    assert got == [b"q1 Q0 d1 1 1.0 t\n"] and stat.S_ISFIFO(fifo.stat().st_mode)  # still a pipe
+    assert replacing(fifo) == "" and list(tmp_path.iterdir()) == [fifo]
+    for name in ("/dev/stdout", "/dev/stderr", "/dev/fd/1", "/proc/self/fd/2", "/dev/null"):
+        assert _is_stream(name), name
+    assert not _is_stream(tmp_path / "run.trec") and not _is_stream(tmp_path)
+    assert is_stdio("/dev/stdout") and is_stdio("-") and not is_stdio("stdout")

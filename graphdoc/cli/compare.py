@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from graphdoc.cli.common import add_model_arguments, load_model
+from graphdoc.cli.common import add_model_arguments, load_model, logger
 from graphdoc.errors import GraphDocError, InputError
 
 FILE_KINDS = ".txt, .md, .markdown, .json, .jsonl, .jsonl.gz/.bz2/.xz, .json.gz/.bz2/.xz"
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(summary(comparison))
     if args.html is not None and not args.json:
-        print(f"wrote {args.html}{note}")
+        logger.info("wrote %s%s", args.html, note)
     return 0
 
 

@@ -82,7 +82,7 @@ def run_embeddings(args: argparse.Namespace) -> int:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     plot_embeddings(vectors, labels, args.output, method=args.method, seed=args.seed)
     logger.info("mapped %d documents", len(docs))
-    print(f"wrote {args.output}{note}")
+    logger.info("wrote %s%s", args.output, note)
     return 0
 
 
@@ -102,5 +102,5 @@ def run_attention(args: argparse.Namespace) -> int:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     plot_attention(weights, args.output, passages, title=f"{document.title or document.id}: "
                    "document node attention over passages")
-    print(f"wrote {args.output}{note}")
+    logger.info("wrote %s%s", args.output, note)
     return 0

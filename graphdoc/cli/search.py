@@ -221,7 +221,7 @@ def _search_queries(searcher, args: argparse.Namespace, fusion, judgements, to_s
 
         note = replacing(args.output)
         write_run(run_, args.output, tag=f"graphdoc-{args.mode}")
-        print(f"wrote {len(run_)} queries to {args.output}{note}")
+        logger.info("wrote %d queries to %s%s", len(run_), args.output, note)
     elif judgements is None or to_stdout:
         _print_run(run_, args)
     if judgements is not None:

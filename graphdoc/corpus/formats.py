@@ -79,6 +79,11 @@ QRELS_FORMATS = (
 
 def detect(path: Path, formats: tuple[Format, ...], what: str, split: str | None = None) -> Format:
     """The first format that matches ``path``, or an :class:`InputError` listing the accepted ones."""
+    if str(path) == "-":
+        raise InputError(f"- (standard input) cannot be read as {what}: give a file, a folder or a corpus name")
+    if path.exists() and not path.is_file() and not path.is_dir():  # read twice: to tell the format, then whole
+        raise InputError(f"{path} is a pipe or a device, not a file: graphdoc reads {what} from a file, a folder or "
+                         "a corpus name (write standard input to a file first)")
     if not path.exists():
         raise InputError(f"{path}: no such file or folder, and not a named corpus{_did_you_mean(path)} "
                          f"(accepted: {accepted(formats)})")
