@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -181,6 +182,10 @@ def load_index_model(identity: Mapping[str, Any], device=None):
 
     path = identity.get("path")
     graph = identity.get("graph", {})
+    if path and os.path.isabs(path) and not os.path.exists(path):  # a local folder, moved or deleted since
+        raise ModelLoadError(f"the index's model folder {path} is gone (moved or deleted): pass it from its new "
+                             "place with --model (its weights are checked against the index), or search with "
+                             "--mode bm25")
     saved = saved_backbone(path)
     if saved is not None:
         model = load_model(path, device=device)
