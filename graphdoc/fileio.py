@@ -66,13 +66,17 @@ def is_stdio(path: str | Path | None) -> bool:
     return path is not None and str(path) in ("-", "/dev/stdout", "/dev/stdin")
 
 
+#: names of a process's open descriptors
+_DESCRIPTOR = re.compile(r"/(dev/(std(out|err)|fd/\d+)|proc/(self|\d+)/fd/\d+)\Z")
+
+
 def _is_stream(path: str | Path) -> bool:
-    """Whether ``path`` is written into rather than replaced: a device, a pipe or a socket (``/dev/null``, a FIFO),
-    or a descriptor's name (``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``, which may stand for a file
-    opened for appending)."""
+    """Whether ``path`` is written into rather than replaced: a device, a pipe or a socket (``/dev/null``, a FIFO).
+    A descriptor's name (``/dev/stdout``, ``/dev/fd/N``) is refused: opened again it writes from its own position,
+    over what the command prints."""
     name = os.path.abspath(path)
-    if re.match(r"/(dev/(std(out|err)|fd/\d+)|proc/(self|\d+)/fd/\d+)\Z", name):
-        return True
+    if _DESCRIPTOR.match(name):  # another open of a descriptor has its own position: refused, not written
+        raise GraphDocError(f"cannot write {path}: name a file, or - for standard output")
     try:
         mode = os.stat(name).st_mode
     except OSError:
@@ -140,13 +144,13 @@ def reading(path: Path) -> Iterator[None]:
 def replacing(path: str | Path) -> str:
     """What a report of an output about to be written adds: `` (replacing the earlier file)`` when ``path``
     exists (outputs are replaced whole, never appended to), else nothing."""
-    return " (replacing the earlier file)" if os.path.exists(path) and not _is_stream(path) else ""
+    return " (replacing the earlier file)" if os.path.isfile(path) else ""
 
 
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "wb", encoding: str | None = None) -> Iterator[IO]:
     """Open a temporary file beside ``path``; on success it replaces ``path`` (fsynced), else it is removed. A
-    device, a pipe or a descriptor's name (``/dev/null``, a FIFO, ``/dev/stdout``) is written into instead.
+    device or a pipe (``/dev/null``, a FIFO) is written into instead; a descriptor's name is refused.
 
     The file gets the permissions a plain ``open`` would give it: those of the file it replaces, else 0666 less
     the umask (not ``mkstemp``'s 0600).

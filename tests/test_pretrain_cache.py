@@ -95,27 +95,3 @@ def test_bf16_vectors_are_kept_apart_from_fp32_ones(tiny_bert, encoder, tmp_path
     assert json.loads((half.folder / "encoder.json").read_text())["autocast"] == "bfloat16"
     ids = ids_of(encoder, ["graph attention networks"])
     assert not torch.equal(full.encode(ids), half.encode(ids))
-
-
-def test_a_model_read_from_another_folder_shares_the_cache(tiny_bert, encoder, tmp_path):
-    import shutil
-
-    copy = GraphDocEncoder.from_pretrained(shutil.copytree(tiny_bert, tmp_path / "copy"), device="cpu")
-    first = PassageVectorCache(tmp_path / "cache", encoder)
-    first.encode(ids_of(encoder, ["graph attention networks"]))
-    first.flush()
-    second = PassageVectorCache(tmp_path / "cache", copy.passage_encoder)
-    assert second.folder == first.folder and len(second) == 1  # the same weights: not encoded again
-    assert json.loads((first.folder / "encoder.json").read_text())["model"] == str(tiny_bert)  # shown, not keyed
-
-
-def test_a_cache_keyed_by_the_model_path_too_is_still_read(encoder, tmp_path):
-    from graphdoc.training.cache import _key, encoder_identity
-
-    old = tmp_path / "cache" / _key({**encoder_identity(encoder), "model": encoder.config.model_name_or_path})
-    cache = PassageVectorCache(tmp_path / "cache", encoder)
-    cache.encode(ids_of(encoder, ["graph attention networks"]))
-    cache.flush()
-    cache.folder.rename(old)  # as a cache written before the key left the path out
-    again = PassageVectorCache(tmp_path / "cache", encoder)
-    assert again.folder == old and len(again) == 1

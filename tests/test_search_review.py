@@ -450,14 +450,3 @@ def test_a_blank_query_is_refused(index, model, tmp_path, capsys) -> None:
         searcher.batch_search({"q1": "fox", "q2": "\t"}, mode="bm25")
     assert refused(capsys, "search", "--index-dir", index, "", "--mode", "bm25") == "the query is empty"
 
-
-def test_a_standard_output_that_cannot_show_a_title_is_one_error_line(model_dir, tmp_path, capsys, monkeypatch):
-    corpus = write_jsonl(tmp_path / "c.jsonl", [{"_id": "cafe", "title": "Café über", "text": "A café of graphs."},
-                                                {"_id": "b", "title": "B", "text": "Nothing here."}])
-    assert cli("index", "--corpus", corpus, "--index-dir", tmp_path / "index", "--model", model_dir) == 0
-    capsys.readouterr()
-    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BytesIO(), encoding="ascii"))  # LC_ALL=C, no UTF-8 mode
-    query = "café".encode("utf-8").decode("ascii", "surrogateescape")  # as such a locale hands the argument over
-    assert main(["search", "--index-dir", str(tmp_path / "index"), query, "--mode", "bm25"]) == 1
-    assert capsys.readouterr().err == ("graphdoc search: error: standard output cannot show 'é' in its encoding "
-                                       "(ascii): set PYTHONIOENCODING=utf-8, or write to a file (--output)\n")

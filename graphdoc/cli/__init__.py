@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI in-process; returns the exit status."""
     try:
         parser = build_parser()
-        args = parser.parse_args(_utf8_arguments(sys.argv[1:] if argv is None else argv))
+        args = parser.parse_args(argv)
     except KeyboardInterrupt:  # Ctrl-C before the command started
         print("graphdoc: interrupted", file=sys.stderr)
         return 130
@@ -131,28 +131,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"graphdoc {args.command}: interrupted", file=sys.stderr)
         return 130
-    except UnicodeEncodeError as exc:  # text printed on a standard output that is not UTF-8 (LC_ALL=C, no UTF-8 mode)
-        encoding = getattr(sys.stdout, "encoding", None) or ""
-        if exc.encoding.replace("_", "-").lower() != encoding.replace("_", "-").lower():
-            raise
-        print(f"graphdoc {args.command}: error: standard output cannot show "
-              f"{exc.object[exc.start:exc.end]!r} in its encoding ({encoding}): set PYTHONIOENCODING=utf-8, or "
-              "write to a file (--output)", file=sys.stderr)
-        return 1
-
-
-def _utf8_arguments(argv: Sequence[str]) -> list[str]:
-    """The arguments, with the bytes of a non-UTF-8 locale (``LC_ALL=C`` without Python's UTF-8 mode, where a
-    UTF-8 query arrives as lone surrogates) read as UTF-8 where they are UTF-8."""
-    fixed = []
-    for arg in argv:
-        if any("\udc80" <= c <= "\udcff" for c in arg):
-            try:
-                arg = os.fsencode(arg).decode("utf-8")
-            except (UnicodeError, ValueError):
-                pass  # not UTF-8 either: checked (and refused) where it is read
-        fixed.append(arg)
-    return fixed
 
 
 def _silence_stdout() -> None:

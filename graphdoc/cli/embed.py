@@ -182,7 +182,5 @@ def _run_identity(args: argparse.Namespace, model) -> dict:
     from graphdoc.retrieval.manifest import model_identity
     from graphdoc.retrieval.progress import corpus_state
 
-    # the model by its weights and settings, not where they are: a folder moved or copied goes on
-    identity = {key: value for key, value in model_identity(model).items() if key not in ("path", "name")}
-    return json.loads(json.dumps({"model": identity, "corpus": source_key(args.corpus),
+    return json.loads(json.dumps({"model": model_identity(model), "corpus": source_key(args.corpus),
                                   "corpus_state": corpus_state(args.corpus), "normalize": bool(args.normalize)}))

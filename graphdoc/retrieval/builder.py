@@ -108,13 +108,6 @@ def _existing_manifest(index_dir: Path, identity: dict, settings: IndexSettings,
     if not manifest.shards:
         return None
     check_identity(manifest.model, identity, index_dir)
-    recorded = manifest.model.get("path")
-    if recorded and identity.get("path") and recorded != identity["path"] and os.path.isabs(recorded) \
-            and not os.path.exists(recorded):  # the index's model moved: searches load it from its new place
-        logger.info("index %s: its model %s is gone; recording it at %s (the same weights)", index_dir, recorded,
-                    identity["path"])
-        manifest.model["path"] = identity["path"]
-        manifest.save(index_dir)
     if manifest.store_passages and not settings.store_passages:
         raise GraphDocError(f"index {index_dir} keeps passage vectors; cannot add documents without them "
                             "(build a new index with store_passages=False, --no-passages)")

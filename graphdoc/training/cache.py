@@ -45,19 +45,14 @@ FORMAT = "graphdoc.passage_cache"
 
 
 def encoder_identity(encoder: PassageEncoder) -> dict:
-    """What decides a passage encoder's vectors for given token ids: weights, pooling, normalisation, precision
-    (not where the weights are: a model moved, copied or named by another path shares its vectors)."""
-    identity = {"format": FORMAT, "fingerprint": weights_fingerprint(encoder), "pooling": encoder.pooling,
+    """What decides a passage encoder's vectors for given token ids: weights, pooling, normalisation, precision."""
+    identity = {"format": FORMAT, "model": encoder.config.model_name_or_path,
+                "fingerprint": weights_fingerprint(encoder), "pooling": encoder.pooling,
                 "normalize": encoder.normalize, "dimension": encoder.hidden_size}
     dtype = autocast_dtype(next(encoder.parameters()).device, encoder.config.precision)
     if dtype is not None:  # mixed-precision vectors are kept apart from full-precision ones
         identity["autocast"] = str(dtype).removeprefix("torch.")
     return identity
-
-
-def _key(identity: dict) -> str:
-    """The cache folder of an encoder identity."""
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
 
 
 def passage_key(token_ids: Sequence[int]) -> str:
@@ -75,11 +70,8 @@ class PassageVectorCache:
 
     def __init__(self, root: str | Path, encoder: PassageEncoder, shard_size: int = 8192) -> None:
         identity = encoder_identity(encoder)
-        self.folder = Path(root) / _key(identity)
-        legacy = Path(root) / _key({**identity, "model": encoder.config.model_name_or_path})
-        if not self.folder.exists() and legacy.is_dir():  # a cache keyed by the model path too, as once written
-            self.folder = legacy
-        identity = {**identity, "model": encoder.config.model_name_or_path}  # (shown in encoder.json only)
+        key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
+        self.folder = Path(root) / key
         self.encoder = encoder
         self.shard_size = shard_size
         self.hits = self.misses = 0
