@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
-from graphdoc.corpus import read_corpus, read_qrels, read_queries  # noqa: E402
+from graphdoc.corpus import read_corpus, read_qrels, read_queries, source_key  # noqa: E402
 from graphdoc.encoder import GraphDocEncoder  # noqa: E402
 from graphdoc.retrieval.builder import build_index  # noqa: E402
 from graphdoc.retrieval.dense import prepare_vectors  # noqa: E402
@@ -31,6 +31,7 @@ from graphdoc.retrieval.evaluation import evaluate, format_markdown_table, forma
 from graphdoc.retrieval.fusion import FusionConfig, fuse  # noqa: E402
 from graphdoc.retrieval.searcher import Searcher  # noqa: E402
 from graphdoc.config import load_config_file  # noqa: E402
+from graphdoc.retrieval.progress import corpus_state  # noqa: E402
 
 from doc_blocks import write_block  # noqa: E402  (benchmarks/)
 
@@ -50,8 +51,8 @@ def folder_size(path: Path) -> int:
 def check_work_dir(work_dir: Path, name: str, corpus: Path) -> None:
     """Refuse a ``--work-dir`` whose ``name`` index and FirstP cache were made from other data: they are kept
     by collection name, and an index resumed over another corpus stops at its first document id."""
-    stamp = work_dir / f"{name}-data.json"  # the corpus the artefacts were made from
-    here = {"corpus": str(corpus.resolve()), "bytes": sum(f.stat().st_size for f in corpus.glob("corpus*"))}
+    stamp = work_dir / f"{name}-data.json"  # the corpus the artefacts were made from, as an index records one
+    here = {"corpus": source_key(str(corpus)), "state": corpus_state(str(corpus))}
     index, first_p = work_dir / f"{name}-index", work_dir / f"{name}-firstp.npy"
     artefacts = [p for p in (index, first_p) if p.exists()]
     made = json.loads(stamp.read_text(encoding="utf-8")) if stamp.is_file() else None
@@ -59,9 +60,9 @@ def check_work_dir(work_dir: Path, name: str, corpus: Path) -> None:
         sources = json.loads((index / "manifest.json").read_text(encoding="utf-8")).get("sources", [])
         made = here if {s.get("corpus") for s in sources} == {here["corpus"]} else None
     if artefacts and made != here:
-        origin = f"from {made['corpus']} ({made['bytes']:,} bytes)" if made else "from data it does not record"
+        origin = f"from {made['corpus']} as it was then" if made else "from data it does not record"
         raise SystemExit(f"{work_dir}: its {name} index and FirstP cache were made {origin}, not from "
-                         f"{here['corpus']} ({here['bytes']:,} bytes): use another --work-dir, or remove "
+                         f"{here['corpus']} as it is now: use another --work-dir, or remove "
                          + " and ".join(map(str, artefacts)))
     stamp.write_text(json.dumps(here), encoding="utf-8")
 

@@ -189,6 +189,13 @@ _SHUTIL_WHY = re.compile(r"\[Errno (\d+)\] [^:]*: '(.*)'\Z", re.DOTALL)
 _ERROR_WORDS = {os.strerror(number): number for number in _FULL}
 
 
+def _as_named(name: str, path: Path, tmp: str | Path) -> str:
+    """``name``, or when it is the temporary ``tmp`` or a file in it (gone with it), the name it was to have under
+    ``path``."""
+    tmp = str(tmp)
+    return str(path) + name[len(tmp):] if name == tmp or name.startswith(f"{tmp}{os.sep}") else name
+
+
 def _raise_as_storage_error(exc: BaseException, path: Path, tmp: str | Path) -> None:
     """Raise what writing ``path`` failed with as one :class:`OSError` naming ``path`` when it was the disk (full,
     over quota, a file too large) but said so in a library's words: numpy's short write, safetensors' and FAISS's
@@ -197,19 +204,15 @@ def _raise_as_storage_error(exc: BaseException, path: Path, tmp: str | Path) -> 
     failure, naming the file that failed (a source it could not read, or the file it was writing). Anything else
     is left to be raised as it is."""
     if isinstance(exc, OSError) and exc.errno in _FULL:
-        if exc.filename is None:
-            exc.filename = str(path)  # a failed write() names no file: the error line names the output
-        elif str(exc.filename) == str(tmp) or str(exc.filename).startswith(f"{tmp}{os.sep}"):
-            exc.filename = str(path) + str(exc.filename)[len(str(tmp)):]  # gone with the temporary
+        # a failed write() names no file: the error line names the output
+        exc.filename = str(path) if exc.filename is None else _as_named(str(exc.filename), path, tmp)
         return
     if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0] and \
             len(exc.args[0][0]) == 3:  # copytree's list of (source, destination, why): its first failure
         failed = _SHUTIL_WHY.match(str(exc.args[0][0][2]))
         if failed is not None:
-            number, name = int(failed[1]), failed[2]
-            if number in _FULL and (name == str(tmp) or name.startswith(f"{tmp}{os.sep}")):
-                name = str(path) + name[len(str(tmp)):]
-            raise OSError(number, os.strerror(number), name) from exc  # a source it could not read, named so
+            number = int(failed[1])  # a source it could not read is named so
+            raise OSError(number, os.strerror(number), _as_named(failed[2], path, tmp)) from exc
         return
     text = str(exc)
     if isinstance(exc, OSError) and exc.errno is None and (short := _SHORT_WRITE.search(text)):
@@ -218,9 +221,8 @@ def _raise_as_storage_error(exc: BaseException, path: Path, tmp: str | Path) -> 
     if not isinstance(exc, (OSError, RuntimeError)) and type(exc).__name__ != "SafetensorError":
         return
     found = _ERROR_NUMBER.search(text)
-    number = int(found[1]) if found else next((n for words, n in _ERROR_WORDS.items()
-                                                           if f"({words})" in text), None)
-    if number is not None and number in _FULL:
+    number = int(found[1]) if found else next((n for words, n in _ERROR_WORDS.items() if f"({words})" in text), None)
+    if number in _FULL:
         raise OSError(number, os.strerror(number), str(path)) from exc
 
 

@@ -215,6 +215,9 @@ def test_query_topic_and_qrels_files_with_lines_ended_by_a_carriage_return_alone
     (tmp_path / "bad.tsv").write_bytes(b"q1\tgraph\rq2\tatten\xfftion\r")
     with pytest.raises(InputError, match=r"bad\.tsv:2: "):  # the line of the bad byte, counted as lines
         list(read_queries(tmp_path / "bad.tsv"))
+    (tmp_path / "stray-bad.tsv").write_bytes(b"q0\tfine\nq1\tgraph\rq2\tatten\xfftion\n")  # LF ends: CR no end
+    with pytest.raises(InputError, match=r"stray-bad\.tsv:2: "):
+        list(read_queries(tmp_path / "stray-bad.tsv"))
 
 
 def test_standard_input_and_pipes_are_refused_as_corpus_queries_or_qrels_in_one_line(tmp_path):

@@ -111,15 +111,15 @@ def decoded_lines(path: Path, stream: IO[bytes], lone_cr: bool = False) -> Itera
             error = utf16_error(path, raw) if number == 1 else None
             if error is not None:
                 raise error
+            # a file with no LF at all has CR line ends; elsewhere a CR is a stray character of its line
+            cr_ends = lone_cr and number == 1 and not raw.endswith(b"\n")
             try:
                 line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as err:
-                if lone_cr:  # name the line as they are counted: CR ends one (same length, same offsets)
+                if cr_ends:  # name the line as they are counted: CR ends one (same length, same offsets)
                     err = UnicodeDecodeError(err.encoding, raw.replace(b"\r", b"\n"), err.start, err.end, err.reason)
                 raise bad_utf8(path, err, lineno + 1) from None
             line = line.rstrip("\r\n")
-            # a file with no LF at all has CR line ends; elsewhere a CR is a stray character of its line
-            cr_ends = lone_cr and number == 1 and "\r" in line and not raw.endswith(b"\n")
             for piece in line.split("\r") if cr_ends else (line,):
                 lineno += 1
                 yield lineno, piece

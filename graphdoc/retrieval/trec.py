@@ -46,35 +46,32 @@ def _run_lines(run: Mapping[str, Mapping[str, float]], tag: str, k: int | None):
             yield f"{qid} Q0 {doc} {rank} {float(score)!r} {tag}\n"
 
 
-#: run files written compressed, by the name's suffix (as ir_measures and trec_eval's wrappers read them)
-_COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
+def _compressor(suffix: str, raw):
+    """A compressing stream over ``raw`` for a run named ``*.gz``, ``*.bz2`` or ``*.xz`` (as ir_measures and
+    trec_eval's wrappers read them; gzip without a time stamp: the same run gives the same bytes), else ``raw``."""
+    import bz2
+    import gzip
+    import lzma
+
+    openers = {".gz": lambda: gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0),
+               ".bz2": lambda: bz2.open(raw, "wb"), ".xz": lambda: lzma.open(raw, "wb")}
+    return openers.get(suffix.lower(), lambda: contextlib.nullcontext(raw))()
 
 
 def write_run(run: Mapping[str, Mapping[str, float]], path: str | Path, tag: str = "graphdoc",
               k: int | None = None) -> None:
     """Write `run` as a TREC run file, atomically (temporary file in the same folder, then rename); a name
-    ending in ``.gz``, ``.bz2`` or ``.xz`` is written compressed so (gzip without a time stamp: the same run
-    gives the same bytes).
+    ending in ``.gz``, ``.bz2`` or ``.xz`` is written compressed so.
 
     Queries keep the run's order; within a query documents are sorted by score desc, ties by doc
     id, and cut to the top `k` if given. Ranks start at 1.
     """
-    import importlib
-
     lines = run_lines(run, tag, k)
-    module = _COMPRESSED.get(Path(path).suffix.lower())
-    with atomic_write(path, "wb") as raw:
-        if module == "gzip":
-            import gzip
-
-            stream = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
-        else:
-            stream = contextlib.nullcontext(raw) if module is None else importlib.import_module(module).open(raw, "wb")
-        with stream as binary:
-            text = io.TextIOWrapper(binary, encoding="utf-8", newline="\n")
-            text.writelines(lines)
-            text.flush()
-            text.detach()  # the compressor closes itself; the raw file is atomic_write's to close
+    with atomic_write(path, "wb") as raw, _compressor(Path(path).suffix, raw) as binary:
+        text = io.TextIOWrapper(binary, encoding="utf-8", newline="\n")
+        text.writelines(lines)
+        text.flush()
+        text.detach()  # the compressor closes itself; the raw file is atomic_write's to close
 
 
 def _parse_line(line: str, where: str) -> tuple[str, str, float]:

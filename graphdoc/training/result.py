@@ -53,12 +53,11 @@ class PretrainResult:
 
     @classmethod
     def from_run(cls, trainer: "Trainer", peak_rss_mib: float, peak_cuda_mib: float | None,
-                 cache_counts: tuple[int, int] | None = None) -> "PretrainResult":
-        """The run's figures; ``cache_counts`` (hits, misses) are every process's, the trainer's cache only its
-        own process's."""
+                 cache_counts: tuple[int | None, int | None]) -> "PretrainResult":
+        """The run's figures; ``cache_counts``: the passage cache's (hits, misses) over every process (the trainer's
+        cache counts its own process's), ``(None, None)`` without one."""
         seconds = trainer.loop_seconds()  # the steps and documents before a resumption count, and their time
-        hits, misses = cache_counts if cache_counts is not None else \
-            ((trainer.cache.hits, trainer.cache.misses) if trainer.cache else (None, None))
+        hits, misses = cache_counts
         return cls(trainer.output / "model", trainer.step, trainer.total_steps, trainer.position.epoch,
                    trainer.stats.used, trainer.stats.empty_skipped, trainer.stats.one_passage_skipped,
                    trainer.last_loss, seconds, trainer.stats.used / max(seconds, 1e-9),

@@ -452,11 +452,11 @@ class Trainer:
                     self.total_steps, self.position.epoch + 1, self.position.offset)
 
     # ------------------------------------------------------------------ end
-    def _cache_counts(self) -> tuple[int, int] | None:
+    def _cache_counts(self) -> tuple[int | None, int | None]:
         """The passage cache's hits and misses summed over the processes (each looks up its own documents'
-        passages), or ``None`` without a cache."""
+        passages), or ``(None, None)`` without a cache."""
         if self.cache is None:
-            return None
+            return None, None
         counts = torch.tensor([self.cache.hits, self.cache.misses], dtype=torch.int64, device=self.device)
         hits, misses = torch.stack(gather_tensors(counts, self.ctx)).sum(0).tolist()
         return int(hits), int(misses)
