@@ -273,6 +273,36 @@ def test_a_run_stopped_midway_goes_on_from_what_it_saved(tiny_bert: Path, tmp_pa
     assert not (tmp_path / "emb.npy.partial").exists()
 
 
+def test_a_run_goes_on_with_its_model_moved_to_another_folder(tiny_bert: Path, tmp_path: Path, monkeypatch,
+                                                              capsys) -> None:
+    """The run is the model's weights and settings, not the folder they are read from; another architecture
+    setting with the same weights is another run."""
+    import shutil
+
+    from graphdoc.cli import embed as embed_command
+
+    records = [{"_id": f"doc{i}", "text": f"Document number {i} has a sentence."} for i in range(9)]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records)
+    monkeypatch.setattr(embed_command, "SAVE_EVERY", 3)
+    stop_after(monkeypatch, 3)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2") != 0
+    saved = json.loads((tmp_path / "emb.npy.partial" / "state.json").read_text(encoding="utf-8"))["documents"]
+    edited = Path(shutil.copytree(tiny_bert, tmp_path / "edited-model"))
+    config = json.loads((edited / "config.json").read_text(encoding="utf-8"))
+    (edited / "config.json").write_text(json.dumps({**config, "layer_norm_eps": 0.5}), encoding="utf-8")
+    stop_after(monkeypatch, 3)
+    capsys.readouterr()
+    assert embed(corpus, tmp_path / "emb.npy", edited, "--batch-size", "2", quiet=False) != 0
+    assert "starting again" in capsys.readouterr().err
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2") != 0  # its own run again
+    moved = Path(shutil.copytree(tiny_bert, tmp_path / "moved-model"))
+    given = stop_after(monkeypatch, 100)
+    capsys.readouterr()
+    assert embed(corpus, tmp_path / "emb.npy", moved, "--batch-size", "2", quiet=False) == 0
+    assert f"going on after the {saved} documents embedded before" in capsys.readouterr().err
+    assert given == [f"doc{i}" for i in range(saved, 9)]
+
+
 def test_a_run_that_fails_after_another_runs_save_never_takes_its_rows(tiny_bert: Path, tmp_path: Path,
                                                                        monkeypatch, capsys) -> None:
     from graphdoc.cli import embed as embed_command

@@ -95,3 +95,48 @@ def test_bf16_vectors_are_kept_apart_from_fp32_ones(tiny_bert, encoder, tmp_path
     assert json.loads((half.folder / "encoder.json").read_text())["autocast"] == "bfloat16"
     ids = ids_of(encoder, ["graph attention networks"])
     assert not torch.equal(full.encode(ids), half.encode(ids))
+
+
+def test_a_model_read_from_another_folder_shares_the_cache(tiny_bert, encoder, tmp_path):
+    import shutil
+
+    copy = GraphDocEncoder.from_pretrained(shutil.copytree(tiny_bert, tmp_path / "copy"), device="cpu")
+    first = PassageVectorCache(tmp_path / "cache", encoder)
+    first.encode(ids_of(encoder, ["graph attention networks"]))
+    first.flush()
+    second = PassageVectorCache(tmp_path / "cache", copy.passage_encoder)
+    assert second.folder == first.folder and len(second) == 1  # the same weights: not encoded again
+    assert json.loads((first.folder / "encoder.json").read_text())["model"] == str(tiny_bert)  # shown, not keyed
+
+
+def test_the_same_weights_under_another_architecture_setting_do_not_share_it(tiny_bert, encoder, tmp_path):
+    """A copy whose config.json says another layer_norm_eps computes other vectors from the same weights."""
+    import shutil
+
+    copy = shutil.copytree(tiny_bert, tmp_path / "copy")
+    config = json.loads((copy / "config.json").read_text())
+    config["layer_norm_eps"] = 0.5
+    (copy / "config.json").write_text(json.dumps(config))
+    other = GraphDocEncoder.from_pretrained(copy, device="cpu").passage_encoder
+    first = PassageVectorCache(tmp_path / "cache", encoder)
+    ids = ids_of(encoder, ["graph attention networks"])
+    vector = first.encode(ids)
+    first.flush()
+    second = PassageVectorCache(tmp_path / "cache", other)
+    assert second.folder != first.folder and len(second) == 0
+    with torch.inference_mode():
+        expected = other.eval().encode_ids(ids)
+    torch.testing.assert_close(second.encode(ids), expected, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(vector, expected, atol=1e-3)
+
+
+def test_a_cache_keyed_by_the_model_path_is_still_read(encoder, tmp_path):
+    from graphdoc.training.cache import _legacy_key, encoder_identity
+
+    cache = PassageVectorCache(tmp_path / "cache", encoder)
+    cache.encode(ids_of(encoder, ["graph attention networks"]))
+    cache.flush()
+    old = tmp_path / "cache" / _legacy_key(encoder_identity(encoder), encoder)
+    cache.folder.rename(old)  # as a cache written before the key left the path out
+    again = PassageVectorCache(tmp_path / "cache", encoder)
+    assert again.folder == old and len(again) == 1

@@ -179,8 +179,12 @@ class _Restart(Exception):
 def _run_identity(args: argparse.Namespace, model) -> dict:
     """What decides the rows of a run, as JSON values: the model's identity, the corpus and its state, --normalize."""
     from graphdoc.corpus import source_key
+    from graphdoc.fingerprint import architecture_fingerprint
     from graphdoc.retrieval.manifest import model_identity
     from graphdoc.retrieval.progress import corpus_state
 
-    return json.loads(json.dumps({"model": model_identity(model), "corpus": source_key(args.corpus),
+    # the model by what computes its vectors, not where it was read from: a folder moved or copied goes on
+    identity = {key: value for key, value in model_identity(model).items() if key not in ("path", "name")}
+    identity["architecture"] = architecture_fingerprint(model.passage_encoder.model.config)
+    return json.loads(json.dumps({"model": identity, "corpus": source_key(args.corpus),
                                   "corpus_state": corpus_state(args.corpus), "normalize": bool(args.normalize)}))

@@ -28,7 +28,7 @@ import torch
 from graphdoc.device import autocast_dtype
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write
-from graphdoc.fingerprint import weights_fingerprint
+from graphdoc.fingerprint import architecture_fingerprint, weights_fingerprint
 from graphdoc.models.passage_encoder import PassageEncoder
 from graphdoc.modes import eval_mode
 
@@ -45,14 +45,29 @@ FORMAT = "graphdoc.passage_cache"
 
 
 def encoder_identity(encoder: PassageEncoder) -> dict:
-    """What decides a passage encoder's vectors for given token ids: weights, pooling, normalisation, precision."""
-    identity = {"format": FORMAT, "model": encoder.config.model_name_or_path,
-                "fingerprint": weights_fingerprint(encoder), "pooling": encoder.pooling,
+    """What decides a passage encoder's vectors for given token ids: weights, architecture configuration, pooling,
+    ``Dense`` modules, normalisation, precision; not where the model was read from, so a copy in another folder
+    shares the vectors (``model`` names it in ``encoder.json`` only)."""
+    identity = {"format": FORMAT, "fingerprint": weights_fingerprint(encoder),
+                "architecture": architecture_fingerprint(encoder.model.config), "pooling": encoder.pooling,
                 "normalize": encoder.normalize, "dimension": encoder.hidden_size}
+    if len(encoder.dense):  # a Dense module's activation has no weights to fingerprint
+        identity["dense"] = [module.config() for module in encoder.dense]
     dtype = autocast_dtype(next(encoder.parameters()).device, encoder.config.precision)
     if dtype is not None:  # mixed-precision vectors are kept apart from full-precision ones
         identity["autocast"] = str(dtype).removeprefix("torch.")
     return identity
+
+
+def _key(identity: dict) -> str:
+    """The cache folder of an encoder identity."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _legacy_key(identity: dict, encoder: PassageEncoder) -> str:
+    """The folder an earlier graphdoc gave an encoder: keyed by its path, without architecture and ``Dense``."""
+    old = {key: value for key, value in identity.items() if key not in ("architecture", "dense")}
+    return _key({**old, "model": encoder.config.model_name_or_path})
 
 
 def passage_key(token_ids: Sequence[int]) -> str:
@@ -70,8 +85,11 @@ class PassageVectorCache:
 
     def __init__(self, root: str | Path, encoder: PassageEncoder, shard_size: int = 8192) -> None:
         identity = encoder_identity(encoder)
-        key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
-        self.folder = Path(root) / key
+        self.folder = Path(root) / _key(identity)
+        legacy = Path(root) / _legacy_key(identity, encoder)
+        if not self.folder.exists() and legacy.is_dir():
+            self.folder = legacy  # as written before the key left the path out (with its path: the same model)
+        identity = {**identity, "model": encoder.config.model_name_or_path}  # shown in encoder.json, not keyed
         self.encoder = encoder
         self.shard_size = shard_size
         self.hits = self.misses = 0
