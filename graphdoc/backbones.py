@@ -184,8 +184,8 @@ def load_index_model(identity: Mapping[str, Any], device=None):
     graph = identity.get("graph", {})
     if path and os.path.isabs(path) and not os.path.exists(path):  # a local folder, moved or deleted since
         raise ModelLoadError(f"the index's model folder {path} is gone (moved or deleted): pass it from its new "
-                             "place with --model (its weights are checked against the index), or search with "
-                             "--mode bm25")
+                             "place with --model (its weights are checked against the index; an index run with it "
+                             "records the new place), or search with --mode bm25")
     saved = saved_backbone(path)
     if saved is not None:
         model = load_model(path, device=device)

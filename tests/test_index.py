@@ -632,9 +632,16 @@ def test_an_index_whose_model_folder_moved_says_so_in_one_line(tiny_bert, tmp_pa
     assert cli("search", "--index-dir", tmp_path / "index", "alpha", "--mode", "dense") == 1
     assert error_line(capsys, "search") == (
         f"graphdoc search: error: the index's model folder {model} is gone (moved or deleted): pass it from its new "
-        "place with --model (its weights are checked against the index), or search with --mode bm25")
+        "place with --model (its weights are checked against the index; an index run with it records the new "
+        "place), or search with --mode bm25")
     assert cli("search", "--index-dir", tmp_path / "index", "alpha", "--mode", "bm25") == 0
     capsys.readouterr()
     assert cli("search", "--index-dir", tmp_path / "index", "alpha", "--mode", "dense", "-k", "4", "--model",
                moved) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 8
+    assert manifest_json(tmp_path / "index")["model"]["path"] == str(model)  # a search writes nothing
+    assert cli("index", "--corpus", corpus, "--index-dir", tmp_path / "index", "--model", moved) == 0
+    assert manifest_json(tmp_path / "index")["model"]["path"] == str(moved)  # recorded: searches find it there
+    capsys.readouterr()
+    assert cli("search", "--index-dir", tmp_path / "index", "alpha", "--mode", "dense", "-k", "4") == 0
     assert len(capsys.readouterr().out.splitlines()) == 8

@@ -119,6 +119,18 @@ def _existing_manifest(index_dir: Path, identity: dict, settings: IndexSettings,
     return manifest
 
 
+def _record_moved_model(index_dir: Path, manifest: Manifest, identity: dict) -> None:
+    """An index whose model folder is gone, given its model (the same weights: checked) from another folder,
+    records the new place, so that searches load it from there without ``--model``. Under the writer lock."""
+    recorded, now = manifest.model.get("path"), identity.get("path")
+    if recorded and now and os.path.isabs(recorded) and not os.path.exists(recorded) and os.path.isdir(now):
+        now = os.path.abspath(now)
+        logger.info("index %s: its model %s is gone; recording it at %s (the same weights)", index_dir, recorded,
+                    now)
+        manifest.model["path"] = now
+        manifest.save(index_dir)
+
+
 def _change_setting(index_dir: Path, manifest: Manifest, name: str, value, announce: bool) -> None:
     """FAISS factory and BM25 settings shape only ``final/``: they may change until the index is first finalised
     (a factory that could not be trained is replaced without re-encoding), not after an add that was interrupted
@@ -225,6 +237,7 @@ def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, setting
         for stale in remove_stale_temporaries(index_dir):
             logger.info("removing %s left by an interrupted run", stale.name)
         manifest = open_manifest(index_dir, model, settings, identity)  # again: the folder is ours only now
+        _record_moved_model(index_dir, manifest, identity)
         remove_orphans(index_dir, manifest)
         source = manifest.source(key, part)
         if source is None and manifest.whole(key):  # all its parts are in (a merged index): nothing to add
