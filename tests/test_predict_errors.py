@@ -165,6 +165,22 @@ def test_predict_output_dash_writes_the_predictions_to_stdout(classifier_dir, do
     assert not (tmp_path / "-").exists()
 
 
+def test_predict_writes_ids_and_labels_as_utf_8_text(tiny_bert, tmp_path):
+    """Non-ASCII ids and labels are written as they are (not as \\u escapes), in UTF-8, and read back."""
+    from graphdoc.encoder import GraphDocEncoder
+    from graphdoc.finetune import DocumentClassifier
+
+    model = tmp_path / "model"
+    DocumentClassifier(GraphDocEncoder.from_pretrained(str(tiny_bert)), ["Tiere", "Zahlen (ü)"]).save_pretrained(model)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"_id": "straße-1", "text": "Ein Hund läuft."}, ensure_ascii=False) + "\n",
+                      encoding="utf-8")
+    assert predict(model, corpus, tmp_path / "p.jsonl") == 0
+    text = (tmp_path / "p.jsonl").read_text(encoding="utf-8")
+    assert '"id": "straße-1"' in text and '"Zahlen (ü)": ' in text and "\\u" not in text
+    assert set(json.loads(text)["probabilities"]) == {"Tiere", "Zahlen (ü)"}
+
+
 def embed_error(model: str, tmp_path: Path, capsys) -> str:
     corpus = labelled_files(tmp_path)["dev"]
     assert main(["-q", "embed", "--corpus", str(corpus), "--output", str(tmp_path / "e.npy"), "--model", model]) == 1

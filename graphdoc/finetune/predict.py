@@ -58,7 +58,7 @@ def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch
             best = max(range(len(row)), key=row.__getitem__)
             record = {"id": doc.id, "label": classifier.labels[best],
                       "probabilities": dict(zip(classifier.labels, row))}
-            handle.write(json.dumps(record) + "\n")
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")  # UTF-8, as the corpus: ids read as given
     return len(docs)
 
 
