@@ -327,13 +327,32 @@ def writer_lock(folder: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            if os.stat(folder / LOCK_NAME).st_ino == os.fstat(fd).st_ino:
-                os.unlink(folder / LOCK_NAME)
-        os.close(fd)
+        _unlock(folder / LOCK_NAME, fd)
         if created:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only when empty: nothing was written
+
+
+@contextlib.contextmanager
+def file_lock(output: str | Path) -> Iterator[None]:
+    """Be the only process writing the file ``output`` (and what goes with it, such as a run's saved part) while
+    the block runs: ``flock`` on a hidden ``.NAME.lock`` beside it, removed on the way out (its folder is
+    created, as :func:`atomic_write` would). A second writer fails at once."""
+    path = _target(output)
+    lock = path.with_name(f".{path.name}.lock")
+    fd = _lock(lock, path)
+    try:
+        yield
+    finally:
+        _unlock(lock, fd)
+
+
+def _unlock(path: Path, fd: int) -> None:
+    """Remove the lock file ``path`` if it is still the one locked as ``fd``, and let go of it."""
+    with contextlib.suppress(FileNotFoundError):
+        if os.stat(path).st_ino == os.fstat(fd).st_ino:
+            os.unlink(path)
+    os.close(fd)
 
 
 def _lock(path: Path, folder: Path) -> int:

@@ -357,6 +357,28 @@ def test_what_another_run_saved_is_not_taken(tiny_bert: Path, tmp_path: Path, mo
     assert (tmp_path / "emb.ids.txt").read_text(encoding="utf-8") == "".join(f"{prefix}{i}\n" for i in range(9))
 
 
+def test_a_second_embed_into_the_same_output_is_refused_and_touches_nothing(tiny_bert: Path, tmp_path: Path,
+                                                                           monkeypatch, capsys) -> None:
+    """Two runs into one output mixed their saved chunks: rows of one corpus under the other's ids."""
+    from graphdoc.cli import embed as embed_command
+    from graphdoc.fileio import file_lock
+
+    records = [{"_id": f"doc{i}", "text": f"Document number {i} has a sentence."} for i in range(9)]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records)
+    monkeypatch.setattr(embed_command, "SAVE_EVERY", 2)
+    stop_after(monkeypatch, 3)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2") != 0
+    saved = sorted(p.name for p in (tmp_path / "emb.npy.partial").iterdir())
+    capsys.readouterr()
+    with file_lock(tmp_path / "emb.npy"):  # as another process's run holds it
+        assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2", "--normalize") == 1
+    assert error_line(capsys) == f"graphdoc embed: error: another graphdoc process is writing {tmp_path / 'emb.npy'}"
+    assert sorted(p.name for p in (tmp_path / "emb.npy.partial").iterdir()) == saved  # its saved part kept
+    stop_after(monkeypatch, 100)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2") == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "emb.ids.txt", "emb.npy"]  # no lock left
+
+
 def test_error_is_one_line_without_quiet(tiny_bert: Path, tmp_path: Path, capsys) -> None:
     assert embed(tmp_path / "nope.jsonl", tmp_path / "emb.npy", tiny_bert, quiet=False) == 1
     error_line(capsys)

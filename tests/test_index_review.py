@@ -496,6 +496,37 @@ def test_a_final_replaced_while_a_searcher_opens_it_is_opened_again(model, tmp_p
         assert searcher.record(searcher.doc_ids.index(doc["_id"]))["text"] == doc["text"]
 
 
+def test_a_searcher_opened_while_an_add_swaps_final_waits_for_the_new_one(model, tmp_path, monkeypatch) -> None:
+    """An add's finalising moves final/ aside, then puts the new build in its place: a searcher opened between
+    the two renames called the index incomplete (or damaged) instead of waiting the moment for the new one."""
+    import threading
+
+    from graphdoc.retrieval import searcher as searcher_module
+
+    build_index(model, str(write_jsonl(tmp_path / "a.jsonl", make_docs(4))), tmp_path / "idx", IndexSettings())
+    manifest_file = tmp_path / "idx" / "manifest.json"
+    manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
+    manifest_file.write_text(json.dumps({**manifest, "finalized": False}), encoding="utf-8")  # as while finalising
+    final, aside = tmp_path / "idx" / "final", tmp_path / "idx" / ".final.old-123"
+    os.replace(final, aside)
+    (tmp_path / "finalised.json").write_text(json.dumps(manifest), encoding="utf-8")
+    put_back = threading.Timer(0.3, lambda: (os.replace(aside, final),
+                                             os.replace(tmp_path / "finalised.json", manifest_file)))
+    put_back.start()
+    try:
+        searcher = Searcher(tmp_path / "idx")
+    finally:
+        put_back.join()
+    assert len(searcher.doc_ids) == 4 and not searcher.updating
+    os.replace(final, aside)  # a kill between the two renames: the old build aside, no final/
+    monkeypatch.setattr(searcher_module, "SWAP_WAIT_S", 0.05)
+    with pytest.raises(GraphDocError, match=r"has no final/: an add was stopped as it replaced it \(its last build "
+                                            r"is in \.final\.old-123\): rerun the build that was interrupted"):
+        Searcher(tmp_path / "idx")
+    build_index(model, str(tmp_path / "a.jsonl"), tmp_path / "idx", IndexSettings())  # the rerun mends it
+    assert len(Searcher(tmp_path / "idx").doc_ids) == 4 and not aside.exists()
+
+
 def test_a_final_in_place_before_the_manifest_counts_it_is_searched(model, tmp_path, caplog) -> None:
     """An add replaces final/, then saves the manifest with its counts: in between (or after a kill there) the
     searcher compared the new final/ with the old counts and called the index damaged."""

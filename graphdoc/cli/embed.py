@@ -16,7 +16,7 @@ import numpy as np
 
 from graphdoc.cli.common import add_model_arguments, load_model, logger
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import atomic_write, check_output_file, replacing
+from graphdoc.fileio import atomic_write, check_output_file, file_lock, replacing
 from graphdoc.progress import progress_bar
 
 
@@ -110,9 +110,15 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(args.output)
     check_output_file(ids_path(args.output), "the ids file")
     check_outside_corpus(args.corpus, ids_path(args.output), "--output's ids file", "it")
-    stats = ReadStats()
-    documents = read_corpus(args.corpus, stats=stats)  # a missing or unknown corpus fails here, at once
+    documents = read_corpus(args.corpus, stats=ReadStats())  # a missing or unknown corpus fails here, at once
     model = load_model(args)
+    with file_lock(args.output):  # one run at a time writes FILE.npy and FILE.npy.partial/
+        return _embed(args, documents, model)
+
+
+def _embed(args: argparse.Namespace, documents, model) -> int:
+    from graphdoc.corpus import ReadStats, read_corpus
+
     partial = Partial(args.output, _run_identity(args, model))
     done = partial.ids
     ids: list[str] = []  # this session's, since the last save
@@ -144,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         logger.warning("%s: document %d is %r, not %r as when %s was saved: the corpus changed; starting again",
                        args.corpus, restart.position + 1, restart.found, restart.saved, partial.folder)
         partial.remove()
-        return run(args)
+        return _embed(args, read_corpus(args.corpus, stats=ReadStats()), model)
     ids = done + ids
     if not ids:
         raise GraphDocError(f"no documents to embed in {args.corpus}")

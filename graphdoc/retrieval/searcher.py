@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -31,6 +32,7 @@ logger = logging.getLogger(__name__)
 MODES = ("dense", "bm25", "hybrid")
 SNIPPET_CHARS = 300
 OPEN_ATTEMPTS = 3  # tries at opening a final/ that adds keep replacing
+SWAP_WAIT_S = 5.0  # how long an open waits for an add's finalising to put its new final/ in place of the old
 ATTENTION_FILE = "passage_attention.npy"  # checked here with the others, and kept for explanations
 
 
@@ -94,6 +96,8 @@ class Searcher:
             raise GraphDocError(f"index {self.index_dir} holds no documents (an empty part of a sharded corpus): "
                                 "merge it with the other parts (merge_indexes, graphdoc merge) and search the "
                                 "merged index")
+        if not final.is_dir() and _wait_for_swap(self.index_dir):
+            return False  # an add's finalising was swapping final/: read the manifest and the new final/ again
         # documents being added, or an add that was interrupted: the last complete build (final/) is searched
         self.updating = not self.manifest.finalized
         if self.updating and (not final.is_dir() or "documents" not in self.manifest.counts):
@@ -105,7 +109,7 @@ class Searcher:
         try:
             self._open_final(final)
         except GraphDocError:
-            if _identity(final) != before:
+            if _identity(final) != before or (not final.is_dir() and _wait_for_swap(self.index_dir)):
                 return False
             raise
         return _identity(final) == before
@@ -369,6 +373,24 @@ def final_problem(index_dir: str | Path) -> str | None:
     except DamagedIndexError as exc:
         return exc.problem
     return None
+
+
+def _wait_for_swap(index_dir: Path) -> bool:
+    """Whether ``final/``, missing while an add's finalising had moved it aside (to ``.final.old-PID``) and not
+    yet put the new build in its place, is back within ``SWAP_WAIT_S``. An old build left aside with no
+    ``final/`` after that (the add was killed between the two renames) is an error saying to rerun the build."""
+    final = index_dir / FINAL_DIR
+    deadline = time.monotonic() + SWAP_WAIT_S
+    while not final.is_dir():
+        aside = sorted(index_dir.glob(f".{FINAL_DIR}.old-*"))
+        if not aside:
+            return final.is_dir()  # (the swap may have ended, and its old build gone, since the last look)
+        if time.monotonic() > deadline:
+            raise GraphDocError(f"index {index_dir} has no {FINAL_DIR}/: an add was stopped as it replaced it (its "
+                                f"last build is in {aside[0].name}): rerun the build that was interrupted (the same "
+                                "build_index call or graphdoc index command)")
+        time.sleep(0.01)
+    return True
 
 
 def _identity(folder: Path) -> tuple[int, int, str | None] | None:
