@@ -95,3 +95,55 @@ def test_graph_weights_of_another_shape_are_one_error_line(tiny_bert: Path, tmp_
     assert str(info.value).startswith(f"{saved / 'model.safetensors'} does not match its config.json: size mismatch "
                                       "for graph.")
     assert "\n" not in str(info.value)
+
+
+def _without(folder: Path, keep) -> None:
+    from safetensors.torch import save_file
+
+    weights = load_file(folder / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if keep(k)}, folder / "model.safetensors", metadata={"format": "pt"})
+
+
+def test_a_checkpoint_without_a_pooler_loads_the_same_model_every_time(tiny_roberta: Path, tmp_path: Path) -> None:
+    """roberta-base is a masked-LM checkpoint: no pooler, which transformers initialised at random on each load,
+    so the weights fingerprint changed and an index built with the model refused it at search time."""
+    from graphdoc.fingerprint import weights_fingerprint
+
+    folder = copy_of(tiny_roberta, tmp_path)
+    _without(folder, lambda name: not name.startswith("pooler."))
+    first, again = (GraphDocEncoder.from_pretrained(str(folder), device="cpu") for _ in range(2))
+    assert weights_fingerprint(first) == weights_fingerprint(again)
+    assert first.passage_encoder.model.pooler is None
+    whole = GraphDocEncoder.from_pretrained(str(tiny_roberta), device="cpu")
+    texts = ["graph attention networks read documents", "a second text"]
+    assert torch.equal(torch.as_tensor(first.encode(texts)), torch.as_tensor(whole.encode(texts)))  # never ran
+    saved = tmp_path / "saved"
+    first.save_pretrained(saved)  # saved without it, loaded without it
+    assert weights_fingerprint(GraphDocEncoder.from_pretrained(saved, device="cpu")) == weights_fingerprint(first)
+
+
+def test_weights_missing_from_the_checkpoint_are_refused_not_made_up(tiny_bert: Path, tmp_path: Path) -> None:
+    folder = copy_of(tiny_bert, tmp_path)
+    _without(folder, lambda name: name != "encoder.layer.1.output.dense.weight")
+    with pytest.raises(ModelLoadError) as info:
+        GraphDocEncoder.from_pretrained(str(folder), device="cpu")
+    assert str(info.value) == (f"cannot load {str(folder)!r}: its weights file lacks 1 of the BertModel's tensors "
+                               "(encoder.layer.1.output.dense.weight), which would be random on every load: the "
+                               "file is damaged or is another architecture's")
+    renamed = copy_of(tiny_bert, tmp_path, "renamed")
+    from safetensors.torch import save_file
+
+    save_file({f"zz.{k}": v for k, v in load_file(renamed / "model.safetensors").items()},
+              renamed / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ModelLoadError, match=r"lacks \d+ of the BertModel's tensors \(embeddings\."):
+        GraphDocEncoder.from_pretrained(str(renamed), device="cpu")
+
+
+def test_a_config_whose_sizes_are_not_the_weights_is_one_error(tiny_bert: Path, tmp_path: Path) -> None:
+    folder = copy_of(tiny_bert, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "hidden_size": 48}))
+    with pytest.raises(ModelLoadError) as info:
+        GraphDocEncoder.from_pretrained(str(folder), device="cpu")
+    assert str(info.value) == (f"cannot load local folder {str(folder)!r}: its weights do not have the sizes its "
+                               "config.json gives (the config or the weights file is another model's)")

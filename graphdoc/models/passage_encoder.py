@@ -318,13 +318,42 @@ def _load_encoder(name_or_path: str) -> nn.Module:
     model_config = AutoConfig.from_pretrained(name_or_path)
     # (a T5 encoder saved alone, as sentence-transformers saves it, has is_encoder_decoder false)
     encoder_class = ENCODER_ONLY_CLASSES.get(model_config.model_type)
-    if encoder_class is None and not getattr(model_config, "is_encoder_decoder", False):
-        return AutoModel.from_pretrained(name_or_path, use_safetensors=True, **full_precision())
-    if encoder_class is None:
+    if encoder_class is not None:
+        loader = getattr(transformers, encoder_class)
+    elif not getattr(model_config, "is_encoder_decoder", False):
+        loader = AutoModel
+    else:
         raise ModelLoadError(f"{name_or_path} is an encoder-decoder model ({model_config.model_type}): use an "
                              "encoder-only model, or a T5-family one "
                              f"({', '.join(sorted(ENCODER_ONLY_CLASSES))}), whose encoder graphdoc runs alone")
-    return getattr(transformers, encoder_class).from_pretrained(name_or_path, use_safetensors=True, **full_precision())
+    try:
+        model, info = loader.from_pretrained(name_or_path, use_safetensors=True, output_loading_info=True,
+                                             **full_precision())
+    except RuntimeError as exc:
+        if "mismatched" not in str(exc):
+            raise
+        raise ModelLoadError(f"cannot load local folder {name_or_path!r}: its weights do not have the sizes its "
+                             "config.json gives (the config or the weights file is another model's)") from None
+    _check_missing_weights(name_or_path, model, info["missing_keys"])
+    return model
+
+
+def _check_missing_weights(name_or_path: str, model: nn.Module, missing) -> None:
+    """Refuse weights a checkpoint lacks, which transformers initialises at random on every load (vectors and
+    fingerprints that change from one load to the next), except a pooler: a masked-LM checkpoint such as
+    roberta-base has none, and graphdoc never runs it, so it is dropped. Tied weights are not missing."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    loaded = {t.data_ptr() for name, t in params.items() if name not in missing}
+    missing = sorted(name for name in missing if name not in params or params[name].data_ptr() not in loaded)
+    if missing and all(name.startswith("pooler.") for name in missing) and getattr(model, "pooler", None) is not None:
+        model.pooler = None  # (BERT-style models skip a pooler that is None)
+        return
+    missing = [name for name in missing if not name.startswith("pooler.")]
+    if missing:
+        shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise ModelLoadError(f"cannot load {name_or_path!r}: its weights file lacks {len(missing)} of the "
+                             f"{type(model).__name__}'s tensors ({shown}), which would be random on every load: "
+                             "the file is damaged or is another architecture's")
 
 
 def embedding_rows(model: nn.Module) -> int | None:
