@@ -273,6 +273,10 @@ def test_what_is_not_a_model_folder_says_why(saved_model: Path, tmp_path: Path, 
     run.mkdir()
     shutil.copytree(saved_model, run / "model")
     assert cli(*embed, "run") == "graphdoc embed: error: no model in run (no config.json); did you mean run/model?"
+    tuned = Path("tuned")  # a classification fine-tune's folder: its encoder is in tuned/model/encoder
+    shutil.copytree(saved_model, tuned / "model" / "encoder")
+    assert cli(*embed, "tuned") == ("graphdoc embed: error: no model in tuned (no config.json); did you mean "
+                                    "tuned/model/encoder?")
     folder = copy_of(saved_model, tmp_path, "s_npe")
     shutil.rmtree(folder / "passage_encoder")
     assert cli(*embed, "s_npe") == ("graphdoc embed: error: s_npe is a saved graphdoc model without its "

@@ -386,7 +386,8 @@ def _check_local_path(name_or_path: str) -> None:
     if path.is_file():
         raise ModelLoadError(f"{name_or_path} is a file, not a model folder")
     if path.is_dir() and not (path / "config.json").is_file():
-        inner = [p for p in (path / "model", path / "encoder") if (p / "config.json").is_file()]
+        inner = [p for p in (path / "model", path / "encoder", path / "model" / "encoder")
+                 if (p / "config.json").is_file()]
         hint = f"; did you mean {inner[0]}?" if inner else ""  # a pretrain/finetune run's folder, or a classifier's
         raise ModelLoadError(f"no model in {name_or_path} (no config.json){hint}")
     if path.is_dir():
