@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -42,6 +43,21 @@ def _nearest_existing_parent(path: Path) -> Path:
                 raise GraphDocError(f"{parent} is a file, not a folder")
             return parent
     return Path(path.anchor)
+
+
+#: the bytes a file name may have (Linux, macOS)
+NAME_MAX = 255
+
+
+def hidden_prefix(name: str, room: int = 16) -> str:
+    """``.NAME.``: how the hidden files standing in for ``name`` (a temporary, the old folder, a lock) begin; for a
+    name so long that ``room`` bytes more would pass :data:`NAME_MAX`, its start and a hash of the whole."""
+    prefix = f".{name}."
+    if len(os.fsencode(prefix)) + room <= NAME_MAX:
+        return prefix
+    digest = hashlib.blake2b(os.fsencode(name), digest_size=4).hexdigest()
+    start = os.fsencode(name)[:NAME_MAX - room - len(digest) - 3]  # '.', '~' and '.' around it
+    return f".{os.fsdecode(start)}~{digest}."
 
 
 def _target(path: str | Path) -> Path:
@@ -162,7 +178,7 @@ def atomic_write(path: str | Path, mode: str = "wb", encoding: str | None = None
     path = _target(path)
     if path.is_dir():
         raise GraphDocError(f"cannot write {path}: it is a folder")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=hidden_prefix(path.name), suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o666 & ~_umask())
         with os.fdopen(fd, mode, encoding=encoding) as handle:
@@ -239,13 +255,13 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
         raise GraphDocError(f"cannot write the folder {path}: a file of that name exists")
     if Path.cwd().resolve().is_relative_to(path.resolve()):
         raise GraphDocError(f"cannot replace {path}: it holds the current working folder")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=hidden_prefix(path.name), suffix=".tmp", dir=path.parent))
     try:
         yield tmp
         _plain_permissions(tmp)
         old = None
         if path.exists():
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            old = path.with_name(f"{hidden_prefix(path.name)}old-{os.getpid()}")
             os.replace(path, old)
         os.replace(tmp, path)
     except BaseException as exc:
@@ -298,7 +314,7 @@ def remove_stale_temporaries(folder: str | Path, name: str | None = None) -> lis
     Call it only where no other process is writing them (a run's own folder, at its start).
     """
     folder = Path(folder)
-    stale = [p for p in folder.iterdir() if _STALE.match(p.name) and (name is None or p.name.startswith(f".{name}."))
+    stale = [p for p in folder.iterdir() if _STALE.match(p.name) and (name is None or p.name.startswith(hidden_prefix(name)))
              ] if folder.is_dir() else []
     for path in stale:
         if path.is_dir() and not path.is_symlink():
@@ -339,7 +355,7 @@ def file_lock(output: str | Path) -> Iterator[None]:
     the block runs: ``flock`` on a hidden ``.NAME.lock`` beside it, removed on the way out (its folder is
     created, as :func:`atomic_write` would). A second writer fails at once."""
     path = _target(output)
-    lock = path.with_name(f".{path.name}.lock")
+    lock = path.with_name(f"{hidden_prefix(path.name)}lock")
     fd = _lock(lock, path)
     try:
         yield

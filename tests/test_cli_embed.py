@@ -163,6 +163,10 @@ def test_output_must_end_in_npy(tiny_bert: Path, tmp_path: Path, capsys) -> None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]
     assert embed(corpus, tmp_path / ".npy", tiny_bert) == 0  # a name that is all suffix is still .npy
     assert np.load(tmp_path / ".npy").shape[0] == len(DOCS)
+    long = tmp_path / ("e" * 244 + ".npy")  # 248 bytes: its ids file fits, its .partial folder would not
+    assert embed(corpus, long, tiny_bert) == 1
+    assert error_line(capsys) == (f"graphdoc embed: error: --output {long}: its name is too long for the folder a "
+                                  "run keeps beside it (NAME.partial, 255 bytes at most): shorten it")
 
 
 def test_an_output_inside_a_text_folder_corpus_is_refused(tiny_bert: Path, tmp_path: Path, capsys) -> None:

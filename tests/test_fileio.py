@@ -287,3 +287,30 @@ def test_an_output_that_is_a_pipe_is_written_into_not_replaced(tmp_path):
             _is_stream(name)
     assert not _is_stream(tmp_path / "run.trec") and not _is_stream(tmp_path)
     assert is_stdio("/dev/stdout") and is_stdio("-") and not is_stdio("stdout")
+
+
+def test_names_near_the_file_name_limit_are_written_replaced_and_locked(tmp_path):
+    """A temporary is named `.NAME.XXXXXXXX.tmp`: for a name of 242 bytes or more it passed the 255-byte limit and
+    the write failed, after the work, naming the temporary."""
+    from graphdoc.fileio import file_lock, hidden_prefix, remove_stale_temporaries
+
+    name = "é" * 100 + "c" * 50 + ".trec"  # 155 characters, 255 bytes: as long as a name may be
+    assert len(os.fsencode(name)) == 255
+    path = tmp_path / name
+    for text in ("first\n", "second\n"):  # written, then replaced
+        with atomic_write(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    assert path.read_text(encoding="utf-8") == "second\n"
+    folder = tmp_path / ("d" * 255)
+    for _ in range(2):
+        with atomic_directory(folder) as tmp:
+            (tmp / "x").write_text("x")
+    with file_lock(path), pytest.raises(GraphDocError, match="another graphdoc process is writing"):
+        with file_lock(path):
+            pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "d" * 255])  # nothing else left
+    prefix = hidden_prefix(name)
+    assert len(os.fsencode(prefix)) + 16 <= 255 and prefix != hidden_prefix(name[:-1] + "x")  # names kept apart
+    (tmp_path / f"{prefix}abcd1234.tmp").write_text("killed")  # as a killed write leaves it
+    assert [p.name for p in remove_stale_temporaries(tmp_path, name)] == [f"{prefix}abcd1234.tmp"]
+    assert hidden_prefix("short.trec") == ".short.trec."

@@ -645,3 +645,15 @@ def test_an_index_whose_model_folder_moved_says_so_in_one_line(tiny_bert, tmp_pa
     capsys.readouterr()
     assert cli("search", "--index-dir", tmp_path / "index", "alpha", "--mode", "dense", "-k", "4") == 0
     assert len(capsys.readouterr().out.splitlines()) == 8
+
+
+def test_an_index_in_a_folder_whose_name_is_not_utf_8_builds_and_searches(model, tmp_path) -> None:
+    """FAISS takes only UTF-8 file names: the build failed with a TypeError traceback and left the index broken."""
+    from graphdoc.retrieval.searcher import Searcher
+
+    index = tmp_path / os.fsdecode(b"idx-\xff")
+    docs = make_docs(4)
+    build_index(model, str(write_jsonl(tmp_path / "c.jsonl", docs)), index, IndexSettings())
+    searcher = Searcher(index, model=model)
+    assert sorted(searcher.batch_search({"q": "alpha"}, k=4, mode="dense")["q"]) == sorted(d["_id"] for d in docs)
+    assert_vectors_match(index, model, docs)

@@ -265,3 +265,19 @@ def test_empty_documents_left_out_are_a_warning_with_their_count_and_ids(classif
     assert [line for line in lines if "d1" in line] == [
         f"WARNING graphdoc.finetune.predict: {source}: 6 document(s) with no title or text left out of the "
         "predictions ('d1', 'd3', 'd5', 'd7', 'd9', ...)"]
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_model_loads(docs, tmp_path, capsys, monkeypatch):
+    """It was found only after every document had been classified, and named a hidden temporary file."""
+    import os
+
+    from graphdoc import fileio
+
+    (tmp_path / "a-file").write_text("x")
+    assert predict(tmp_path / "nomodel", docs, tmp_path / "a-file" / "p.jsonl") == 1
+    assert error_line(capsys).startswith(f"graphdoc predict: error: --output {tmp_path / 'a-file' / 'p.jsonl'}: ")
+    (tmp_path / "ro").mkdir()
+    monkeypatch.setattr(fileio.os, "access", lambda path, mode: os.fspath(path) != str(tmp_path / "ro"))
+    assert predict(tmp_path / "nomodel", docs, tmp_path / "ro" / "p.jsonl") == 1  # (root passes chmod 0555)
+    assert error_line(capsys) == (f"graphdoc predict: error: --output {tmp_path / 'ro' / 'p.jsonl'}: cannot write "
+                                  f"in {tmp_path / 'ro'}")

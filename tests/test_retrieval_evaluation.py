@@ -37,6 +37,22 @@ def test_per_query_exact():
     assert set(per_query) == {"q1", "q2", "q3"}
 
 
+def test_measures_are_computed_without_a_usable_temporary_folder(monkeypatch):
+    """The check of each measure held a tool's stderr in a temporary file: with no writable temporary folder,
+    nDCG@10 itself was called a measure that 'cannot be computed here'."""
+    import tempfile
+
+    from graphdoc.retrieval import evaluation
+
+    def no_folder(*args, **kwargs):
+        raise FileNotFoundError(2, "No usable temporary directory found in ['/tmp']")
+
+    monkeypatch.setattr(evaluation.tempfile, "TemporaryFile", no_folder)
+    assert tempfile.TemporaryFile is no_folder
+    evaluation.check_computable(parse_measures(["nDCG@10", "R@100"]))  # what eval and tune-fusion check first
+    assert evaluate(RUN, QRELS, ["nDCG@10"])["nDCG@10"] == pytest.approx((NDCG_Q1 + NDCG_Q2) / 3, rel=1e-12)
+
+
 def test_aggregate_is_mean_over_qrels_queries():
     result = evaluate(RUN, QRELS)
     assert list(result) == list(DEFAULT_MEASURES)

@@ -16,7 +16,7 @@ import numpy as np
 
 from graphdoc.cli.common import add_model_arguments, load_model, logger
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import atomic_write, check_output_file, file_lock, replacing
+from graphdoc.fileio import NAME_MAX, atomic_write, check_output_file, file_lock, replacing
 from graphdoc.progress import progress_bar
 
 
@@ -109,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
         raise GraphDocError(f"--batch-size must be at least 1; got {args.batch_size}")
     check_output_file(args.output)
     check_output_file(ids_path(args.output), "the ids file")
+    if len(os.fsencode(partial_path(args.output).name)) > NAME_MAX:
+        raise GraphDocError(f"--output {args.output}: its name is too long for the folder a run keeps beside it "
+                            f"(NAME.partial, {NAME_MAX} bytes at most): shorten it")
     check_outside_corpus(args.corpus, ids_path(args.output), "--output's ids file", "it")
     documents = read_corpus(args.corpus, stats=ReadStats())  # a missing or unknown corpus fails here, at once
     model = load_model(args)

@@ -66,11 +66,12 @@ def check_output(model_dir: str | Path, output: str | Path, flag: str = "output"
     """Refuse an output that is a folder, a file of the input corpus ``source`` (the predictions would replace the
     documents) or lies inside the model folder (it would replace the model's files)."""
     from graphdoc.corpus import corpus_files
-    from graphdoc.fileio import check_not_an_input
+    from graphdoc.fileio import check_not_an_input, check_output_file
 
     output = Path(output)
     if output.is_dir():
         raise GraphDocError(f"{flag} {output} is a folder")
+    check_output_file(output, flag)  # a folder it cannot be written in: said now, not after predicting them all
     if isinstance(source, (str, Path)):
         check_not_an_input(output, corpus_files(source), flag, "the predictions")
     model = Path(model_dir).expanduser().resolve()

@@ -212,19 +212,36 @@ class DenseIndex:
     def save(self, path: str | Path) -> None:
         import faiss
 
-        faiss.write_index(self.index, str(path))
+        if _faiss_name(path) is None:  # FAISS takes only UTF-8 names: the bytes are written here instead
+            with open(path, "wb") as handle:
+                handle.write(faiss.serialize_index(self.index).tobytes())
+            return
+        faiss.write_index(self.index, _faiss_name(path))
 
     @classmethod
     def load(cls, path: str | Path, metric: str, factory: str, mmap: bool = True, device=None) -> "DenseIndex":
         """Read an index written by :meth:`save`; ``device`` as for the constructor."""
         import faiss
 
+        name = _faiss_name(path)
+        if name is None:  # (read into memory, not memory-mapped)
+            return cls(faiss.deserialize_index(np.fromfile(path, dtype=np.uint8)), metric, factory, device)
         flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
         try:
-            index = faiss.read_index(str(path), flags)
+            index = faiss.read_index(name, flags)
         except RuntimeError:  # not every index type can be memory-mapped
-            index = faiss.read_index(str(path))
+            index = faiss.read_index(name)
         return cls(index, metric, factory, device)
+
+
+def _faiss_name(path: str | Path) -> str | None:
+    """``path`` as FAISS's file functions take it; ``None`` for a name that is not UTF-8 (a folder named in another
+    encoding: Python keeps its bytes as surrogates, which FAISS refuses with a TypeError)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return str(path)
 
 
 SMALL_BATCH = 16

@@ -218,7 +218,12 @@ def _captured_stderr() -> Iterator[list[str]]:
             yield captured
             return
         try:
-            with tempfile.TemporaryFile() as held:
+            try:
+                held_file = tempfile.TemporaryFile()
+            except OSError:  # no usable temporary folder: nothing to hold it in, so nothing held back
+                yield captured
+                return
+            with held_file as held:
                 os.dup2(held.fileno(), 2)
                 try:
                     yield captured
