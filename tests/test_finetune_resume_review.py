@@ -4,6 +4,7 @@ an empty --output, damaged checkpoints, a missing best model, options that would
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -291,3 +292,12 @@ def test_resume_with_other_passage_encoder_settings_is_refused(runs, tiny_bert, 
                                             r"started with 'cls'$"):
         finetune_ranking(*runs["ranking"], tmp_path / "run", config=RankingConfig(**RANKING), model=str(tiny_bert),
                          model_config=pooled, resume=True)
+    from graphdoc.config import ChunkerConfig, GraphConfig
+
+    for changed, expected in ((ModelConfig(chunker=ChunkerConfig(max_words=30)), "chunker.max_words=30"),
+                              (ModelConfig(graph=GraphConfig(dropout=0.5)), "graph.dropout=0.5")):
+        # they were taken silently: the weights went on training over other passages, or another graph
+        with pytest.raises(GraphDocError, match=rf"^cannot resume with model\.{re.escape(expected)}: the run was "
+                                                r"started with "):
+            finetune_ranking(*runs["ranking"], tmp_path / "run", config=RankingConfig(**RANKING),
+                             model=str(tiny_bert), model_config=changed, resume=True)

@@ -60,6 +60,17 @@ def _check_encoder_settings(saved: torch.nn.Module, model: torch.nn.Module) -> N
         if key not in TRANSIENT_ENCODER_SETTINGS and was.get(key) != value:
             raise GraphDocError(f"cannot resume with model.passage_encoder.{key}={value!r}: the run was started "
                                 f"with {was.get(key)!r}")
+    # the chunker and graph settings too: the weights would go on training over other passages or another graph
+    was_all, now_all = (dataclasses.asdict(getattr(m, "encoder", m).config) for m in (saved, model))
+    for section, values in now_all.items():
+        if section == "passage_encoder":
+            continue
+        pairs = values.items() if isinstance(values, dict) else [(None, values)]
+        for key, value in pairs:
+            before = was_all.get(section) if key is None else (was_all.get(section) or {}).get(key)
+            if before != value:
+                name = section if key is None else f"{section}.{key}"
+                raise GraphDocError(f"cannot resume with model.{name}={value!r}: the run was started with {before!r}")
     # a precision of other numerics on this device: other (cached) passage vectors from then on, as in pretraining
     device = next(model.parameters()).device
     started, wanted = was.get("precision") or "auto", now.get("precision") or "auto"
