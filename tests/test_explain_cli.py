@@ -226,7 +226,7 @@ def test_plot_embeddings_and_attention(model_dir, corpus, tmp_path, capsys) -> N
 def test_plot_errors(model_dir, corpus, tmp_path, capsys, args, message) -> None:
     args = [str(tmp_path / a) if a.endswith((".png", ".jpg")) else a for a in args]
     assert cli("plot", args[0], "--corpus", corpus, *args[1:], "--model", model_dir) == 1
-    assert message in error_line(capsys, "plot")
+    assert message in error_line(capsys, f"plot {args[0]}")
 
 
 @pytest.mark.parametrize("missing", ["matplotlib.figure", "sklearn.manifold"])
@@ -235,7 +235,7 @@ def test_plot_without_the_extra_says_what_to_install(model_dir, corpus, tmp_path
     monkeypatch.setitem(sys.modules, missing, None)  # importing it now raises ImportError
     assert cli("plot", "embeddings", "--corpus", corpus, "--method", "tsne", "--output", tmp_path / "m.png",
                "--model", model_dir) == 1
-    assert "pip install 'graphdoc[plot]'" in error_line(capsys, "plot")
+    assert "pip install 'graphdoc[plot]'" in error_line(capsys, "plot embeddings")
     assert not (tmp_path / "m.png").exists()
 
 

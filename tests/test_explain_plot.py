@@ -108,7 +108,7 @@ def test_a_seed_out_of_range_is_one_line(model_dir, tmp_path, capsys, cli_state,
     corpus = write_jsonl(tmp_path / "c.jsonl", RECORDS)
     assert cli("plot", "embeddings", "--corpus", corpus, "--output", tmp_path / "m.png", "--model", model_dir,
                "--method", "tsne", "--seed", seed) == 1
-    assert f"--seed must be in 0..4294967295; got {seed}" in error_line(capsys, "plot")
+    assert f"--seed must be in 0..4294967295; got {seed}" in error_line(capsys, "plot embeddings")
     with pytest.raises(GraphDocError, match="seed must be in 0..4294967295"):
         project_2d(np.random.default_rng(0).normal(size=(5, 4)), "tsne", seed=seed)
 
@@ -134,7 +134,7 @@ def test_a_corpus_of_identical_documents_is_one_line(model_dir, tmp_path, capsys
     corpus = write_jsonl(tmp_path / "same.jsonl", [{"_id": c, "text": "same text"} for c in "abcd"])
     assert cli("plot", "embeddings", "--corpus", corpus, "--output", tmp_path / "m.png", "--model", model_dir,
                "--method", "tsne") == 1
-    assert "all 4 document embeddings are identical" in error_line(capsys, "plot")
+    assert "all 4 document embeddings are identical" in error_line(capsys, "plot embeddings")
     assert not (tmp_path / "m.png").exists()
 
 
@@ -142,7 +142,7 @@ def test_labels_from_titles_all_blank_say_so(model_dir, tmp_path, capsys, cli_st
     corpus = write_jsonl(tmp_path / "blank.jsonl", [{"_id": c, "title": "", "text": f"text {c}"} for c in "abc"])
     assert cli("plot", "embeddings", "--corpus", corpus, "--output", tmp_path / "m.png", "--model", model_dir,
                "--labels-field", "title") == 1
-    assert error_line(capsys, "plot") == f"graphdoc plot: error: no document of {corpus} has a title"
+    assert error_line(capsys, "plot embeddings") == f"graphdoc plot embeddings: error: no document of {corpus} has a title"
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
@@ -152,7 +152,7 @@ def test_few_documents_map_or_say_why(model_dir, tmp_path, capsys, cli_state, n)
                  "--method", "tsne", "--labels-field", "title")
     if n < 3:
         assert status == 1
-        assert f"a map needs at least 3 documents; {corpus} has {n}" in error_line(capsys, "plot")
+        assert f"a map needs at least 3 documents; {corpus} has {n}" in error_line(capsys, "plot embeddings")
     else:
         assert status == 0 and png_size(tmp_path / "m.png")
 
@@ -175,7 +175,7 @@ def test_a_flat_model_has_no_attention_to_plot(tiny_bert, model_dir, tmp_path, c
     corpus = write_jsonl(tmp_path / "c.jsonl", RECORDS)
     assert cli("plot", "attention", "--corpus", corpus, "--id", "n1", "--output", tmp_path / "att.png",
                "--model", tiny_bert, "--backbone", "flat") == 1
-    assert "no graph attention" in error_line(capsys, "plot")
+    assert "no graph attention" in error_line(capsys, "plot attention")
     assert not (tmp_path / "att.png").exists()
 
 

@@ -209,3 +209,12 @@ def test_a_second_run_without_resume_is_refused_before_a_model_loads(tiny_bert, 
     assert error_line(capsys) == (f"graphdoc finetune: error: {tmp_path / 'run'} already holds a ranking run; pass "
                                   "--resume to continue it or choose another --output")
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*")) == before
+
+
+def test_a_cache_dir_without_a_frozen_encoder_is_said_to_be_ignored(tiny_bert, tmp_path, capsys):
+    inputs = [f"--{name}={path}" for name, path in labelled_files(tmp_path).items()]
+    assert finetune("--task", "classification", *inputs, "--output", str(tmp_path / "run"), "--model", str(tiny_bert),
+                    "--epochs", "1", "--no-frozen-encoder", "--cache-dir", str(tmp_path / "cache")) == 0
+    assert (f"ignoring cache_dir (--cache-dir) {tmp_path / 'cache'}: only a frozen encoder caches passage vectors"
+            in capsys.readouterr().err)
+    assert not (tmp_path / "cache").exists()

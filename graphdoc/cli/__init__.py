@@ -103,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    command = " ".join(filter(None, (args.command, getattr(args, "figure", None))))  # "plot embeddings", as argparse
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     handler = logging.StreamHandler()
     # huggingface_hub prints its records with a handler of its own once its logging is set up (its retries on an
@@ -119,17 +120,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()  # the reader (``| head``) has all it wanted; Python would complain again at exit
         return 1
     except GraphDocError as exc:
-        print(f"graphdoc {args.command}: error: {exc}", file=sys.stderr)
+        print(f"graphdoc {command}: error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # the machine's, not the input's: a full disk, a permission, a read-only folder
         if args.verbose:
             raise
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"graphdoc {args.command}: error: {exc.strerror or exc}{where} (-v shows where it happened)",
+        print(f"graphdoc {command}: error: {exc.strerror or exc}{where} (-v shows where it happened)",
               file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"graphdoc {args.command}: interrupted", file=sys.stderr)
+        print(f"graphdoc {command}: interrupted", file=sys.stderr)
         return 130
 
 

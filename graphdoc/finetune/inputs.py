@@ -7,6 +7,7 @@ encoder runs on every batch. A query is a single-node graph (:meth:`GraphDocEnco
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -20,10 +21,15 @@ from graphdoc.training.cache import PassageVectorCache, cache_folder
 
 ENCODE_BATCH = 256  # passages per cache lookup (misses are encoded in one call)
 
+logger = logging.getLogger(__name__)
+
 
 def open_cache(model, frozen: bool, cache_dir: str | Path | None, output: Path) -> PassageVectorCache | None:
     """The passage vector cache of the frozen mode (``None`` in full mode); freezes the passage encoder."""
     if not frozen:
+        if cache_dir is not None:  # as pretrain says it
+            logger.warning("ignoring cache_dir (--cache-dir) %s: only a frozen encoder caches passage vectors",
+                           cache_dir)
         return None
     model.passage_encoder.requires_grad_(False)
     model.passage_encoder.eval()  # the cached vectors are the encoder's inference vectors
