@@ -189,6 +189,26 @@ def test_query_vectors_must_have_one_row_per_query_of_the_index_s_dimension(sear
                                    "the index's dimension)")
 
 
+def test_query_vectors_that_are_not_finite_are_refused(searcher, model) -> None:
+    """Dense search returned no hits for them, silently; hybrid failed on 'non-finite scores'."""
+    vectors = model.encode_queries(["zebra", "walrus"], show_progress_bar=False)
+    for bad in (np.nan, np.inf):
+        given = vectors.copy()
+        given[1, 3] = bad
+        for mode in ("dense", "hybrid"):
+            with pytest.raises(GraphDocError, match=r"^query_vectors row 1 holds a value that is not a finite number"):
+                searcher.batch_search(["zebra", "walrus"], k=3, mode=mode, query_vectors=given)
+
+
+def test_cosine_normalisation_of_huge_vectors_gives_unit_vectors() -> None:
+    """A float32 sum of squares overflows past ~1e19: such a row became a zero vector (every score 0)."""
+    from graphdoc.retrieval.dense import prepare_vectors
+
+    out = prepare_vectors(np.array([[1e30, -1e30, 0.0], [3.0, 4.0, 0.0]], dtype=np.float32), "cosine")
+    np.testing.assert_allclose(out, [[2 ** -0.5, -(2 ** -0.5), 0.0], [0.6, 0.8, 0.0]], rtol=1e-6)
+    assert out.dtype == np.float32
+
+
 # ------------------------------------------------------------------ 5. no folder left behind
 @pytest.mark.parametrize("batch_size, message", [(0, "batch_size must be at least 1; got 0"),
                                                  (1.5, "batch_size must be an integer; got 1.5")])

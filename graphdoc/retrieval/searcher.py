@@ -248,6 +248,10 @@ class Searcher:
             raise GraphDocError(f"query_vectors must be an array of numbers {want}: {exc}") from None
         if array.shape != (queries, self.manifest.dimension):
             raise GraphDocError(f"query_vectors has shape {list(array.shape)}; expected {want}")
+        if not np.isfinite(array).all():  # FAISS returns no hits for them, and fusion fails on their scores
+            row = int(np.flatnonzero(~np.isfinite(array).all(axis=1))[0])
+            raise GraphDocError(f"query_vectors row {row} holds a value that is not a finite number (NaN or inf, "
+                                "or past float32's range)")
         return array
 
     # ----------------------------------------------------------------- ranking
