@@ -56,8 +56,12 @@ def hidden_prefix(name: str, room: int = 16) -> str:
     if len(os.fsencode(prefix)) + room <= NAME_MAX:
         return prefix
     digest = hashlib.blake2b(os.fsencode(name), digest_size=4).hexdigest()
-    start = os.fsencode(name)[:NAME_MAX - room - len(digest) - 3]  # '.', '~' and '.' around it
-    return f".{os.fsdecode(start)}~{digest}."
+    limit, start = NAME_MAX - room - len(digest) - 3, ""  # '.', '~' and '.' around it
+    for char in name:  # whole characters: a UTF-8 sequence cut in two is no valid name on macOS
+        if len(os.fsencode(start + char)) > limit:
+            break
+        start += char
+    return f".{start}~{digest}."
 
 
 def _target(path: str | Path) -> Path:
@@ -102,6 +106,8 @@ def _is_stream(path: str | Path) -> bool:
 
 def check_output_file(path: str | Path, flag: str = "--output") -> None:
     """Refuse, before any work, an output file path that is a folder or lies under a file."""
+    if _is_stream(path):  # a device or a pipe is written into, whatever its folder's permissions (/dev/null)
+        return
     if Path(path).is_dir():
         raise GraphDocError(f"{flag} {path} is a folder; name a file")
     try:

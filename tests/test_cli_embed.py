@@ -307,6 +307,31 @@ def test_a_run_goes_on_with_its_model_moved_to_another_folder(tiny_bert: Path, t
     assert given == [f"doc{i}" for i in range(saved, 9)]
 
 
+def test_a_run_saved_by_an_earlier_graphdoc_goes_on(tiny_bert: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    """Its state names the model by folder, without the architecture fingerprint: the same run, gone on from (it
+    was removed as 'another model's', and everything embedded again)."""
+    import argparse
+
+    from graphdoc.cli import embed as embed_command
+
+    records = [{"_id": f"doc{i}", "text": f"Document number {i} has a sentence."} for i in range(9)]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records)
+    monkeypatch.setattr(embed_command, "SAVE_EVERY", 3)
+    stop_after(monkeypatch, 3)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2") != 0
+    state_file = tmp_path / "emb.npy.partial" / "state.json"
+    state = json.loads(state_file.read_text(encoding="utf-8"))
+    model = GraphDocEncoder.from_pretrained(str(tiny_bert))
+    now, earlier = embed_command._run_identities(argparse.Namespace(corpus=corpus, normalize=False), model)
+    assert state["run"] == now and earlier["model"]["path"] == str(tiny_bert) and "architecture" not in earlier["model"]
+    state_file.write_text(json.dumps({**state, "run": earlier}), encoding="utf-8")  # as written before
+    given = stop_after(monkeypatch, 100)
+    capsys.readouterr()
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2", quiet=False) == 0
+    assert f"going on after the {state['documents']} documents embedded before" in capsys.readouterr().err
+    assert given == [f"doc{i}" for i in range(state["documents"], 9)]
+
+
 def test_a_run_that_fails_after_another_runs_save_never_takes_its_rows(tiny_bert: Path, tmp_path: Path,
                                                                        monkeypatch, capsys) -> None:
     from graphdoc.cli import embed as embed_command

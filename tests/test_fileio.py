@@ -314,3 +314,5 @@ def test_names_near_the_file_name_limit_are_written_replaced_and_locked(tmp_path
     (tmp_path / f"{prefix}abcd1234.tmp").write_text("killed")  # as a killed write leaves it
     assert [p.name for p in remove_stale_temporaries(tmp_path, name)] == [f"{prefix}abcd1234.tmp"]
     assert hidden_prefix("short.trec") == ".short.trec."
+    cut = hidden_prefix("a" + "é" * 127)  # cut between whole characters: valid UTF-8 (macOS refuses other names)
+    assert os.fsencode(cut).decode("utf-8") == cut and len(os.fsencode(cut)) + 16 <= 255

@@ -281,3 +281,13 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_model_loads(docs
     assert predict(tmp_path / "nomodel", docs, tmp_path / "ro" / "p.jsonl") == 1  # (root passes chmod 0555)
     assert error_line(capsys) == (f"graphdoc predict: error: --output {tmp_path / 'ro' / 'p.jsonl'}: cannot write "
                                   f"in {tmp_path / 'ro'}")
+
+
+def test_predictions_into_a_device_need_no_writable_folder(classifier_dir, docs, monkeypatch):
+    """/dev is not a user's to write in, but /dev/null is written into, never replaced."""
+    import os
+
+    from graphdoc import fileio
+
+    monkeypatch.setattr(fileio.os, "access", lambda path, mode: os.fspath(path) != "/dev")
+    assert predict(classifier_dir, docs, "/dev/null") == 0

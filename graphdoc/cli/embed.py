@@ -51,14 +51,16 @@ class Partial:
     identity, corpus and its state, ``--normalize``) and how many chunks and documents are saved. A chunk is
     written before the state that counts it, so a crash between the two leaves a chunk no state counts."""
 
-    def __init__(self, output: Path, run: dict) -> None:
+    def __init__(self, output: Path, run: dict, earlier: dict | None = None) -> None:
+        """``earlier``: the same run as graphdoc named it before (its model by folder, not architecture), also
+        gone on from."""
         self.folder, self.run = partial_path(output), run
         self.chunks, self.ids = 0, []
         if not self.folder.exists():
             return
         state = self._state()
         try:
-            if state is not None and state.get("run") == run:
+            if state is not None and state.get("run") in (run, earlier or run):
                 for chunk in range(state["chunks"]):
                     self.ids += (self.folder / f"ids-{chunk:06d}.txt").read_text(encoding="utf-8").splitlines()
                 self.chunks = state["chunks"]
@@ -114,15 +116,14 @@ def run(args: argparse.Namespace) -> int:
                             f"(NAME.partial, {NAME_MAX} bytes at most): shorten it")
     check_outside_corpus(args.corpus, ids_path(args.output), "--output's ids file", "it")
     documents = read_corpus(args.corpus, stats=ReadStats())  # a missing or unknown corpus fails here, at once
-    model = load_model(args)
-    with file_lock(args.output):  # one run at a time writes FILE.npy and FILE.npy.partial/
-        return _embed(args, documents, model)
+    with file_lock(args.output):  # one run at a time writes FILE.npy and FILE.npy.partial/ (checked before loading)
+        return _embed(args, documents, load_model(args))
 
 
 def _embed(args: argparse.Namespace, documents, model) -> int:
     from graphdoc.corpus import ReadStats, read_corpus
 
-    partial = Partial(args.output, _run_identity(args, model))
+    partial = Partial(args.output, *_run_identities(args, model))
     done = partial.ids
     ids: list[str] = []  # this session's, since the last save
     rows: list[np.ndarray] = []
@@ -185,15 +186,18 @@ class _Restart(Exception):
         self.position, self.found, self.saved = position, found, saved
 
 
-def _run_identity(args: argparse.Namespace, model) -> dict:
-    """What decides the rows of a run, as JSON values: the model's identity, the corpus and its state, --normalize."""
+def _run_identities(args: argparse.Namespace, model) -> tuple[dict, dict]:
+    """What decides the rows of a run, as JSON values: the model's identity, the corpus and its state, --normalize;
+    and the same as an earlier graphdoc wrote it (the model by its folder and weights), whose saved part goes on."""
     from graphdoc.corpus import source_key
     from graphdoc.fingerprint import architecture_fingerprint
     from graphdoc.retrieval.manifest import model_identity
     from graphdoc.retrieval.progress import corpus_state
 
+    recorded = model_identity(model)
     # the model by what computes its vectors, not where it was read from: a folder moved or copied goes on
-    identity = {key: value for key, value in model_identity(model).items() if key not in ("path", "name")}
+    identity = {key: value for key, value in recorded.items() if key not in ("path", "name")}
     identity["architecture"] = architecture_fingerprint(model.passage_encoder.model.config)
-    return json.loads(json.dumps({"model": identity, "corpus": source_key(args.corpus),
-                                  "corpus_state": corpus_state(args.corpus), "normalize": bool(args.normalize)}))
+    rest = {"corpus": source_key(args.corpus), "corpus_state": corpus_state(args.corpus),
+            "normalize": bool(args.normalize)}
+    return json.loads(json.dumps({"model": identity, **rest})), json.loads(json.dumps({"model": recorded, **rest}))
