@@ -56,11 +56,8 @@ def hidden_prefix(name: str, room: int = 16) -> str:
     if len(os.fsencode(prefix)) + room <= NAME_MAX:
         return prefix
     digest = hashlib.blake2b(os.fsencode(name), digest_size=4).hexdigest()
-    limit, start = NAME_MAX - room - len(digest) - 3, ""  # '.', '~' and '.' around it
-    for char in name:  # whole characters: a UTF-8 sequence cut in two is no valid name on macOS
-        if len(os.fsencode(start + char)) > limit:
-            break
-        start += char
+    # '.', '~' and '.' around it; whole characters (a UTF-8 sequence cut in two is no valid name on macOS)
+    start = os.fsencode(name)[:NAME_MAX - room - len(digest) - 3].decode("utf-8", "ignore")
     return f".{start}~{digest}."
 
 
@@ -319,9 +316,9 @@ def remove_stale_temporaries(folder: str | Path, name: str | None = None) -> lis
 
     Call it only where no other process is writing them (a run's own folder, at its start).
     """
-    folder = Path(folder)
-    stale = [p for p in folder.iterdir() if _STALE.match(p.name) and (name is None or p.name.startswith(hidden_prefix(name)))
-             ] if folder.is_dir() else []
+    folder, prefix = Path(folder), "" if name is None else hidden_prefix(name)
+    stale = [p for p in folder.iterdir() if _STALE.match(p.name) and p.name.startswith(prefix)] \
+        if folder.is_dir() else []
     for path in stale:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)

@@ -60,7 +60,7 @@ class Partial:
             return
         state = self._state()
         try:
-            if state is not None and state.get("run") in (run, earlier or run):
+            if state is not None and state.get("run") in (run, earlier):
                 for chunk in range(state["chunks"]):
                     self.ids += (self.folder / f"ids-{chunk:06d}.txt").read_text(encoding="utf-8").splitlines()
                 self.chunks = state["chunks"]

@@ -345,10 +345,9 @@ def _check_missing_weights(name_or_path: str, model: nn.Module, missing) -> None
     params = dict(model.named_parameters(remove_duplicate=False))
     loaded = {t.data_ptr() for name, t in params.items() if name not in missing}
     missing = sorted(name for name in missing if name not in params or params[name].data_ptr() not in loaded)
-    if missing and all(name.startswith("pooler.") for name in missing) and getattr(model, "pooler", None) is not None:
+    if missing and all(name.startswith("pooler.") for name in missing):  # (its weights: it is model.pooler)
         model.pooler = None  # (BERT-style models skip a pooler that is None)
         return
-    missing = [name for name in missing if not name.startswith("pooler.")]
     if missing:
         shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
         raise ModelLoadError(f"cannot load {name_or_path!r}: its weights file lacks {len(missing)} of the "

@@ -25,7 +25,7 @@ def prepare_vectors(vectors: np.ndarray, metric: str) -> np.ndarray:
     if metric == "cosine":
         with np.errstate(over="ignore"):
             norms = np.linalg.norm(out, axis=1, keepdims=True)
-        big = np.isinf(norms[:, 0]) & np.isfinite(out).all(axis=1)
+        big = np.isinf(norms[:, 0])
         if big.any():  # a float32 sum of squares overflows past ~1e19: those rows' norms in float64
             norms[big] = np.linalg.norm(out[big].astype(np.float64), axis=1, keepdims=True)
         out = out / np.maximum(norms, 1e-12)

@@ -18,7 +18,7 @@ from graphdoc.config import check_count
 from graphdoc.errors import DamagedIndexError, GraphDocError
 from graphdoc.retrieval.bm25 import BM25Index
 from graphdoc.retrieval.dense import prepare_vectors
-from graphdoc.fileio import UnreadableFileError, reading
+from graphdoc.fileio import UnreadableFileError, hidden_prefix, reading
 from graphdoc.retrieval.dense_searcher import DenseSearcher, DenseSettings
 from graphdoc.retrieval.docstore import DocStore, offsets_path
 from graphdoc.retrieval.finalize import FINAL_DIR, read_build
@@ -386,7 +386,7 @@ def _wait_for_swap(index_dir: Path) -> bool:
     final = index_dir / FINAL_DIR
     deadline = time.monotonic() + SWAP_WAIT_S
     while not final.is_dir():
-        aside = sorted(index_dir.glob(f".{FINAL_DIR}.old-*"))
+        aside = sorted(index_dir.glob(f"{hidden_prefix(FINAL_DIR)}old-*"))  # as atomic_directory names it
         if not aside:
             return final.is_dir()  # (the swap may have ended, and its old build gone, since the last look)
         if time.monotonic() > deadline:
