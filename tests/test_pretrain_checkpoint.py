@@ -327,3 +327,31 @@ def test_a_run_with_no_vector_encoded_leaves_no_passage_cache(tiny_bert, tmp_pat
     with pytest.raises(GraphDocError):
         pretrain(corpus, tmp_path / "run", setup, device="cpu")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_failed_run_leaves_what_another_run_wrote_into_the_cache_folder_it_made(tiny_bert, tmp_path, monkeypatch):
+    """A failed run removed the whole --cache-dir it made while a second run was writing into it: the second run's
+    encoder.json vanished and its next shard had no folder. Now only folders with no vectors go, and a run whose
+    folder went makes it again when it writes vectors."""
+    from graphdoc.encoder import GraphDocEncoder
+    from graphdoc.training.cache import PassageVectorCache
+    from graphdoc.training.trainer import Trainer
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    cache = tmp_path / "shared-cache"
+    setup = tiny_setup(tiny_bert, frozen_encoder=True, checkpoint_every=100, max_steps=2, cache_dir=cache)
+    encoder = GraphDocEncoder.from_pretrained(tiny_bert, device="cpu").passage_encoder
+    other = {}
+
+    def broken(self, batch):  # a second run opens the cache while this one runs
+        other["cache"] = PassageVectorCache(cache, encoder, shard_size=1)
+        raise GraphDocError("corpus.jsonl:3: invalid JSON")
+
+    monkeypatch.setattr(Trainer, "_train_step", broken)
+    with pytest.raises(GraphDocError, match="invalid JSON"):
+        pretrain(corpus, tmp_path / "run", setup, device="cpu")
+    assert not (tmp_path / "run").exists()
+    other["cache"].encode(encoder.tokenize(["graph attention networks"]))  # its next shard
+    folder = other["cache"].folder
+    assert folder.parent == cache and (folder / "encoder.json").is_file()
+    assert len(list(folder.glob("vectors-*.npy"))) == 1

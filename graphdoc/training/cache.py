@@ -15,6 +15,7 @@ Layout (plain files, no pickle; shards are append-only and safe to share between
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -70,6 +71,24 @@ def _legacy_key(identity: dict, encoder: PassageEncoder) -> str:
     return _key({**old, "model": encoder.config.model_name_or_path})
 
 
+def discard_empty_cache(root: str | Path) -> None:
+    """Remove a cache folder ``root`` that a failed run made, as far as it holds no vectors: an encoder folder
+    with nothing but its ``encoder.json``, then ``root`` itself if that left it empty. Another run sharing
+    ``root`` keeps every vector it wrote (and makes its folder again for the next; see
+    :meth:`PassageVectorCache.flush`)."""
+    root = Path(root)
+    if not root.is_dir() or root.is_symlink():
+        return
+    for folder in root.iterdir():
+        if folder.is_dir() and not folder.is_symlink() and [p.name for p in folder.iterdir()] == ["encoder.json"]:
+            with contextlib.suppress(FileNotFoundError):
+                (folder / "encoder.json").unlink()
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    with contextlib.suppress(OSError):
+        root.rmdir()
+
+
 def passage_key(token_ids: Sequence[int]) -> str:
     """A 128-bit hash of a passage's encoder input (its token ids)."""
     return hashlib.blake2b(np.asarray(token_ids, dtype=np.int64).tobytes(), digest_size=16).hexdigest()
@@ -97,19 +116,25 @@ class PassageVectorCache:
         self._index: dict[str, tuple[int, int]] = {}  # passage key -> (shard, row)
         self._pending: dict[str, np.ndarray] = {}
         self._loaded: set[str] = set()
-        self._open(identity)
+        self._identity = identity
+        self._open()
 
     def __len__(self) -> int:
         return len(self._index) + len(self._pending)
 
-    def _open(self, identity: dict) -> None:
+    def _open(self) -> None:
+        self._make_folder()
+        self.refresh()
+        logger.info("passage cache %s: %d vectors", self.folder, len(self._index))
+
+    def _make_folder(self) -> None:
+        """The cache folder and its ``encoder.json``, made again if a failed run sharing ``root`` removed them
+        before this one wrote a shard (see :func:`discard_empty_cache`)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         info = self.folder / "encoder.json"
         if not info.is_file():
             with atomic_write(info, "w", encoding="utf-8") as handle:
-                json.dump(identity, handle, indent=2)
-        self.refresh()
-        logger.info("passage cache %s: %d vectors", self.folder, len(self._index))
+                json.dump(self._identity, handle, indent=2)
 
     def refresh(self) -> None:
         """Load the shards written since the last look (e.g. by other training processes)."""
@@ -163,6 +188,7 @@ class PassageVectorCache:
             return
         keys = list(self._pending)
         vectors = np.stack([self._pending[k] for k in keys]).astype(np.float32)
+        self._make_folder()
         name = f"vectors-{uuid.uuid4().hex[:16]}"
         with atomic_write(self.folder / f"{name}.npy", "wb") as handle:
             np.save(handle, vectors, allow_pickle=False)

@@ -20,7 +20,7 @@ from graphdoc.fileio import LOCK_NAME, check_output_folder
 from graphdoc.serialization import is_graphdoc_model
 from graphdoc.training import checkpoint as ckpt
 from graphdoc.training import data
-from graphdoc.training.cache import CACHE_NAME, cache_folder
+from graphdoc.training.cache import CACHE_NAME, cache_folder, discard_empty_cache
 from graphdoc.training.config import PretrainSetup
 from graphdoc.training.distributed import DistContext
 from graphdoc.training.metrics import LOG_NAME
@@ -173,8 +173,8 @@ class RunFolder:
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
-        if self.made_cache_dir and cache is None and Path(self.cfg.cache_dir).is_dir():
-            shutil.rmtree(self.cfg.cache_dir)
+        if self.made_cache_dir and cache is None:
+            discard_empty_cache(self.cfg.cache_dir)  # not what another run sharing it wrote
 
     def _cache_with_vectors(self) -> Path | None:
         """The run's passage cache folder when it holds vectors (hours of encoding on a large corpus: an error or a
