@@ -63,9 +63,10 @@ def is_graphdoc_model(path: Path) -> bool:
     if not config.is_file():
         return False
     try:
-        return "graphdoc_version" in json.loads(config.read_text(encoding="utf-8"))
+        data = json.loads(config.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
         return False
+    return isinstance(data, dict) and "graphdoc_version" in data
 
 
 def check_save_target(path: str | Path) -> None:

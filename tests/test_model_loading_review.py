@@ -76,12 +76,17 @@ def test_a_tokenizer_past_the_embedding_table_is_one_error_line(tiny_bert: Path,
         model.encode(["graph attention networks read long documents"])
 
 
-@pytest.mark.parametrize("text", ["[1, 2]", "{not json"])
+@pytest.mark.parametrize("text", ["[1, 2]", "{not json", '["graphdoc_version"]', '"graphdoc_version"'])
 def test_a_config_json_that_is_not_an_object_is_one_error_line(tiny_bert: Path, tmp_path: Path, text: str) -> None:
+    """(A list or string holding "graphdoc_version" was taken for a saved graphdoc model: AttributeError.)"""
+    import graphdoc
+
     folder = copy_of(tiny_bert, tmp_path)
     (folder / "config.json").write_text(text)
-    with pytest.raises(ModelLoadError, match=f"^cannot load local folder {str(folder)!r}: "):
-        GraphDocEncoder.from_pretrained(str(folder), device="cpu")
+    for load in (lambda: GraphDocEncoder.from_pretrained(str(folder), device="cpu"),
+                 lambda: graphdoc.load_model(str(folder), device="cpu")):
+        with pytest.raises(ModelLoadError, match=f"^cannot load local folder {str(folder)!r}: "):
+            load()
 
 
 def test_graph_weights_of_another_shape_are_one_error_line(tiny_bert: Path, tmp_path: Path) -> None:
@@ -147,3 +152,28 @@ def test_a_config_whose_sizes_are_not_the_weights_is_one_error(tiny_bert: Path, 
         GraphDocEncoder.from_pretrained(str(folder), device="cpu")
     assert str(info.value) == (f"cannot load local folder {str(folder)!r}: its weights do not have the sizes its "
                                "config.json gives (the config or the weights file is another model's)")
+
+
+@pytest.mark.parametrize("model_type", ["evilbert", "bert"])
+def test_a_model_folder_with_its_own_code_is_refused_and_the_code_not_run(tiny_bert: Path, tmp_path: Path,
+                                                                        monkeypatch, model_type) -> None:
+    """transformers asked "Do you wish to run the custom code? [y/N]" and, answered y, imported the folder's
+    Python file: a downloaded model folder ran its code."""
+    folder = copy_of(tiny_bert, tmp_path)
+    ran = tmp_path / "ran"
+    (folder / "evil.py").write_text(f"import pathlib\npathlib.Path({str(ran)!r}).write_text('x')\n"
+                                    "from transformers import BertConfig, BertModel\n"
+                                    "class Cfg(BertConfig):\n    model_type = 'evilbert'\n"
+                                    "class Model(BertModel):\n    config_class = Cfg\n", encoding="utf-8")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config.update(model_type=model_type, auto_map={"AutoConfig": "evil.Cfg", "AutoModel": "evil.Model"})
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("y\ny\n"))  # as a user answering the prompt
+    if model_type == "bert":  # transformers' own class: the code is not needed, and not run
+        GraphDocEncoder.from_pretrained(str(folder), device="cpu")
+    else:
+        with pytest.raises(ModelLoadError) as info:
+            GraphDocEncoder.from_pretrained(str(folder), device="cpu")
+        assert str(info.value) == (f"cannot load {str(folder)!r}: it needs its own Python code (auto_map in its "
+                                   "config), which graphdoc does not run; use a model transformers supports itself")
+    assert not ran.exists()

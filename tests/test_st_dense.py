@@ -147,6 +147,21 @@ def test_a_broken_dense_module_is_one_error_line(dense_folder: Path, tmp_path: P
         graphdoc.load_model(str(folder))
 
 
+@pytest.mark.parametrize("kind", ["Pooling", "Dense"])
+@pytest.mark.parametrize("outside", ["../../elsewhere", "/tmp/elsewhere"])
+def test_a_module_path_leaving_the_model_folder_is_refused(dense_folder: Path, tmp_path: Path, kind, outside):
+    """modules.json paths were followed anywhere: a downloaded folder could have settings read from outside."""
+    folder, _ = dense_copy(dense_folder, tmp_path)
+    listed = json.loads((folder / "modules.json").read_text())
+    module = next(m for m in listed if m["type"].endswith(kind))
+    module["path"] = outside
+    (folder / "modules.json").write_text(json.dumps(listed))
+    with pytest.raises(ModelLoadError) as info:
+        graphdoc.load_model(str(folder))
+    assert str(info.value) == (f"{folder / 'modules.json'}: the {module['type']} module's path {outside!r} leaves "
+                               "the model folder")
+
+
 def test_dense_modules_that_do_not_chain_are_refused(dense_folder: Path, tmp_path: Path) -> None:
     folder, _ = dense_copy(dense_folder, tmp_path)
     save_file({"linear.weight": torch.zeros(16, 20)}, str(folder / "3_Dense" / "model.safetensors"))

@@ -97,7 +97,7 @@ class PassageEncoder(nn.Module):
         _check_local_path(name_or_path)
         try:
             with no_transformers_bar():
-                tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+                tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
                 model = _load_encoder(name_or_path)
         except (OSError, ValueError, SafetensorError) as exc:
             raise ModelLoadError(_load_error(name_or_path, exc)) from None
@@ -315,7 +315,7 @@ def _load_encoder(name_or_path: str) -> nn.Module:
     import transformers
     from transformers import AutoConfig, AutoModel
 
-    model_config = AutoConfig.from_pretrained(name_or_path)
+    model_config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)
     # (a T5 encoder saved alone, as sentence-transformers saves it, has is_encoder_decoder false)
     encoder_class = ENCODER_ONLY_CLASSES.get(model_config.model_type)
     if encoder_class is not None:
@@ -328,6 +328,7 @@ def _load_encoder(name_or_path: str) -> nn.Module:
                              f"({', '.join(sorted(ENCODER_ONLY_CLASSES))}), whose encoder graphdoc runs alone")
     try:
         model, info = loader.from_pretrained(name_or_path, use_safetensors=True, output_loading_info=True,
+                                             trust_remote_code=False,
                                              **full_precision())
     except RuntimeError as exc:
         if "mismatched" not in str(exc):
@@ -441,6 +442,9 @@ def _load_error(name_or_path: str, exc: BaseException) -> str:
     path = Path(name_or_path)
     if not path.exists() and _is_path_name(name_or_path):
         return f"no model folder at {name_or_path}"
+    if "trust_remote_code" in str(exc) or "contains custom code" in str(exc):
+        return (f"cannot load {name_or_path!r}: it needs its own Python code (auto_map in its config), which "
+                "graphdoc does not run; use a model transformers supports itself")
     if path.exists():  # a folder with a config.json (see _check_local_path): its files are damaged
         return f"cannot load local folder {name_or_path!r}: {_first_line(exc)}"
     return (f"cannot load Hugging Face hub model {name_or_path!r}: {_first_line(exc)} "

@@ -9,6 +9,7 @@ unset settings from them and writes them back when it saves.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,7 @@ def read_settings(folder: Path) -> dict:
         if kind.endswith("Pooling"):
             if not isinstance(module.get("path"), str):
                 raise ModelLoadError(f"{modules_file}: the {kind} module has no 'path'")
+            _check_inside(module, modules_file)
             pooling_file = folder / module["path"] / "config.json"
             pooling_config = _read_json(pooling_file, dict, modules_file)
             modes = _st_pooling_modes(pooling_file, pooling_config)
@@ -125,11 +127,21 @@ def read_settings(folder: Path) -> dict:
     return settings
 
 
+def _check_inside(module: dict, modules_file: Path) -> None:
+    """Refuse a module ``path`` that leaves the model folder (absolute, or with ``..``): a downloaded folder's
+    settings are read from that folder only."""
+    path = module["path"]
+    if os.path.isabs(path) or ".." in Path(path).parts or (os.altsep and os.altsep in path):
+        raise ModelLoadError(f"{modules_file}: the {module.get('type')} module's path {path!r} leaves the model "
+                             "folder")
+
+
 def _applied_dense(folder: Path, module: dict, settings: dict, modules_file: Path) -> bool:
     """Whether graphdoc applies this ``Dense`` module: one on the pooled vector, after the pooling and before any
     normalisation (the order graphdoc computes in); any other is named as not applied."""
     if not isinstance(module.get("path"), str) or not module["path"]:
         raise ModelLoadError(f"{modules_file}: the {module.get('type')} module has no 'path'")
+    _check_inside(module, modules_file)
     pooled = "pooling" in settings or "concatenated" in settings
     return (pooled and not settings.get("normalize")
             and st_dense.applies_to_pooled_vector(st_dense.read_config(folder / module["path"])))

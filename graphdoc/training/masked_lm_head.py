@@ -55,7 +55,7 @@ class MaskedLMHead(nn.Module):
                     mlm, missing = AutoModelForMaskedLM.from_config(encoder.model.config), set()
                 else:
                     with no_transformers_bar():
-                        mlm, info = AutoModelForMaskedLM.from_pretrained(str(source), output_loading_info=True,
+                        mlm, info = AutoModelForMaskedLM.from_pretrained(str(source), output_loading_info=True, trust_remote_code=False,
                                                                          use_safetensors=True, **full_precision())
                     missing = set(info["missing_keys"])
             except (OSError, ValueError) as exc:
