@@ -154,10 +154,11 @@ def reading(path: Path) -> Iterator[None]:
         yield
     except UnreadableFileError:
         raise
-    except (OSError, EOFError, ValueError, RuntimeError, KeyError, IndexError, GraphDocError) as exc:
+    except (OSError, EOFError, ValueError, RuntimeError, KeyError, IndexError, TypeError, AttributeError,
+            GraphDocError) as exc:  # (the last two: JSON of other types than the reader takes, e.g. bm25s')
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
         reason = reason.rsplit(" Error: ", 1)[-1]  # FAISS prefixes the C++ function's signature
-        raise UnreadableFileError(path, reason if len(reason) <= 120 else reason[:117] + "...") from exc
+        raise UnreadableFileError(path, reason if len(reason) <= 240 else reason[:237] + "...") from exc
 
 
 def replacing(path: str | Path) -> str:

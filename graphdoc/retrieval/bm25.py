@@ -349,6 +349,8 @@ def _read_meta(path: Path) -> dict[str, Any]:
         raise InputError(f"{file}: not a {FORMAT} index (format={meta.get('format') if isinstance(meta, dict) else None!r})")
     if meta.get("format_version") != FORMAT_VERSION:
         raise InputError(f"{file}: unsupported format_version {meta.get('format_version')!r}; expected {FORMAT_VERSION}")
+    if type(meta.get("num_docs")) is not int or not isinstance(meta.get("config"), dict):
+        raise InputError(f"{file}: num_docs must be an integer and config a JSON object")
     return meta
 
 

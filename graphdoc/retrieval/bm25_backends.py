@@ -48,6 +48,7 @@ class BM25sBackend:
     def __init__(self, retriever) -> None:
         self.retriever = retriever
         self.num_docs = int(retriever.scores["num_docs"])
+        self.path: Path | None = None  # the folder it was loaded from
 
     @classmethod
     def build(cls, corpus: TermIds, config: BM25Config) -> BM25sBackend:
@@ -62,6 +63,13 @@ class BM25sBackend:
         return cls(retriever)
 
     def scores(self, query_tokens: list[str]) -> np.ndarray:
+        try:
+            return self._scores(query_tokens)
+        except (IndexError, ValueError) as exc:  # a term's column past the matrix, a row past the documents
+            raise InputError(f"BM25 index {self.path} is damaged: its score matrix does not fit its vocabulary or "
+                             f"its documents ({_first_line(exc)}); rebuild the index") from None
+
+    def _scores(self, query_tokens: list[str]) -> np.ndarray:
         ids = np.asarray(self.retriever.get_tokens_ids(query_tokens), dtype=np.int64)  # unknown terms are dropped
         scores = self.retriever.get_scores_from_ids(ids)
         if self.retriever.nonoccurrence_array is not None:
@@ -85,7 +93,36 @@ class BM25sBackend:
     def load(cls, path: Path, config: BM25Config, mmap: bool) -> BM25sBackend:
         bm25s = import_backend_module("bm25s", "bm25s")
         retriever = bm25s.BM25.load(path, mmap=mmap, allow_pickle=False, show_progress=False)
-        return cls(retriever)
+        _check_matrix(path, retriever)
+        backend = cls(retriever)
+        backend.path = path
+        return backend
+
+
+def _check_matrix(path: Path, retriever) -> None:
+    """Refuse bm25s files that do not fit together (of a damaged or hand-edited index): term ids that are not
+    columns of the score matrix, column pointers that do not match its stored scores, a document count that is
+    not one. (Row numbers, one per stored score, are not scanned: a search names them if they are wrong.)"""
+    scores, vocab = retriever.scores, retriever.vocab_dict
+    data, indices, indptr, num_docs = (scores.get(k) for k in ("data", "indices", "indptr", "num_docs"))
+    problem = None
+    if not isinstance(vocab, dict) or any(type(v) is not int for v in vocab.values()):
+        problem = "its vocabulary is not a mapping of terms to integer ids"
+    elif type(num_docs) is not int or num_docs < 0:
+        problem = f"num_docs is {num_docs!r}, not a count"
+    elif any(getattr(a, "ndim", None) != 1 for a in (data, indices, indptr)) or len(indptr) == 0 or indptr[0] != 0:
+        problem = "its score matrix arrays are not a sparse matrix"
+    elif not len(data) == len(indices) == int(indptr[-1]) or np.any(np.diff(indptr) < 0):
+        problem = (f"its score matrix has {len(data)} scores and {len(indices)} rows, and its column pointers end at "
+                   f"{int(indptr[-1])}")
+    elif vocab and not (0 <= min(vocab.values()) and max(vocab.values()) < len(indptr) - 1):
+        problem = f"its vocabulary has term ids outside the {len(indptr) - 1} columns of its score matrix"
+    if problem is not None:
+        raise InputError(f"damaged BM25 files: {problem}")  # (the index around them names the folder)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 class RankBM25Backend:

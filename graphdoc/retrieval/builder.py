@@ -184,14 +184,27 @@ def search_defaults(model) -> tuple[FusionConfig, DenseSettings, str]:
 
 
 def remove_orphans(index_dir: Path, manifest: Manifest) -> None:
-    """Delete shard folders (and temporary folders) a crash left that the manifest does not list."""
+    """Delete shard folders (and temporary folders) a crash left that the manifest does not list; first refuse a
+    ``shards/`` or ``final/`` that is a link (what it points to is not the index's to replace or delete) and a
+    listed shard that is missing (a damaged index loses nothing more)."""
+    for name in ("shards", FINAL_DIR):
+        if (index_dir / name).is_symlink():
+            raise GraphDocError(f"index {index_dir}: {name}/ is a symbolic link, and graphdoc writes an index only "
+                                "inside its folder: copy the index without links to add to it")
     shards = index_dir / "shards"
+    missing = [name for name in manifest.shards if not (shards / name).is_dir() or (shards / name).is_symlink()]
+    if missing:
+        raise GraphDocError(f"index {index_dir} is damaged: shard {missing[0]}, which its manifest lists, is not a "
+                            f"folder in {shards} (nothing was changed)")
     if not shards.is_dir():
         return
     for entry in shards.iterdir():
         if entry.name not in manifest.shards:
             logger.info("removing incomplete shard %s left by an interrupted run", entry.name)
-            shutil.rmtree(entry, ignore_errors=True)
+            if entry.is_symlink() or not entry.is_dir():
+                entry.unlink()
+            else:
+                shutil.rmtree(entry, ignore_errors=True)
 
 
 def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, settings: IndexSettings | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -77,6 +78,7 @@ class Manifest:
             raise GraphDocError(f"{path}: unreadable manifest ({exc})") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise GraphDocError(f"{path}: not a graphdoc index manifest")
+        _check_type(path, "format_version", data.get("format_version", 0), int)
         if data.get("format_version", 0) > FORMAT_VERSION:
             raise GraphDocError(f"{path}: index format {data['format_version']} is newer than this "
                                 f"graphdoc understands ({FORMAT_VERSION}); upgrade graphdoc")
@@ -86,6 +88,7 @@ class Manifest:
         sources = data.get("sources", [])
         for source in sources if isinstance(sources, list) else [None]:
             _check_fields(path, SourceProgress, source, "sources[].")
+        _check_values(path, data)
         data["sources"] = [SourceProgress(**s) for s in sources]
         for source in data["sources"]:  # kept as typed before graphdoc wrote parts as I/N (" 1/2", "01/2")
             try:
@@ -95,6 +98,7 @@ class Manifest:
         from graphdoc.retrieval.bm25 import with_legacy_terms  # (bm25s is imported only when used)
 
         data["bm25"] = with_legacy_terms(data.get("bm25", {}))  # an index built before BM25 had "terms"
+        _check_settings(path, data)
         data["format_version"] = FORMAT_VERSION  # as it is saved again: with the fields of this format
         encoder = data["model"].get("passage_encoder") if isinstance(data["model"], dict) else None
         if isinstance(encoder, dict):  # an index built before a setting existed was built without it
@@ -129,6 +133,70 @@ def part_number(part: str) -> int:
 def normal_part(part: str) -> str:
     """A part as manifests keep it: ``" 01/2"`` -> ``"1/2"``."""
     return f"{part_number(part)}/{split_of(part)}"
+
+
+#: the name of a shard folder in ``shards/`` (``00000``, ``00001``, ...): nothing a manifest names leaves the folder
+SHARD_NAME = re.compile(r"\d{5,}")
+#: the JSON type of each manifest field (``None`` allowed where the field's default is ``None``)
+_TYPES = {"model": dict, "dimension": int, "metric": str, "faiss_factory": str, "bm25": dict, "fusion": dict,
+          "dense": dict, "store_passages": bool, "shards": list, "sources": list, "counts": dict, "finalized": bool,
+          "created": str, "graphdoc_version": str, "format": str, "format_version": int}
+_SOURCE_TYPES = {"corpus": str, "part": str, "documents_read": int, "complete": bool, "state": (list, type(None)),
+                 "shards": (list, type(None))}
+_MODEL_TYPES = {"name": (str, type(None)), "path": (str, type(None)), "fingerprint": (str, type(None)),
+                "chunker": dict, "passage_encoder": dict, "graph": dict}
+
+
+def _check_type(path: Path, name: str, value: Any, kind: type | tuple[type, ...]) -> None:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        wanted = " or ".join(_JSON_NAMES[k] for k in kinds)
+        raise GraphDocError(f"{path}: {name} must be {wanted}; got {json.dumps(value)[:80]}")
+
+
+_JSON_NAMES = {dict: "a JSON object", list: "a list", str: "a string", int: "an integer", float: "a number",
+               bool: "true or false", type(None): "null"}
+
+
+def _check_values(path: Path, data: dict[str, Any]) -> None:
+    """Refuse, naming the field, a manifest value of the wrong JSON type, a count below zero, or a shard name that
+    is not one (``../x`` would read, and an add delete, outside the index folder): a hand-edited or damaged
+    manifest is one error line before anything is read or removed."""
+    for name, kind in _TYPES.items():
+        if name in data:
+            _check_type(path, name, data[name], kind)
+    for name, kind in _MODEL_TYPES.items():
+        if name in data["model"]:
+            _check_type(path, f"model.{name}", data["model"][name], kind)
+    if data["dimension"] < 1:
+        raise GraphDocError(f"{path}: dimension must be at least 1; got {data['dimension']}")
+    for name, count in data.get("counts", {}).items():
+        _check_type(path, f"counts.{name}", count, (int, float))
+    shard_lists = [("shards", data.get("shards", []))]
+    for source in data.get("sources", []):
+        for name, kind in _SOURCE_TYPES.items():
+            if name in source:
+                _check_type(path, f"sources[].{name}", source[name], kind)
+        if source.get("documents_read", 0) < 0:
+            raise GraphDocError(f"{path}: sources[].documents_read must not be negative")
+        shard_lists.append(("sources[].shards", source.get("shards") or []))
+    for name, shards in shard_lists:
+        for shard in shards:
+            if not isinstance(shard, str) or not SHARD_NAME.fullmatch(shard):
+                raise GraphDocError(f"{path}: {name} holds {json.dumps(shard)[:80]}, not a shard name (00000, 00001, "
+                                    "...)")
+
+
+def _check_settings(path: Path, data: dict[str, Any]) -> None:
+    """Refuse BM25, dense or fusion settings that would fail when the index is searched or added to."""
+    for name, make in (("bm25", lambda d: _settings_class("BM25Config").from_dict(d)),
+                       ("dense", lambda d: _settings_class("DenseSettings")(**d)),
+                       ("fusion", lambda d: _settings_class("FusionConfig").from_dict(d))):
+        if data.get(name):
+            try:
+                make(data[name])
+            except (GraphDocError, TypeError, ValueError) as exc:
+                raise GraphDocError(f"{path}: its {name} settings are not usable ({exc})") from None
 
 
 def _settings_class(name: str) -> type:
