@@ -210,6 +210,12 @@ def test_an_index_of_a_fine_tuned_ranker_scores_as_it_was_trained(tiny_bert, tmp
     assert (manifest["dense"], manifest["fusion"]["alpha"], manifest["metric"]) == ({"passage_weight": 0.7}, 0.3, "ip")
     assert main([*index, "--index-dir", str(tmp_path / "cos"), "--metric", "cosine"]) == 0  # a flag still wins
     assert json.loads((tmp_path / "cos" / "manifest.json").read_text())["metric"] == "cosine"
+    err = capsys.readouterr().err  # (the log named the model's metric, ip, not the index's)
+    assert "searching as the model was fine-tuned: passage_weight 0.7, weighted fusion alpha 0.3 (minmax), cosine" \
+        in err
+    assert main([*index, "--index-dir", str(tmp_path / "nopass"), "--no-passages"]) == 0
+    assert ("the model was fine-tuned to score with passage_weight 0.7, but --no-passages keeps no passage vectors: "
+            "dense search scores by the document vector alone") in capsys.readouterr().err
     assert main(["-q", "index", "--corpus", str(files["corpus"]), "--model", str(tiny_bert), "--index-dir",
                  str(tmp_path / "plain")]) == 0
     plain = json.loads((tmp_path / "plain" / "manifest.json").read_text())

@@ -177,3 +177,14 @@ def test_a_model_folder_with_its_own_code_is_refused_and_the_code_not_run(tiny_b
         assert str(info.value) == (f"cannot load {str(folder)!r}: it needs its own Python code (auto_map in its "
                                    "config), which graphdoc does not run; use a model transformers supports itself")
     assert not ran.exists()
+
+
+def test_a_config_value_of_the_wrong_type_is_one_error_line(tiny_bert: Path, tmp_path: Path) -> None:
+    """transformers' own check of config.json values (StrictDataclassFieldValidationError) was a traceback."""
+    folder = copy_of(tiny_bert, tmp_path)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    (folder / "config.json").write_text(json.dumps({**config, "hidden_size": "32"}), encoding="utf-8")
+    with pytest.raises(ModelLoadError) as info:
+        GraphDocEncoder.from_pretrained(str(folder), device="cpu")
+    assert str(info.value) == (f"cannot load local folder {str(folder)!r}: Validation error for field 'hidden_size': "
+                               "TypeError: Field 'hidden_size' expected int, got str (value: '32')")

@@ -91,6 +91,7 @@ class PassageEncoder(nn.Module):
     @classmethod
     def load(cls, name_or_path: str, config: PassageEncoderConfig) -> "PassageEncoder":
         """Load a Hugging Face encoder and tokenizer; unset pooling settings come from the checkpoint."""
+        from huggingface_hub.errors import StrictDataclassError
         from safetensors import SafetensorError
         from transformers import AutoTokenizer
 
@@ -99,7 +100,7 @@ class PassageEncoder(nn.Module):
             with no_transformers_bar():
                 tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
                 model = _load_encoder(name_or_path)
-        except (OSError, ValueError, SafetensorError) as exc:
+        except (OSError, ValueError, SafetensorError, StrictDataclassError) as exc:  # (the last: config.json values)
             raise ModelLoadError(_load_error(name_or_path, exc)) from None
         rows = embedding_rows(model)
         if rows is not None and len(tokenizer) * 10 < rows:  # transformers makes a tokenizer of its special tokens
@@ -465,5 +466,8 @@ def _is_path_name(name: str) -> bool:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    """The first line of an error's words, and the next when the first ends in a colon (what it introduces)."""
+    text = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not text:
+        return type(exc).__name__
+    return f"{text[0]} {text[1]}" if text[0].endswith(":") and len(text) > 1 else text[0]

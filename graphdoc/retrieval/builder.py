@@ -158,6 +158,14 @@ def _new_manifest(model, identity: dict, settings: IndexSettings) -> Manifest:
 
     new_faiss_index(settings.faiss_factory or "Flat", model.dimension)
     fusion, dense, metric = search_defaults(model)
+    if getattr(model, "search_defaults", None):
+        if not settings.store_passages and dense.passage_weight > 0:
+            logger.warning("the model was fine-tuned to score with passage_weight %s, but --no-passages keeps no "
+                           "passage vectors: dense search scores by the document vector alone",
+                           dense.passage_weight)
+        logger.info("searching as the model was fine-tuned: passage_weight %s, %s fusion alpha %s (%s), %s",
+                    dense.passage_weight, fusion.method, fusion.alpha, fusion.normalization,
+                    settings.metric or metric)
     return Manifest(model=identity, dimension=model.dimension, metric=settings.metric or metric,
                     faiss_factory=settings.faiss_factory or "Flat", bm25=(settings.bm25 or BM25Config()).resolved().to_dict(),
                     store_passages=settings.store_passages, graphdoc_version=__version__,
@@ -177,9 +185,6 @@ def search_defaults(model) -> tuple[FusionConfig, DenseSettings, str]:
     except (GraphDocError, TypeError, AttributeError) as exc:
         raise GraphDocError(f"model {getattr(model, 'name_or_path', '?')}: its saved search settings are not "
                             f"usable ({exc})") from None
-    if saved:
-        logger.info("searching as the model was fine-tuned: passage_weight %s, %s fusion alpha %s (%s), %s",
-                    dense.passage_weight, fusion.method, fusion.alpha, fusion.normalization, metric)
     return fusion, dense, metric
 
 
