@@ -164,11 +164,11 @@ def test_missing_path_and_unknown_format(tmp_path):
     with pytest.raises(InputError, match=r"nowhere\.jsonl: no such file or folder, and not a named corpus "
                                          r"\(accepted: .*JSON lines.*MediaWiki.*robust04"):
         read_corpus(tmp_path / "nowhere.jsonl")
-    (tmp_path / "table.csv").write_text("a,b\n")
-    with pytest.raises(InputError, match=r"table\.csv: unknown corpus format \(accepted: a BEIR folder"):
-        read_corpus(tmp_path / "table.csv")
+    (tmp_path / "table.parquet").write_text("a,b\n")
+    with pytest.raises(InputError, match=r"table\.parquet: unknown corpus format \(accepted: a BEIR folder"):
+        read_corpus(tmp_path / "table.parquet")
     with pytest.raises(InputError, match=r"unknown queries format"):
-        read_queries(tmp_path / "table.csv")
+        read_queries(tmp_path / "table.parquet")
 
 
 def test_a_missing_path_close_to_a_named_corpus_or_a_file_beside_it_is_suggested(tmp_path):

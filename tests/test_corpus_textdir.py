@@ -92,4 +92,26 @@ def test_data_files_in_a_folder_are_named_not_silently_left_out(tmp_path, caplog
     assert [d.id for d in docs] == ["README"]
     assert [r.getMessage() for r in caplog.records] == [
         f"{folder}: read its 1 .markdown/.md/.txt file(s), not its 2 data file(s) (part-0001.jsonl, "
-        "part-0002.jsonl.gz): give a data file as the corpus itself to read it"]
+        "part-0002.jsonl.gz): give a data file as the corpus itself to read it",
+        f"{folder}: read its 1 .markdown/.md/.txt file(s), not its 1 other file(s) (logo.png): graphdoc reads no "
+        "other kind in a folder (convert them to text, or to JSON lines or CSV)"]
+
+
+def test_other_files_in_a_folder_are_named_not_silently_left_out(tmp_path, caplog):
+    """A folder of .md, .html and .pdf files read the .md ones and said nothing of the others."""
+    import logging
+
+    folder = tmp_path / "mydocs"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "page.html").write_text("<p>hi</p>", encoding="utf-8")
+    (folder / "sub" / "doc.rst").write_text("Title\n=====\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"^.*mydocs: folder has no \.markdown/\.md/\.txt files \(and no "
+                       r"corpus\.jsonl\[\.gz\] of a BEIR folder\); it holds 2 other file\(s\) \(page\.html, "
+                       r"sub/doc\.rst\), which graphdoc does not read$"):
+        list(read_corpus(folder))
+    (folder / "notes.md").write_text("Some notes.\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="graphdoc"):
+        assert [d.id for d in read_corpus(folder)] == ["notes"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{folder}: read its 1 .markdown/.md/.txt file(s), not its 2 other file(s) (page.html, sub/doc.rst): "
+        "graphdoc reads no other kind in a folder (convert them to text, or to JSON lines or CSV)"]

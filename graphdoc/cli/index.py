@@ -14,8 +14,8 @@ from graphdoc.errors import GraphDocError
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("index", help="index a corpus for dense, BM25 and hybrid search", description=__doc__)
-    parser.add_argument("--corpus", required=True, help="a local corpus (JSON lines, BEIR folder, text "
-                        "folder, MediaWiki dump) or a dataset name (msmarco-document, robust04, wikir/en59k, ...)")
+    parser.add_argument("--corpus", required=True, help="a local corpus (JSON lines, CSV/TSV, BEIR folder, "
+                        "text folder, MediaWiki dump) or a dataset name (msmarco-document, robust04, wikir/en59k, ...)")
     parser.add_argument("--index-dir", required=True, type=Path)
     parser.add_argument("--faiss-factory", default=None, metavar="STR",
                         help="FAISS index_factory string (default Flat: exact inner product), e.g. HNSW32; "

@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("pretrain", help="pretrain a model contrastively on unlabelled documents",
                             description=__doc__)
     parser.add_argument("--corpus", required=True, action="append", metavar="PATH_OR_NAME",
-                        help="JSON lines, BEIR folder, text folder, MediaWiki dump or a named corpus such as "
+                        help="JSON lines, CSV/TSV, BEIR folder, text folder, MediaWiki dump or a named corpus such as "
                              "openwebtext; repeat to read several in turn")
     parser.add_argument("--output", required=True, metavar="DIR",
                         help="run folder: checkpoints, log.csv, and the trained model in DIR/model")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from graphdoc.errors import InputError
-from graphdoc.corpus import beir, jsonl, mediawiki, textdir, trec
+from graphdoc.corpus import beir, jsonl, mediawiki, table, textdir, trec
 from graphdoc.corpus.files import check_not_utf16, first_line, has_suffix
 from graphdoc.corpus.named import NAMED_CORPORA
 
@@ -53,6 +53,8 @@ CORPUS_FORMATS = (
            jsonl.read_jsonl_corpus),
     Format("text", "a .txt/.md/.markdown file", textdir.is_text_file, textdir.read_single_text_file),
     Format("mediawiki", "a MediaWiki XML dump (.xml, .xml.bz2)", _suffix(*XML_SUFFIXES), mediawiki.read_mediawiki),
+    Format("table", "CSV or TSV with a header line naming id and text columns (.csv/.tsv, plain or .gz/.bz2/.xz)",
+           _suffix(*table.CSV_SUFFIXES, *table.TSV_SUFFIXES), table.read_table_corpus),
 )
 
 #: Query formats, tried in order.

@@ -23,7 +23,7 @@ TEXT_FILE_TYPES: dict[str, tuple[Callable[[str], list[Section]], Callable[[str],
 
 
 #: Names of files that hold a corpus of their own, which a folder corpus does not read (it says so).
-DATA_SUFFIXES = (".jsonl", ".json", ".xml", ".tsv", ".csv", ".parquet", ".gz", ".bz2", ".xz", ".zip", ".tar")
+DATA_SUFFIXES = (".jsonl", ".json", ".xml", ".tsv", ".csv", ".gz", ".bz2", ".xz")
 
 
 def is_text_file(path: Path) -> bool:
@@ -46,13 +46,13 @@ def read_folders(folder: Path) -> list[str]:
     return _walk(folder)[2]
 
 
-def _walk(folder: Path) -> tuple[list[Path], list[Path], list[str], list[Path]]:
-    """``(text files, broken links, resolved folders walked, data files)`` under ``folder``, all but the folders
-    sorted by relative path; hidden ones left out. Data files (:data:`DATA_SUFFIXES`: JSON lines, XML dumps,
-    archives...) are not read, and are listed to say so."""
+def _walk(folder: Path) -> tuple[list[Path], list[Path], list[str], list[Path], list[Path]]:
+    """``(text files, broken links, resolved folders walked, data files, other files)`` under ``folder``, all
+    but the folders sorted by relative path; hidden ones left out. Data files (:data:`DATA_SUFFIXES`: JSON lines,
+    CSV, XML dumps...) and other files (HTML, PDF, ...) are not read, and are listed to say so."""
     root = os.path.realpath(folder)
     found: dict[Path, str] = {}  # path -> resolved path
-    broken, walked, data = [], set(), []
+    broken, walked, data, other = [], set(), [], []
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
         real = os.path.realpath(dirpath)
         through_link = real != os.path.normpath(os.path.join(root, os.path.relpath(dirpath, folder)))
@@ -71,8 +71,10 @@ def _walk(folder: Path) -> tuple[list[Path], list[Path], list[str], list[Path]]:
                 broken.append(path)
             elif name.lower().endswith(DATA_SUFFIXES):
                 data.append(path)
+            else:
+                other.append(path)
     return (_once_each(folder, root, found), _by_relative_path(folder, broken), sorted(walked),
-            _by_relative_path(folder, data))
+            _by_relative_path(folder, data), _by_relative_path(folder, other))
 
 
 def _by_relative_path(folder: Path, paths: Iterable[Path]) -> list[Path]:
@@ -134,22 +136,24 @@ def read_text_folder(folder: Path) -> Iterator[Document]:
     Broken links, and data files (JSON lines, dumps: read when given as the corpus, not in a folder), are named in
     a warning when the folder has been read to the end (or in the error if it holds no text file).
     """
-    files, broken, _, data = _walk(folder)
+    files, broken, _, data, other = _walk(folder)
     if not files:
         _warn_broken(folder, broken)
-        held = f"; it holds {_data_files(folder, data)}: give one as the corpus itself" if data else ""
+        held = f"; it holds {_data_files(folder, data)}: give one as the corpus itself" if data else \
+            (f"; it holds {_data_files(folder, other, 'other')}, which graphdoc does not read" if other else "")
         raise InputError(f"{folder}: folder has no {'/'.join(sorted(TEXT_FILE_TYPES))} files "
                          f"(and no corpus.jsonl[.gz] of a BEIR folder){held}")
-    return _read_files(folder, files, broken, data)
+    return _read_files(folder, files, broken, data, other)
 
 
-def _data_files(folder: Path, data: list[Path]) -> str:
+def _data_files(folder: Path, data: list[Path], kind: str = "data") -> str:
     """``"N data file(s) (a few names)"``."""
     shown = ", ".join(p.relative_to(folder).as_posix() for p in data[:3]) + (", ..." if len(data) > 3 else "")
-    return f"{len(data)} data file(s) ({shown})"
+    return f"{len(data)} {kind} file(s) ({shown})"
 
 
-def _read_files(folder: Path, files: list[Path], broken: list[Path], data: list[Path]) -> Iterator[Document]:
+def _read_files(folder: Path, files: list[Path], broken: list[Path], data: list[Path],
+                other: list[Path]) -> Iterator[Document]:
     first_file: dict[str, Path] = {}
     for path in files:
         doc_id = file_id(path, path.relative_to(folder).with_suffix("").as_posix())
@@ -161,6 +165,10 @@ def _read_files(folder: Path, files: list[Path], broken: list[Path], data: list[
     if data:
         logger.warning("%s: read its %d %s file(s), not its %s: give a data file as the corpus itself to read it",
                        folder, len(files), "/".join(sorted(TEXT_FILE_TYPES)), _data_files(folder, data))
+    if other:
+        logger.warning("%s: read its %d %s file(s), not its %s: graphdoc reads no other kind in a folder (convert "
+                       "them to text, or to JSON lines or CSV)", folder, len(files), "/".join(sorted(TEXT_FILE_TYPES)),
+                       _data_files(folder, other, "other"))
 
 
 def _warn_broken(folder: Path, broken: list[Path]) -> None:
