@@ -576,3 +576,14 @@ def test_an_index_from_before_bm25_terms_keeps_bm25s_terms_when_documents_are_ad
     build_index(model, str(tmp_path / "b.jsonl"), tmp_path / "idx", IndexSettings(bm25=BM25Config()))
     with pytest.raises(GraphDocError, match=r"has bm25\.terms='bm25s'; cannot change it to 'unicode'"):
         build_index(model, str(tmp_path / "b.jsonl"), tmp_path / "idx", IndexSettings(bm25=BM25Config(terms="unicode")))
+
+
+@pytest.mark.parametrize(("factory", "message"), [
+    ("HNSW0", "HNSW0 needs M (links per node) of at least 2"),  # FAISS aborted the process
+    ("HNSW1", "HNSW1 needs M (links per node) of at least 2"),  # a segmentation fault
+    ("IVF0,Flat", "IVF0 needs a list count of at least 1"),  # "nprobe must be at least 1", and a folder left
+])
+def test_a_faiss_factory_faiss_would_crash_on_is_refused_before_encoding(corpus, model_dir, tmp_path, capsys,
+                                                                         monkeypatch, factory, message) -> None:
+    assert refused_before_encoding(corpus, model_dir, tmp_path, capsys, monkeypatch, factory) == (
+        f"graphdoc index: error: bad FAISS index_factory string {factory!r}: {message}")

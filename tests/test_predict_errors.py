@@ -79,7 +79,14 @@ def broken_copy(classifier_dir: Path, tmp_path: Path, file: str, content: bytes)
     ("labels.json", b'["a", "b", "c"]', "labels.json lists 3 labels; {dir}/head_config.json has num_classes 2"),
     ("head_config.json", b'{"in_channels": 32, "num_classes": 2, "dropout": 0.0, "max_passages": 0}',
      "head_config.json: max_passages must be a positive integer or null; got 0"),
-], ids=["garbage-weights", "invalid-json", "not-a-list", "more-labels-than-outputs", "bad-max-passages"])
+    # (a traceback at the first batch; "labels.json lists 2 labels; ... num_classes None")
+    ("head_config.json", b'{"in_channels": 32, "num_classes": 2, "dropout": 5, "max_passages": 16}',
+     "head_config.json: dropout must be a number from 0 to below 1; got 5"),
+    ("head_config.json", b'{"in_channels": 32, "num_classes": 2, "dropout": "x", "max_passages": 16}',
+     "head_config.json: dropout must be a number from 0 to below 1; got 'x'"),
+    ("head_config.json", b'[]', "head_config.json: not a JSON object"),
+], ids=["garbage-weights", "invalid-json", "not-a-list", "more-labels-than-outputs", "bad-max-passages",
+        "dropout-5", "dropout-string", "head-not-an-object"])
 def test_broken_classifier_files_are_one_line(file, content, problem, classifier_dir, docs, tmp_path, capsys):
     folder = broken_copy(classifier_dir, tmp_path, file, content)
     (tmp_path / "p.jsonl").write_text(KEPT)

@@ -81,8 +81,11 @@ def test_counts_are_summed_as_ir_measures_sums_them():
 
 @pytest.mark.parametrize("name, reason", [("alpha_nDCG@10", "no installed ir_measures provider computes it"),
                                           ("RBP(p=0.8)", "no installed ir_measures provider computes it"),
-                                          ("INST", "invalid param max_rel=(not given)")])
+                                          ("INST", "invalid param max_rel=(not given)"),
+                                          # (a traceback: pytrec_eval's TypeError)
+                                          ("AP(rel=0)", "Argument relevance_level should be positive.")])
 def test_a_measure_that_cannot_be_computed_is_one_line_before_any_run(name, reason):
+    """(and a parameter out of range, for AP(rel=0): a TypeError traceback)"""
     from graphdoc.retrieval.evaluation import check_computable
 
     measures = parse_measures([name])  # ir_measures names it
@@ -191,3 +194,13 @@ def test_format_markdown_table():
         "| bm25 | 0.662 | 0.876 |\n"
         "| hybrid-rrf | 0.700 | - |"
     )
+
+
+@pytest.mark.parametrize("name", ["nDCG(rel=2)@10", "P(foo=1)@5"])
+def test_a_measure_with_a_parameter_ir_measures_does_not_know_is_one_line(name):
+    """ir_measures parsed it, then failed with KeyError wherever it was named (a traceback in eval, search --qrels,
+    tune-fusion and a ranking fine-tuning's eval_measure)."""
+    key = re.search(r"\((\w+)=", name).group(1)
+    with pytest.raises(GraphDocError, match=rf"^measure {re.escape(repr(name))} has no parameter '{key}'; use "
+                                            r"ir_measures names such as nDCG@10, "):
+        parse_measures([name])

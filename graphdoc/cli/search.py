@@ -19,10 +19,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("query", nargs="?", help="one query (or use --queries)")
     parser.add_argument("--queries", help="queries file, BEIR folder or dataset name")
     parser.add_argument("--split", default=None, help="with a BEIR folder: only queries judged in this split")
-    parser.add_argument("--mode", choices=("dense", "bm25", "hybrid"), default="hybrid")
-    parser.add_argument("--fusion", choices=("weighted", "rrf"), default=None, help="default: the index's")
-    parser.add_argument("--alpha", type=float, default=None, help="dense weight for weighted fusion")
-    parser.add_argument("--normalization", choices=("minmax", "zscore", "none"), default=None)
+    parser.add_argument("--mode", choices=("dense", "bm25", "hybrid"), default="hybrid",
+                        help="default hybrid: dense and BM25 scores fused")
+    parser.add_argument("--fusion", choices=("weighted", "rrf"), default=None,
+                        help="default: the index's (weighted for a new index, or as tune-fusion --save or a "
+                             "fine-tuned model set it)")
+    parser.add_argument("--alpha", type=float, default=None,
+                        help="dense weight for weighted fusion, 0 to 1 (default: the index's; 0.6 for a new index)")
+    parser.add_argument("--normalization", choices=("minmax", "zscore", "none"), default=None,
+                        help="how weighted fusion scales each retriever's scores before adding them (default: the "
+                             "index's; zscore for a new index, so hybrid scores can be above 1 or below 0)")
     parser.add_argument("-k", type=int, default=None, help="results per query (default 10 for one query, 100 for many)")
     parser.add_argument("--output", type=Path, help="with --queries: write the run to this TREC file (-: print "
                         "it; without --output or --qrels the run is printed as TREC lines)")

@@ -117,7 +117,9 @@ class DocumentClassifier(nn.Module):
         head, labels = read_config_file(path / HEAD_CONFIG), read_config_file(path / LABELS)
         if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
             raise ModelLoadError(f"{path / LABELS}: not a JSON list of label strings")
-        num_classes = head.get("num_classes") if isinstance(head, dict) else None
+        if not isinstance(head, dict):
+            raise ModelLoadError(f"{path / HEAD_CONFIG}: not a JSON object")
+        num_classes = head.get("num_classes")
         if num_classes != len(labels):
             raise ModelLoadError(f"{path / LABELS} lists {len(labels)} labels; {path / HEAD_CONFIG} "
                                  f"has num_classes {num_classes!r}")
@@ -129,8 +131,10 @@ class DocumentClassifier(nn.Module):
         if max_passages is not None and not _positive_int(max_passages):
             raise ModelLoadError(f"{path / HEAD_CONFIG}: max_passages must be a positive integer or null; "
                                  f"got {max_passages!r}")
-        model = cls(load_model(str(path / ENCODER_DIR), device=device), labels, head.get("dropout", 0.0),
-                    max_passages)
+        dropout = head.get("dropout", 0.0)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ModelLoadError(f"{path / HEAD_CONFIG}: dropout must be a number from 0 to below 1; got {dropout!r}")
+        model = cls(load_model(str(path / ENCODER_DIR), device=device), labels, dropout, max_passages)
         try:
             model.head.load_state_dict(weights)
         except RuntimeError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -32,10 +33,20 @@ def prepare_vectors(vectors: np.ndarray, metric: str) -> np.ndarray:
     return out
 
 
+#: the smallest HNSW M (links per node) and IVF list count FAISS builds an index with (HNSW0 aborts the process,
+#: HNSW1 crashes it, IVF0 fails as "nprobe must be at least 1")
+_SMALLEST = {"HNSW": 2, "IVF": 1}
+_SMALLEST_WHAT = {"HNSW": "M (links per node)", "IVF": "a list count"}
+
+
 def new_faiss_index(factory: str, dimension: int):
     """An empty FAISS inner-product index; a string FAISS cannot parse is a :class:`GraphDocError`."""
     import faiss
 
+    for kind, number in re.findall(r"(HNSW|IVF)(\d+)", factory):  # FAISS aborts or crashes on these, later
+        if int(number) < _SMALLEST[kind]:
+            raise GraphDocError(f"bad FAISS index_factory string {factory!r}: {kind}{number} needs "
+                                f"{_SMALLEST_WHAT[kind]} of at least {_SMALLEST[kind]}")
     try:
         index = faiss.index_factory(dimension, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:

@@ -48,6 +48,11 @@ def parse_measures(names: str | Iterable[Any]) -> list[Any]:
             measure = ir_measures.parse_measure(name)
         except (NameError, ValueError, TypeError, SyntaxError) as err:
             raise GraphDocError(f"unknown measure {name!r}; use ir_measures names such as {_EXAMPLES}") from err
+        try:
+            str(measure)  # ir_measures names a measure by its parameters: one it does not know fails there
+        except KeyError as err:
+            raise GraphDocError(f"measure {name!r} has no parameter {err.args[0]!r}; use ir_measures names such as "
+                                f"{_EXAMPLES}") from None
         measures.append(_check_cutoff(measure))
     if not measures:
         raise GraphDocError(f"no measures given; use ir_measures names such as {_EXAMPLES}")
@@ -67,9 +72,9 @@ def check_computable(measures: Sequence[Any]) -> None:
             # a numeric query id: gdeval.pl (ERR, nDCG with dcg='exp-log2') refuses any other
             with _captured_stderr():  # a failing tool's own lines: the error below says it in one
                 list(ir_measures.iter_calc([measure], {"1": {"d": 1}}, {"1": {"d": 1.0}}))
-        except _CALC_ERRORS as err:
-            raise GraphDocError(f"measure {str(measure)!r} cannot be computed here: {_reason(err)}; use ir_measures "
-                                f"names such as {_EXAMPLES}") from None
+        except (*_CALC_ERRORS, TypeError) as err:  # (TypeError: pytrec_eval's, for a parameter out of range)
+            raise GraphDocError(f"measure {str(measure)!r} cannot be computed here: {_reason(err)}; use "
+                                f"ir_measures names such as {_EXAMPLES}") from None
 
 
 def _reason(err: BaseException) -> str:
@@ -162,7 +167,7 @@ def evaluate_per_query(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEF
             with _captured_stderr() if gdeval else contextlib.nullcontext([""]) as captured:
                 for metric in ir_measures.iter_calc(parsed, qrels_plain, run_plain):
                     results[metric.query_id][str(metric.measure)] = float(metric.value)
-        except _CALC_ERRORS as err:  # (what check_computable finds first, for the commands)
+        except (*_CALC_ERRORS, TypeError) as err:  # (what check_computable finds first, for the commands)
             raise GraphDocError(f"ir_measures cannot compute {', '.join(names)}: {_reason(err)}") from None
         sys.stderr.write(captured[0])  # what the tools said, when they succeeded: not theirs to lose
     return results
