@@ -169,3 +169,13 @@ def test_bm25_rows_past_the_documents_are_one_error_line_when_searched(index, ca
     assert error_line(capsys, "search") == (
         f"graphdoc search: error: BM25 index {bm25} is damaged: its score matrix does not fit its vocabulary or its "
         "documents (index 1000000 is out of bounds for axis 0 with size 4); rebuild the index")
+
+
+def test_a_listed_shard_linked_from_elsewhere_is_read_and_kept(index, more, tmp_path, capsys) -> None:
+    """(review: the check for missing shards refused a listed shard that is a link to its folder)"""
+    elsewhere = tmp_path / "elsewhere-00000"
+    shutil.move(index / "shards" / "00000", elsewhere)
+    (index / "shards" / "00000").symlink_to(elsewhere)
+    before = tree(elsewhere)
+    assert cli("index", "--corpus", more, "--index-dir", index) == 0
+    assert tree(elsewhere) == before and manifest_json(index)["counts"]["documents"] == 6

@@ -25,10 +25,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="default: the index's (weighted for a new index, or as tune-fusion --save or a "
                              "fine-tuned model set it)")
     parser.add_argument("--alpha", type=float, default=None,
-                        help="dense weight for weighted fusion, 0 to 1 (default: the index's; 0.6 for a new index)")
+                        help="dense weight for weighted fusion, 0 to 1 (default: the index's: 0.6 for a new index, "
+                             "unless tune-fusion --save or a fine-tuned model set another)")
     parser.add_argument("--normalization", choices=("minmax", "zscore", "none"), default=None,
                         help="how weighted fusion scales each retriever's scores before adding them (default: the "
-                             "index's; zscore for a new index, so hybrid scores can be above 1 or below 0)")
+                             "index's: zscore for a new index, unless a fine-tuned model set another; with zscore, "
+                             "hybrid scores can be above 1 or below 0)")
     parser.add_argument("-k", type=int, default=None, help="results per query (default 10 for one query, 100 for many)")
     parser.add_argument("--output", type=Path, help="with --queries: write the run to this TREC file (-: print "
                         "it; without --output or --qrels the run is printed as TREC lines)")

@@ -4,12 +4,15 @@ The first line names the columns: an id column (``_id``, ``id``, ``docid``, ``do
 (``text``, ``contents``, ``body``), optionally ``title``; other columns go into the document's ``metadata``, as
 other fields of a JSON lines record do. A TSV file without such a header is ``id<TAB>text`` on every line (as
 MS MARCO's ``collection.tsv``). CSV fields follow the usual quoting (a quoted field may hold commas, quotes as
-``""`` and line breaks); TSV fields are taken as they are, with no quoting.
+``""`` and line breaks); TSV fields are taken as they are, with no quoting, unless the header's names are in
+double quotes (as R's ``write.table`` writes them): then quoting is read as in CSV.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -21,6 +24,10 @@ from graphdoc.errors import InputError
 _COMPRESSED = ("", ".gz", ".bz2", ".xz")
 CSV_SUFFIXES = tuple(".csv" + c for c in _COMPRESSED)
 TSV_SUFFIXES = tuple(".tsv" + c for c in _COMPRESSED)
+#: the column names matched whatever their case
+KNOWN_COLUMNS = (*ID_KEYS, *TEXT_KEYS, "title")
+#: what a column name looks like (a header line of two such is not an id<TAB>text document)
+COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: the longest field a row may hold, in characters: a whole long document (the csv module's default is 128 KiB)
 FIELD_LIMIT = 2**31 - 1
 
@@ -29,46 +36,62 @@ def read_table_corpus(path: Path) -> Iterator[Document]:
     """Yield the documents of a CSV or TSV file (see the module doc)."""
     tsv = has_suffix(path, *TSV_SUFFIXES)
     kind = "TSV" if tsv else "CSV"
-    lines = (line + "\n" for _, line in iter_lines(path, lone_cr=tsv))
-    dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tsv else {"strict": True}
-    reader = csv.reader(lines, **dialect)
     if csv.field_size_limit() < FIELD_LIMIT:
         csv.field_size_limit(FIELD_LIMIT)
+    where = [0]  # the line the reader has read up to
+
+    def lines() -> Iterator[str]:
+        for number, line in iter_lines(path, lone_cr=True):
+            where[0] = number
+            yield line + "\n"
+
+    source = lines()
+    first = next((line for line in source if line.strip()), None)
+    if first is None:
+        return
+    header_line = where[0]
+    header, quoted = _header(path, header_line, first, tsv)
+    dialect = {"strict": True} if not tsv else {"delimiter": "\t"} if quoted else \
+        {"delimiter": "\t", "quoting": csv.QUOTE_NONE}
+    reader = csv.reader(source if header is not None else itertools.chain([first], source), **dialect)
+    columns = header or ["id", "text"]  # a TSV of id<TAB>text lines, with no header
     ids = IdTracker(path, "document")
     try:
-        header = None
         for row in reader:
-            lineno = reader.line_num
+            lineno = where[0]
             if not any(cell.strip() for cell in row):
                 continue
-            if header is None:
-                header = _header(path, row, tsv)
-                if header is not None:
-                    continue
-                header = ["id", "text"]  # a TSV of id<TAB>text lines, with no header: this row is a document
-            if len(row) != len(header):
-                raise InputError(f"{path}:{lineno}: {len(row)} {kind} column(s), the header names {len(header)}"
+            if len(row) != len(columns):
+                names = (f"the header (line {header_line}) names {len(columns)}" if header is not None else
+                         "a TSV without a header has 2 (id<TAB>text)")
+                raise InputError(f"{path}:{lineno}: {len(row)} {kind} column(s); {names}"
                                  + ("" if tsv else " (a field holding a comma must be in double quotes)"))
             try:
-                doc = Document.from_dict(dict(zip(header, row)))
+                doc = Document.from_dict(dict(zip(columns, row)))
             except InputError as err:
                 raise InputError(f"{path}:{lineno}: {err}") from None
             ids.check(doc.id, lineno)
             yield doc
     except csv.Error as err:
-        raise InputError(f"{path}:{reader.line_num}: not valid {kind} ({err})") from None
+        raise InputError(f"{path}:{where[0]}: not valid {kind} ({err})") from None
 
 
-def _header(path: Path, row: list[str], tsv: bool) -> list[str] | None:
-    """The column names of a first line; ``None`` for a TSV file's first ``id<TAB>text`` document."""
-    names = [name.strip() for name in row]
+def _header(path: Path, lineno: int, line: str, tsv: bool) -> tuple[list[str] | None, bool]:
+    """The column names of the first line, and whether they were in double quotes (a TSV file written with
+    quoting, as R's ``write.table``: its fields are unquoted too); ``None`` for a TSV file's first ``id<TAB>text``
+    document. Known names are matched whatever their case (``ID``, ``Text``)."""
+    cells = next(csv.reader([line], delimiter="\t", quoting=csv.QUOTE_NONE) if tsv else csv.reader([line]))
+    cells = [cell.strip() for cell in cells]
+    quoted = tsv and all(len(cell) >= 2 and cell[0] == cell[-1] == '"' for cell in cells)
+    names = [cell[1:-1] if quoted else cell for cell in cells]
+    names = [name.lower() if name.lower() in KNOWN_COLUMNS else name for name in names]
     if any(name in ID_KEYS for name in names) and any(name in TEXT_KEYS for name in names):
         repeated = next((name for name in names if names.count(name) > 1), None)
         if repeated is not None:
-            raise InputError(f"{path}:1: the header names column {repeated!r} twice")
-        return names
-    if tsv and len(names) == 2:
-        return None
+            raise InputError(f"{path}:{lineno}: the header names column {repeated!r} twice")
+        return names, quoted
+    if tsv and len(names) == 2 and not all(COLUMN_NAME.fullmatch(name) for name in names):
+        return None, False  # a document: an id and a text, not two column names
     shown = ", ".join(repr(name) for name in names[:6]) + (", ..." if len(names) > 6 else "")
-    raise InputError(f"{path}:1: the first line must name the columns, among them an id ({', '.join(ID_KEYS)}) "
+    raise InputError(f"{path}:{lineno}: the first line must name the columns, among them an id ({', '.join(ID_KEYS)}) "
                      f"and a text ({', '.join(TEXT_KEYS)}); it holds {shown}")

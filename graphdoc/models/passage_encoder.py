@@ -91,7 +91,7 @@ class PassageEncoder(nn.Module):
     @classmethod
     def load(cls, name_or_path: str, config: PassageEncoderConfig) -> "PassageEncoder":
         """Load a Hugging Face encoder and tokenizer; unset pooling settings come from the checkpoint."""
-        from huggingface_hub.errors import StrictDataclassError
+        import huggingface_hub.errors
         from safetensors import SafetensorError
         from transformers import AutoTokenizer
 
@@ -100,7 +100,8 @@ class PassageEncoder(nn.Module):
             with no_transformers_bar():
                 tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
                 model = _load_encoder(name_or_path)
-        except (OSError, ValueError, SafetensorError, StrictDataclassError) as exc:  # (the last: config.json values)
+        # (the last: transformers' check of config.json values, with huggingface_hub 0.32 or later)
+        except (OSError, ValueError, SafetensorError, *_strict_dataclass_errors(huggingface_hub.errors)) as exc:
             raise ModelLoadError(_load_error(name_or_path, exc)) from None
         rows = embedding_rows(model)
         if rows is not None and len(tokenizer) * 10 < rows:  # transformers makes a tokenizer of its special tokens
@@ -436,6 +437,12 @@ def _word_prefix(text: str, end: int) -> str:
         if inside is not None and inside.start() > 0:
             end = inside.start()
     return text[:end].rstrip()
+
+
+def _strict_dataclass_errors(errors_module) -> tuple[type, ...]:
+    """huggingface_hub's ``StrictDataclassError``, where it has one (0.32 and later)."""
+    error = getattr(errors_module, "StrictDataclassError", None)
+    return (error,) if error is not None else ()
 
 
 def _load_error(name_or_path: str, exc: BaseException) -> str:

@@ -197,7 +197,7 @@ def remove_orphans(index_dir: Path, manifest: Manifest) -> None:
             raise GraphDocError(f"index {index_dir}: {name}/ is a symbolic link, and graphdoc writes an index only "
                                 "inside its folder: copy the index without links to add to it")
     shards = index_dir / "shards"
-    missing = [name for name in manifest.shards if not (shards / name).is_dir() or (shards / name).is_symlink()]
+    missing = [name for name in manifest.shards if not (shards / name).is_dir()]  # (a link to one is read, kept)
     if missing:
         raise GraphDocError(f"index {index_dir} is damaged: shard {missing[0]}, which its manifest lists, is not a "
                             f"folder in {shards} (nothing was changed)")

@@ -194,5 +194,6 @@ class PassageVectorCache:
             np.save(handle, vectors, allow_pickle=False)
         with atomic_write(self.folder / f"{name}.json", "w", encoding="utf-8") as handle:
             json.dump({"keys": keys}, handle)
+        self._make_folder()  # again: a failed run may have removed encoder.json as the shard was written
         self._load_shard(self.folder / f"{name}.json")
         self._pending.clear()
