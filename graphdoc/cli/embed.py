@@ -24,8 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("embed", help="embed every document of a corpus into a .npy file",
                             description=__doc__)
     parser.add_argument("--corpus", required=True, help="JSON lines (.jsonl or .json, plain or .gz/.bz2/.xz), "
-                        "CSV/TSV with a header, BEIR folder, folder of .txt/.md/.markdown files, MediaWiki dump (.xml[.bz2]), "
-                        "or corpus name")
+                        "CSV/TSV with a header, BEIR folder, folder of .txt/.md/.markdown files, MediaWiki dump "
+                        "(.xml[.bz2]), or corpus name")
     parser.add_argument("--output", required=True, type=Path, metavar="FILE.npy")
     parser.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
     add_model_arguments(parser)

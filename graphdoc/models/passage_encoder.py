@@ -330,8 +330,7 @@ def _load_encoder(name_or_path: str) -> nn.Module:
                              f"({', '.join(sorted(ENCODER_ONLY_CLASSES))}), whose encoder graphdoc runs alone")
     try:
         model, info = loader.from_pretrained(name_or_path, use_safetensors=True, output_loading_info=True,
-                                             trust_remote_code=False,
-                                             **full_precision())
+                                             trust_remote_code=False, **full_precision())
     except RuntimeError as exc:
         if "mismatched" not in str(exc):
             raise

@@ -67,7 +67,8 @@ class BM25sBackend:
             return self._scores(query_tokens)
         except (IndexError, ValueError) as exc:  # a term's column past the matrix, a row past the documents
             raise InputError(f"BM25 index {self.path} is damaged: its score matrix does not fit its vocabulary or "
-                             f"its documents ({_first_line(exc)}); rebuild the index") from None
+                             f"its documents ({(str(exc).strip().splitlines() or [type(exc).__name__])[0]}); "
+                             "rebuild the index") from None
 
     def _scores(self, query_tokens: list[str]) -> np.ndarray:
         ids = np.asarray(self.retriever.get_tokens_ids(query_tokens), dtype=np.int64)  # unknown terms are dropped
@@ -106,7 +107,7 @@ def _check_matrix(path: Path, retriever) -> None:
     scores, vocab = retriever.scores, retriever.vocab_dict
     data, indices, indptr, num_docs = (scores.get(k) for k in ("data", "indices", "indptr", "num_docs"))
     problem = None
-    if not isinstance(vocab, dict) or any(type(v) is not int for v in vocab.values()):
+    if not isinstance(vocab, dict) or set(map(type, vocab.values())) - {int}:
         problem = "its vocabulary is not a mapping of terms to integer ids"
     elif type(num_docs) is not int or num_docs < 0:
         problem = f"num_docs is {num_docs!r}, not a count"
@@ -119,10 +120,6 @@ def _check_matrix(path: Path, retriever) -> None:
         problem = f"its vocabulary has term ids outside the {len(indptr) - 1} columns of its score matrix"
     if problem is not None:
         raise InputError(f"damaged BM25 files: {problem}")  # (the index around them names the folder)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 class RankBM25Backend:

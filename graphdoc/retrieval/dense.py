@@ -35,8 +35,7 @@ def prepare_vectors(vectors: np.ndarray, metric: str) -> np.ndarray:
 
 #: the smallest HNSW M (links per node) and IVF list count FAISS builds an index with (HNSW0 aborts the process,
 #: HNSW1 crashes it, IVF0 fails as "nprobe must be at least 1")
-_SMALLEST = {"HNSW": 2, "IVF": 1}
-_SMALLEST_WHAT = {"HNSW": "M (links per node)", "IVF": "a list count"}
+_SMALLEST = {"HNSW": (2, "M (links per node)"), "IVF": (1, "a list count")}
 
 
 def new_faiss_index(factory: str, dimension: int):
@@ -44,9 +43,10 @@ def new_faiss_index(factory: str, dimension: int):
     import faiss
 
     for kind, number in re.findall(r"(HNSW|IVF)(\d+)", factory):  # FAISS aborts or crashes on these, later
-        if int(number) < _SMALLEST[kind]:
-            raise GraphDocError(f"bad FAISS index_factory string {factory!r}: {kind}{number} needs "
-                                f"{_SMALLEST_WHAT[kind]} of at least {_SMALLEST[kind]}")
+        smallest, what = _SMALLEST[kind]
+        if int(number) < smallest:
+            raise GraphDocError(f"bad FAISS index_factory string {factory!r}: {kind}{number} needs {what} of at "
+                                f"least {smallest}")
     try:
         index = faiss.index_factory(dimension, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:

@@ -145,6 +145,9 @@ _SOURCE_TYPES = {"corpus": str, "part": str, "documents_read": int, "complete": 
                  "shards": (list, type(None))}
 _MODEL_TYPES = {"name": (str, type(None)), "path": (str, type(None)), "fingerprint": (str, type(None)),
                 "chunker": dict, "passage_encoder": dict, "graph": dict}
+#: how a message names each JSON type
+_JSON_NAMES = {dict: "a JSON object", list: "a list", str: "a string", int: "an integer", float: "a number",
+               bool: "true or false", type(None): "null"}
 
 
 def _check_type(path: Path, name: str, value: Any, kind: type | tuple[type, ...]) -> None:
@@ -152,10 +155,6 @@ def _check_type(path: Path, name: str, value: Any, kind: type | tuple[type, ...]
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         wanted = " or ".join(_JSON_NAMES[k] for k in kinds)
         raise GraphDocError(f"{path}: {name} must be {wanted}; got {json.dumps(value)[:80]}")
-
-
-_JSON_NAMES = {dict: "a JSON object", list: "a list", str: "a string", int: "an integer", float: "a number",
-               bool: "true or false", type(None): "null"}
 
 
 def _check_values(path: Path, data: dict[str, Any]) -> None:

@@ -188,12 +188,11 @@ class PassageVectorCache:
             return
         keys = list(self._pending)
         vectors = np.stack([self._pending[k] for k in keys]).astype(np.float32)
-        self._make_folder()
         name = f"vectors-{uuid.uuid4().hex[:16]}"
         with atomic_write(self.folder / f"{name}.npy", "wb") as handle:
             np.save(handle, vectors, allow_pickle=False)
         with atomic_write(self.folder / f"{name}.json", "w", encoding="utf-8") as handle:
             json.dump({"keys": keys}, handle)
-        self._make_folder()  # again: a failed run may have removed encoder.json as the shard was written
+        self._make_folder()  # atomic_write made the folder if a failed run removed it: encoder.json too
         self._load_shard(self.folder / f"{name}.json")
         self._pending.clear()

@@ -173,8 +173,8 @@ class RunFolder:
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
-        if self.made_cache_dir and cache is None:
-            discard_empty_cache(self.cfg.cache_dir)  # not what another run sharing it wrote
+        if self.made_cache_dir:
+            discard_empty_cache(self.cfg.cache_dir)  # its folders without vectors: not what another run wrote
 
     def _cache_with_vectors(self) -> Path | None:
         """The run's passage cache folder when it holds vectors (hours of encoding on a large corpus: an error or a
