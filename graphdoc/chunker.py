@@ -3,7 +3,8 @@
 Sentences come from blingfire; passages never cross a section boundary. A word is a run of non-space
 characters, or one Chinese or Japanese character (those scripts put no spaces between words). A "sentence"
 longer than the limit (a list, a table, code: blingfire ends sentences at punctuation, not at line breaks) is
-cut at line breaks first, its lines packed like sentences, and a line longer than the limit is cut at words.
+cut at line breaks first, its lines packed like sentences, and a line longer than the limit is cut at words
+(its last run, if nothing joins it and it is under half the limit, shares the words of the run before it).
 Every word of every section lands in exactly one passage, in order, and each passage records its character
 offsets into the document text.
 
@@ -222,25 +223,41 @@ def sentence_word_spans(text: str, start: int = 0, end: int | None = None) -> li
 def _pack_sizes(sizes: Sequence[int], max_words: int) -> list[tuple[int, int]]:
     """Greedily pack consecutive units of the given sizes (in words) into runs of at most ``max_words`` words:
     whole units where they fit; a unit over the limit is cut into runs of ``max_words`` words, its last run left
-    open for what follows. Returns each run's ``[first, last)`` word index. Linear in the units."""
+    open for what follows. A last run that nothing joined and that is under half the limit (the "hosts." after
+    100 words of a 101-word sentence) shares the words of the run before it, so that neither is a stub.
+    Returns each run's ``[first, last)`` word index. Linear in the units."""
     groups: list[tuple[int, int]] = []
     first = length = position = 0
+    stub = False  # the open run is only the end of a cut unit
     for size in sizes:
         if length and length + size > max_words:
-            groups.append((first, first + length))
+            _close(groups, first, length, stub, max_words)
             length = 0
         if size > max_words:  # nothing is open here
             last = (size - 1) // max_words * max_words  # start of the last run (1 to max_words words)
             groups.extend((position + i, position + i + max_words) for i in range(0, last, max_words))
-            first, length = position + last, size - last
+            first, length, stub = position + last, size - last, True
         else:
             if not length:
                 first = position
             length += size
+            stub = False
         position += size
     if length:
-        groups.append((first, first + length))
+        _close(groups, first, length, stub, max_words)
     return groups
+
+
+def _close(groups: list[tuple[int, int]], first: int, length: int, stub: bool, max_words: int) -> None:
+    """Append the run ``[first, first + length)``; a stub under half the limit is evened out with the run before
+    it (a full run of the same cut unit), the first of the two taking the odd word."""
+    if not stub or 2 * length >= max_words:
+        groups.append((first, first + length))
+        return
+    start = groups[-1][0]
+    middle = start + (first + length - start + 1) // 2
+    groups[-1] = (start, middle)
+    groups.append((middle, first + length))
 
 
 def chunk_section(doc: Document, section_index: int, section: Section, max_words: int) -> list[Passage]:

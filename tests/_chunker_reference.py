@@ -46,21 +46,34 @@ def reference_units(text, sentences, max_words):
 
 def reference_pack(units, max_words):
     """Whole units up to ``max_words``; an over-long unit cut into runs of ``max_words`` words (quadratic: it
-    copied the rest each time, as the packing before the review did)."""
-    groups, current = [], []
+    copied the rest each time, as the packing before the review did). A cut unit's last run that nothing joined
+    and that is under half the limit is evened out with the run before it (stop 32)."""
+    groups, current, stub = [], [], False
+
+    def close():
+        if stub and 2 * len(current) < max_words:
+            words = groups.pop() + current
+            half = (len(words) + 1) // 2
+            groups.extend([words[:half], words[half:]])
+        else:
+            groups.append(current)
+
     for unit in units:
         if current and len(current) + len(unit) > max_words:
-            groups.append(current)
+            close()
             current = []
+        cut = False
         while len(unit) > max_words:
             if current:
-                groups.append(current)
+                close()
                 current = []
             groups.append(unit[:max_words])
             unit = unit[max_words:]
+            cut = True
+        stub = cut if not current else False
         current = current + unit
     if current:
-        groups.append(current)
+        close()
     return groups
 
 

@@ -124,7 +124,21 @@ def test_one_passage_when_everything_fits() -> None:
 def test_over_long_sentence_is_split_at_word_boundaries() -> None:
     text = " ".join(f"w{i}" for i in range(10)) + "."
     got = [p.text for p in chunk_document(Document("d", text), max_words=3)]
-    assert got == ["w0 w1 w2", "w3 w4 w5", "w6 w7 w8", "w9."]
+    assert got == ["w0 w1 w2", "w3 w4 w5", "w6 w7", "w8 w9."]  # no one-word stub: the last two runs share
+
+
+def test_a_sentence_just_over_the_limit_is_halved_not_left_with_a_stub() -> None:
+    sentence = " ".join(f"w{i}" for i in range(101)) + "."
+    alone = chunk_document(Document("d", sentence), max_words=100)
+    assert [len(p.text.split()) for p in alone] == [51, 50]  # before: 100 words, then "w100." alone
+    # a short sentence after it joins the open end, which is then no stub: the cut stays at 100 words
+    joined = chunk_document(Document("d", sentence + " Then a short one."), max_words=100)
+    assert [len(p.text.split()) for p in joined] == [100, 5]
+    # a long one after it does not fit: the stub is evened out, the next sentence is its own passage
+    nxt = "The " + " ".join(f"x{i}" for i in range(99)) + "."
+    following = chunk_document(Document("d", f"{sentence} {nxt}"), max_words=100)
+    assert [len(p.text.split()) for p in following] == [51, 50, 100]
+    assert "".join(p.text for p in following).replace(" ", "") == f"{sentence}{nxt}".replace(" ", "")
 
 
 def test_sections_restart_packing_and_carry_titles() -> None:
