@@ -23,10 +23,23 @@ def read_safetensors(path: Path) -> dict:
     from safetensors.torch import load_file
 
     try:
-        return load_file(str(path))
+        tensors = load_file(str(path))
     except (SafetensorError, OSError) as err:
         raise ModelLoadError(f"cannot read {path}: {str(err).strip() or type(err).__name__} "
                              "(the file is damaged or incomplete)") from None
+    check_finite(tensors.items(), path)
+    return tensors
+
+
+def check_finite(named_tensors: Iterable, where) -> None:
+    """Refuse weights holding NaN or infinite values (a run that diverged, or a damaged file): every vector the
+    model gave would be NaN, and FAISS and the evaluation would take them without a word."""
+    import torch
+
+    for name, tensor in named_tensors:
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ModelLoadError(f"{where}: weight {name} holds NaN or infinite values (a training run that "
+                                 "diverged, or a damaged file); its vectors would be NaN")
 
 
 def _umask() -> int:

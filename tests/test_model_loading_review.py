@@ -200,3 +200,49 @@ def test_models_load_with_a_huggingface_hub_that_has_no_strict_dataclass_error()
     assert _strict_dataclass_errors(types.SimpleNamespace()) == ()
     error = type("StrictDataclassError", (Exception,), {})
     assert _strict_dataclass_errors(types.SimpleNamespace(StrictDataclassError=error)) == (error,)
+
+
+def _poison(weights: Path, pick) -> str:
+    """Set one value of the first tensor ``pick`` accepts to NaN; its name."""
+    from safetensors.torch import save_file
+
+    tensors = load_file(weights)
+    name = next(k for k in sorted(tensors) if pick(k) and tensors[k].is_floating_point())
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, weights, metadata={"format": "pt"})
+    return name
+
+
+def test_encoder_weights_holding_nan_are_one_error_line_not_nan_vectors(tiny_bert: Path, tmp_path: Path) -> None:
+    """(stop 32: a folder whose weights held NaN loaded without a word, and every vector was NaN)"""
+    folder = copy_of(tiny_bert, tmp_path)
+    name = _poison(folder / "model.safetensors", lambda k: "attention" in k)
+    with pytest.raises(ModelLoadError) as info:
+        GraphDocEncoder.from_pretrained(str(folder), device="cpu")
+    shown = name.removeprefix("bert.")  # transformers names the parameters without the checkpoint's prefix
+    assert str(info.value) == (f"{folder}: weight {shown} holds NaN or infinite values (a training run that diverged, "
+                               "or a damaged file); its vectors would be NaN")
+
+
+def test_graph_weights_holding_inf_are_one_error_line(tiny_bert: Path, tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    saved = tmp_path / "saved"
+    GraphDocEncoder.from_pretrained(str(tiny_bert), device="cpu").save_pretrained(saved)
+    tensors = load_file(saved / "model.safetensors")
+    name = sorted(k for k in tensors if tensors[k].is_floating_point())[0]
+    tensors[name].view(-1)[-1] = float("-inf")
+    save_file(tensors, saved / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ModelLoadError) as info:
+        GraphDocEncoder.from_pretrained(saved, device="cpu")
+    assert str(info.value) == (f"{saved / 'model.safetensors'}: weight {name} holds NaN or infinite values (a "
+                               "training run that diverged, or a damaged file); its vectors would be NaN")
+
+
+def test_a_classifier_head_holding_nan_is_one_error_line(tiny_bert: Path, tmp_path: Path) -> None:
+    from graphdoc.finetune.classifier import DocumentClassifier
+
+    DocumentClassifier(GraphDocEncoder.from_pretrained(str(tiny_bert)), ["a", "b"]).save_pretrained(tmp_path / "m")
+    name = _poison(tmp_path / "m" / "head.safetensors", lambda k: True)
+    with pytest.raises(ModelLoadError, match=rf"^{tmp_path / 'm' / 'head.safetensors'}: weight {name} holds NaN"):
+        DocumentClassifier.from_pretrained(tmp_path / "m", device="cpu")

@@ -26,7 +26,7 @@ from torch import nn
 from graphdoc.config import check_count
 from graphdoc.documents import Document, as_document
 from graphdoc.errors import GraphDocError, ModelLoadError
-from graphdoc.fileio import atomic_directory, check_replaceable
+from graphdoc.fileio import atomic_directory, check_finite, check_replaceable
 from graphdoc.models.classification_head import ClassificationHead
 from graphdoc.modes import eval_mode
 
@@ -127,6 +127,7 @@ class DocumentClassifier(nn.Module):
             weights = load_file(str(path / HEAD_WEIGHTS))
         except (OSError, SafetensorError) as exc:
             raise ModelLoadError(f"{path / HEAD_WEIGHTS}: unreadable safetensors file ({exc})") from None
+        check_finite(weights.items(), path / HEAD_WEIGHTS)
         max_passages = head.get("max_passages")  # absent from folders saved before it was recorded
         if max_passages is not None and not _positive_int(max_passages):
             raise ModelLoadError(f"{path / HEAD_CONFIG}: max_passages must be a positive integer or null; "

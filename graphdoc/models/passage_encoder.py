@@ -16,6 +16,7 @@ from graphdoc.batching import token_budget_batches
 from graphdoc.config import MIN_SEQ_LENGTH, POOLING_MODES, PassageEncoderConfig
 from graphdoc.device import autocast
 from graphdoc.errors import GraphDocError, ModelLoadError
+from graphdoc.fileio import check_finite
 from graphdoc.models import st_dense, st_files
 from graphdoc.progress import no_transformers_bar
 
@@ -103,12 +104,15 @@ class PassageEncoder(nn.Module):
         # (the last: transformers' check of config.json values, with huggingface_hub 0.32 or later)
         except (OSError, ValueError, SafetensorError, *_strict_dataclass_errors(huggingface_hub.errors)) as exc:
             raise ModelLoadError(_load_error(name_or_path, exc)) from None
+        check_finite(model.named_parameters(), name_or_path)
         rows = embedding_rows(model)
         if rows is not None and len(tokenizer) * 10 < rows:  # transformers makes a tokenizer of its special tokens
             raise ModelLoadError(f"{name_or_path}: its tokenizer knows {len(tokenizer)} tokens, the model {rows}: "
                                  "its tokenizer files are missing or are not the model's")
         folder = st_files.settings_folder(name_or_path)
         resolved = resolve_settings(name_or_path, config, tokenizer, model.config, position_limit(model), folder)
+        if folder is not None and st_files.read_settings(folder).get("lower_case"):
+            st_files.lower_case_tokenizer(tokenizer, name_or_path)
         dense = st_files.dense_modules(folder, int(model.config.hidden_size)) if folder is not None else []
         return cls(model, tokenizer, resolved, dense)
 
@@ -280,7 +284,15 @@ def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer,
         logger.warning("%s: graphdoc does not apply its sentence-transformers module(s) %s; its passage vectors "
                        "are the pooled%s transformer output", name_or_path, ", ".join(st["unapplied"]),
                        " and normalised" if st.get("normalize") else "")
-    pooling = config.pooling or st.get("pooling") or "cls"
+    causal = is_causal(model_config)
+    pooling = config.pooling or st.get("pooling") or ("lasttoken" if causal else "cls")
+    if causal and pooling == "cls":  # its first token sees nothing after it: every passage would be one vector
+        raise GraphDocError(f"{name_or_path} is a decoder-only model ({model_config.model_type}), whose first "
+                            "token sees no other: cls pooling gives every passage the same vector; set "
+                            "passage_encoder.pooling to lasttoken or mean")
+    if causal and not config.pooling and not st.get("pooling"):
+        logger.warning("%s is a decoder-only model (%s), not an encoder: its passages are pooled by their last token "
+                       "(passage_encoder.pooling sets another)", name_or_path, model_config.model_type)
     normalize = config.normalize if config.normalize is not None else st.get("normalize", False)
     max_len = config.max_seq_length if config.max_seq_length is not None else st.get("max_seq_length")
     if max_len is None:
@@ -298,6 +310,19 @@ def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer,
                        "with the text's", name_or_path)
     return replace(config, pooling=pooling, normalize=bool(normalize), max_seq_length=int(max_len),
                    query_prompt=query_prompt, passage_prompt=passage_prompt)
+
+
+def is_causal(model_config) -> bool:
+    """Whether a checkpoint is decoder-only (GPT-2, Llama, Qwen): a causal language model's architecture that has
+    no masked language model (BERT and RoBERTa have both)."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    kind = getattr(model_config, "model_type", None)
+    return bool(getattr(model_config, "is_decoder", False)) or (
+        kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and kind not in MODEL_FOR_MASKED_LM_MAPPING_NAMES)
 
 
 def full_precision() -> dict[str, torch.dtype]:
@@ -390,6 +415,10 @@ def _check_local_path(name_or_path: str) -> None:
         inner = [p for p in (path / "model", path / "encoder", path / "model" / "encoder")
                  if (p / "config.json").is_file()]
         hint = f"; did you mean {inner[0]}?" if inner else ""  # a pretrain/finetune run's folder, or a classifier's
+        if not inner and st_files.old_transformer_folder(path) is not None:
+            hint = (f"; its modules.json puts the transformer in {st_files.old_transformer_folder(path)}/, as "
+                    "sentence-transformers before 0.4 saved models: load it with SentenceTransformer and save it "
+                    "again to have the current layout")
         raise ModelLoadError(f"no model in {name_or_path} (no config.json){hint}")
     if path.is_dir():
         try:

@@ -120,11 +120,44 @@ def read_settings(folder: Path) -> dict:
         settings["prompts"] = _st_prompts(folder / ST_CONFIG)
     sbert = folder / "sentence_bert_config.json"
     if sbert.is_file():
-        max_len = _read_json(sbert, dict).get("max_seq_length")
+        sbert_config = _read_json(sbert, dict)
+        max_len = sbert_config.get("max_seq_length")
         if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
             raise ModelLoadError(f"{sbert}: max_seq_length must be a positive integer; got {max_len!r}")
         settings["max_seq_length"] = max_len
+        settings["lower_case"] = sbert_config.get("do_lower_case") is True
     return settings
+
+
+def old_transformer_folder(folder: Path) -> str | None:
+    """The sub-folder a sentence-transformers model of the layout before 0.4 keeps its transformer in
+    (``0_Transformer``), per its modules.json; ``None`` when there is no such module (or no readable file)."""
+    try:
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    for module in modules if isinstance(modules, list) else []:
+        if isinstance(module, dict) and str(module.get("type", "")).endswith("Transformer"):
+            sub = module.get("path")
+            return sub if isinstance(sub, str) and sub and (folder / sub / "config.json").is_file() else None
+    return None
+
+
+def lower_case_tokenizer(tokenizer, where) -> None:
+    """Lowercase the text before tokenizing, as sentence-transformers does for a model whose
+    sentence_bert_config.json sets ``do_lower_case``: in the fast tokenizer's normalizer, which keeps offsets
+    into the original text and is saved with it. A tokenizer that lowercases already is left as it is."""
+    probe = "Graph ATTENTION"
+    if tokenizer(probe)["input_ids"] == tokenizer(probe.lower())["input_ids"]:
+        return
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise ModelLoadError(f"{where}: its sentence_bert_config.json asks for lowercased text (do_lower_case), "
+                             "which graphdoc applies in a fast tokenizer only (tokenizer.json)")
+    from tokenizers import normalizers
+
+    lower = normalizers.Lowercase()
+    backend.normalizer = lower if backend.normalizer is None else normalizers.Sequence([backend.normalizer, lower])
 
 
 def _check_inside(module: dict, modules_file: Path) -> None:
