@@ -84,8 +84,8 @@ class Document:
             text, sections = _sections_from_records(doc_id, raw_sections, text)
         if text is None:
             raise InputError(f"document {doc_id!r} has no text field (expected one of {', '.join(TEXT_KEYS)})")
-        extra = {k: v for k, v in record.items()
-                 if k not in ID_KEYS + TEXT_KEYS + ("title", "sections")}
+        extra = {k: v for k, v in record.items()  # an id field other than the one used is kept ("id" beside "_id")
+                 if k != key and k not in TEXT_KEYS + ("title", "sections") and not (k in ID_KEYS and v in (None, ""))}
         return cls(id=doc_id, text=text, title=title, sections=sections, metadata=extra)
 
 

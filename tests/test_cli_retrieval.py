@@ -142,8 +142,25 @@ def test_search_queries_writes_a_trec_run(index, model, files, tmp_path, capsys)
     assert main(["search", "--index-dir", str(index), "--queries", str(files["queries"]), "--output", str(out),
                  "-k", "5"]) == 0
     printed = capsys.readouterr()
-    assert printed.out == "" and f"wrote 3 queries to {out} (replacing the earlier file)\n" in printed.err
+    assert printed.out == ""
+    assert f"wrote the results of 3 queries to {out} (replacing the earlier file)\n" in printed.err
     assert len(out.read_text(encoding="utf-8").splitlines()) == 15
+
+
+def test_queries_that_find_nothing_are_named_not_dropped_silently(index, tmp_path, capsys) -> None:
+    """(stop 32: a BM25 query matching no document had no line in the run, the log said all were written, and
+    search --qrels counted it 0 without a word)"""
+    queries = write_jsonl(tmp_path / "q.jsonl", [QUERIES[0], {"_id": "q2", "text": "the of and"},
+                                                 {"_id": "q3", "text": "xylophonist"}])
+    out = tmp_path / "bm25.trec"
+    capsys.readouterr()
+    assert main(["search", "--index-dir", str(index), "--queries", str(queries), "--output", str(out),
+                 "--mode", "bm25"]) == 0
+    err = capsys.readouterr().err
+    assert ("WARNING graphdoc.cli: 2 of 3 queries found no document (1 without a word BM25 indexes): q2, q3; a run "
+            "has no line for them, and evaluation counts them as 0\n") in err
+    assert f"wrote the results of 1 query to {out}\n" in err
+    assert {line.split()[0] for line in out.read_text(encoding="utf-8").splitlines()} == {"q1"}
 
 
 def test_search_queries_with_qrels_prints_the_measures(index, files, capsys) -> None:

@@ -49,7 +49,18 @@ def test_a_tsv_corpus_with_a_header_or_none_and_compressed(tmp_path: Path) -> No
     ("j.tsv", "pid\tpassage\n0\tThe presence of communication.\n", "j.tsv:1: the first line must name the "
      "columns, among them an id (_id, id, docid, doc_id) and a text (text, contents, body); it holds 'pid', 'passage'"),
     ("c.csv", "id,text\na,one\na,two\n", "c.csv:3: duplicate document id 'a' (first seen on line 2)"),
-    ("d.csv", 'id,text\na,"unterminated\n', "d.csv:2: not valid CSV (unexpected end of data)"),
+    ("d.csv", 'id,text\na,"unterminated\n', "d.csv:2: a quoted field opened on this line is not closed: not valid "
+     "CSV (unexpected end of data)"),
+    # (stop 32: an unclosed quote was reported at the file's last line, a row at the line it ends on)
+    ("k.csv", 'id,text\na,"unterminated\nb,two\nc,three\n', "k.csv:2: a quoted field opened on this line is not "
+     "closed"),
+    ("l.csv", 'id,text\na,"one\nline"\na,"two\nlines"\n', "l.csv:4: duplicate document id 'a' (first seen on line 2)"),
+    # (stop 32: a header with spaces or dashes was read as a first document)
+    ("m.tsv", "Doc ID\tText\n1\thello world\n", "m.tsv:1: the first line must name the columns, among them an id "
+     "(_id, id, docid, doc_id) and a text (text, contents, body); it holds 'Doc ID', 'text'"),
+    ("n.tsv", "doc-id\tpassage\n1\thello world\n", "n.tsv:1: the first line must name the columns"),
+    ("o.tsv", 'id\ttext\na\t"two\nlines"\n', "o.tsv:3: 1 TSV column(s); the header (line 1) names 2 (a TSV file is "
+     "read as it is, quotes kept, unless its header's names are in double quotes too"),
     ("e.tsv", "id\ttext\ttext\na\tb\tc\n", "e.tsv:1: the header names column 'text' twice"),
     ("f.tsv", "a\tb\tc\n", "f.tsv:1: the first line must name the columns"),
     ("g.csv", "id,text\n,orphan\n", "g.csv:2: record has no id field"),
@@ -81,3 +92,45 @@ def test_a_tsv_header_in_another_case_or_quoted_as_r_writes_it(tmp_path: Path) -
     old_mac = tmp_path / "cr.csv"  # line ends of a lone CR
     old_mac.write_bytes(b"id,text\ra,one\rb,two\r")
     assert [(d.id, d.text) for d in read_corpus(old_mac)] == [("a", "one"), ("b", "two")]
+
+
+def test_a_tsv_field_quoted_as_csv_writers_quote_is_warned_of(tmp_path: Path, caplog) -> None:
+    """(stop 32: pandas' to_csv(sep="\\t") quoting was kept in the text without a word)"""
+    path = tmp_path / "pandas.tsv"
+    path.write_text('id\ttext\na\tplain\nb\t"He said ""hi"" there"\nc\t"again ""x"""\n', encoding="utf-8")
+    with caplog.at_level("WARNING", logger="graphdoc"):
+        docs = list(read_corpus(path))
+    assert [d.text for d in docs] == ["plain", '"He said ""hi"" there"', '"again ""x"""']  # read as it is
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}:3: a field is in double quotes, as CSV writers quote (pandas, Python's csv module); a TSV file is "
+        "read as it is, quotes kept, unless its header's names are in double quotes too: write it without quoting "
+        "(csv.QUOTE_NONE) or as CSV"]  # once
+
+
+def test_other_id_columns_and_a_sections_column_are_metadata(tmp_path: Path) -> None:
+    """(stop 32: of _id, id and docid only the one used was kept, the others dropped; a 'sections' column failed
+    every row, as a cell is no list of sections)"""
+    path = tmp_path / "multi.csv"
+    path.write_text("_id,id,docid,text,sections\nA,B,C,hello,intro\n,B2,C2,world,\n", encoding="utf-8")
+    assert [(d.id, d.text, d.metadata) for d in read_corpus(path)] == [
+        ("A", "hello", {"id": "B", "docid": "C", "sections": "intro"}),
+        ("B2", "world", {"docid": "C2", "sections": ""})]
+
+
+def test_queries_tsv_with_a_header_of_more_columns_reads_its_text_column(tmp_path: Path) -> None:
+    """(stop 32: '_id<TAB>title<TAB>text' made each query its title, a tab and its text)"""
+    from graphdoc.corpus import read_queries
+
+    path = tmp_path / "queries.tsv"
+    path.write_text("_id\ttitle\ttext\nq1\tT\tvolcano lava\nq2\tU\tice\n", encoding="utf-8")
+    assert list(read_queries(path)) == [("q1", "volcano lava"), ("q2", "ice")]
+    path.write_text("qid\tquery\tlang\nq1\tvolcano lava\ten\n", encoding="utf-8")
+    assert list(read_queries(path)) == [("q1", "volcano lava")]
+    path.write_text("_id\ttitle\tbody\nq1\tT\tvolcano\n", encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        list(read_queries(path))
+    assert str(info.value) == (f"{path}:1: the header names 3 columns and none is the query's text (text, query); it "
+                               "holds '_id\\ttitle\\tbody'")
+    path.write_text("_id\ttitle\ttext\nq1\tT\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"queries\.tsv:2: 2 columns; the header \(line 1\) names 3$"):
+        list(read_queries(path))

@@ -228,6 +228,18 @@ def test_a_label_that_is_not_valid_unicode_is_refused_naming_file_and_line(tmp_p
     assert str(err.value) == f"{path}:2: document 'b' has a 'label' that is not valid Unicode (lone surrogate \\ud800)"
 
 
+def test_a_csv_row_without_a_label_is_named_by_its_line(tmp_path):
+    """(stop 32: a CSV's error named the file only; a JSON lines file's named the line)"""
+    from graphdoc.errors import InputError
+    from graphdoc.finetune.classification import read_labelled
+
+    path = tmp_path / "t.csv"
+    path.write_text('id,text,label\na,one,x\nb,"two\nlines",y\nc,three,\n', encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        read_labelled(path, "train")
+    assert str(err.value) == f"{path}:5: document 'c' has no 'label'"
+
+
 def test_integer_labels_are_their_string_form(tmp_path):
     from graphdoc.finetune.classification import labels_of, read_labelled
 

@@ -147,6 +147,23 @@ def _no_terms(searcher, query: str) -> str:
     return ": the query has no word BM25 indexes (2+ letters or digits, not a stop word)"
 
 
+def _warn_empty(searcher, args: argparse.Namespace, queries: dict, run_: dict) -> None:
+    """Name the queries that found nothing: a TREC run has no line for them, and evaluation counts them 0."""
+    empty = [qid for qid in queries if not run_.get(qid)]
+    if not empty:
+        return
+    reason = ""
+    if args.mode == "bm25":
+        from graphdoc.retrieval.bm25 import tokenize
+
+        no_terms = sum(not terms for terms in tokenize([queries[qid] for qid in empty], searcher.bm25.config))
+        reason = f" ({no_terms} without a word BM25 indexes)" if no_terms else ""
+    shown = ", ".join(empty[:5]) + (", ..." if len(empty) > 5 else "")
+    them = "it" if len(empty) == 1 else "them"
+    logger.warning("%d of %d queries found no document%s: %s; a run has no line for %s, and evaluation counts %s "
+                   "as 0", len(empty), len(queries), reason, shown, them, them)
+
+
 def _one_line(text: str) -> str:
     """``text`` on one line, whatever its layout (a hit is two lines: a title holding a newline broke that)."""
     return " ".join(text.split())
@@ -223,13 +240,16 @@ def _search_queries(searcher, args: argparse.Namespace, fusion, judgements, to_s
     if args.output is not None or ((judgements is None or to_stdout) and not args.json):
         check_trec_ids(searcher, "" if args.output is not None else ", or print the run with --json")
     run_ = searcher.batch_search(queries, k=100 if args.k is None else args.k, mode=args.mode, fusion=fusion)
+    _warn_empty(searcher, args, queries, run_)
     if args.output is not None:
         from graphdoc.fileio import replacing
         from graphdoc.retrieval.trec import write_run
 
         note = replacing(args.output)
         write_run(run_, args.output, tag=f"graphdoc-{args.mode}")
-        logger.info("wrote %d queries to %s%s", len(run_), args.output, note)
+        written = sum(bool(hits) for hits in run_.values())
+        logger.info("wrote the results of %d quer%s to %s%s", written, "y" if written == 1 else "ies", args.output,
+                    note)
     elif judgements is None or to_stdout:
         _print_run(run_, args)
     if judgements is not None:

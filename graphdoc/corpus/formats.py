@@ -54,7 +54,7 @@ CORPUS_FORMATS = (
     Format("text", "a .txt/.md/.markdown file", textdir.is_text_file, textdir.read_single_text_file),
     Format("mediawiki", "a MediaWiki XML dump (.xml, .xml.bz2)", _suffix(*XML_SUFFIXES), mediawiki.read_mediawiki),
     Format("table", "CSV or TSV with a header line naming id and text columns (.csv/.tsv, plain or .gz/.bz2/.xz)",
-           _suffix(*table.CSV_SUFFIXES, *table.TSV_SUFFIXES), table.read_table_corpus),
+           _suffix(*table.TABLE_SUFFIXES), table.read_table_corpus),
 )
 
 #: Query formats, tried in order.

@@ -5,13 +5,16 @@ The first line names the columns: an id column (``_id``, ``id``, ``docid``, ``do
 other fields of a JSON lines record do. A TSV file without such a header is ``id<TAB>text`` on every line (as
 MS MARCO's ``collection.tsv``). CSV fields follow the usual quoting (a quoted field may hold commas, quotes as
 ``""`` and line breaks); TSV fields are taken as they are, with no quoting, unless the header's names are in
-double quotes (as R's ``write.table`` writes them): then quoting is read as in CSV.
+double quotes (as R's ``write.table`` writes them): then quoting is read as in CSV. A field of a TSV read as it
+is that looks CSV-quoted (pandas' or Python's csv module's ``"a ""b"" c"``) is warned of once. A ``sections``
+column is metadata (a cell holds no list of sections). Errors name the line a row starts on.
 """
 
 from __future__ import annotations
 
 import csv
 import itertools
+import logging
 import re
 from pathlib import Path
 from typing import Iterator
@@ -21,19 +24,35 @@ from graphdoc.corpus.jsonl import IdTracker
 from graphdoc.documents import ID_KEYS, TEXT_KEYS, Document
 from graphdoc.errors import InputError
 
+logger = logging.getLogger(__name__)
+
 _COMPRESSED = ("", ".gz", ".bz2", ".xz")
 CSV_SUFFIXES = tuple(".csv" + c for c in _COMPRESSED)
 TSV_SUFFIXES = tuple(".tsv" + c for c in _COMPRESSED)
+TABLE_SUFFIXES = CSV_SUFFIXES + TSV_SUFFIXES
 #: the column names matched whatever their case
 KNOWN_COLUMNS = (*ID_KEYS, *TEXT_KEYS, "title")
 #: what a column name looks like (a header line of two such is not an id<TAB>text document)
 COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: a field as CSV writers quote one: in double quotes, any inside doubled
+_CSV_QUOTED = re.compile(r'"(?:[^"]|"")*"', re.DOTALL)
+_LITERAL_TSV = ("a TSV file is read as it is, quotes kept, unless its header's names are in double quotes too: "
+                "write it without quoting (csv.QUOTE_NONE) or as CSV")
+#: what a column name looks like once spaces and dashes are taken out ("Doc ID", "doc-id")
+_SQUASHED = re.compile(r"[\s_-]+")
 #: the longest field a row may hold, in characters: a whole long document (the csv module's default is 128 KiB)
 FIELD_LIMIT = 2**31 - 1
 
 
 def read_table_corpus(path: Path) -> Iterator[Document]:
     """Yield the documents of a CSV or TSV file (see the module doc)."""
+    for _, doc in table_documents(path):
+        yield doc
+
+
+def table_documents(path: Path) -> Iterator[tuple[int, Document]]:
+    """``(line, document)`` for each row of a CSV or TSV file: the line its row starts on (a quoted field may
+    span lines), which its errors name too."""
     tsv = has_suffix(path, *TSV_SUFFIXES)
     kind = "TSV" if tsv else "CSV"
     if csv.field_size_limit() < FIELD_LIMIT:
@@ -55,25 +74,37 @@ def read_table_corpus(path: Path) -> Iterator[Document]:
         {"delimiter": "\t", "quoting": csv.QUOTE_NONE}
     reader = csv.reader(source if header is not None else itertools.chain([first], source), **dialect)
     columns = header or ["id", "text"]  # a TSV of id<TAB>text lines, with no header
+    literal = tsv and not quoted and header is not None  # quotes kept as they are: warned of once if CSV-like
     ids = IdTracker(path, "document")
+    start = header_line + 1 if header is not None else header_line  # the line the next row starts on
     try:
         for row in reader:
-            lineno = where[0]
+            lineno, start = start, where[0] + 1
             if not any(cell.strip() for cell in row):
                 continue
             if len(row) != len(columns):
                 names = (f"the header (line {header_line}) names {len(columns)}" if header is not None else
                          "a TSV without a header has 2 (id<TAB>text)")
-                raise InputError(f"{path}:{lineno}: {len(row)} {kind} column(s); {names}"
-                                 + ("" if tsv else " (a field holding a comma must be in double quotes)"))
+                hint = (" (a field holding a comma must be in double quotes)" if not tsv else
+                        f" ({_LITERAL_TSV})" if literal and '"' in "\t".join(row) else "")
+                raise InputError(f"{path}:{lineno}: {len(row)} {kind} column(s); {names}{hint}")
+            if literal and any(_CSV_QUOTED.fullmatch(cell) for cell in row):
+                logger.warning("%s:%d: a field is in double quotes, as CSV writers quote (pandas, Python's csv "
+                               "module); %s", path, lineno, _LITERAL_TSV)
+                literal = False
+            record = dict(zip(columns, row))
+            sections = record.pop("sections", None)  # a cell holds no list of sections: a column like others
             try:
-                doc = Document.from_dict(dict(zip(columns, row)))
+                doc = Document.from_dict(record)
             except InputError as err:
                 raise InputError(f"{path}:{lineno}: {err}") from None
+            if sections is not None:
+                doc.metadata["sections"] = sections
             ids.check(doc.id, lineno)
-            yield doc
+            yield lineno, doc
     except csv.Error as err:
-        raise InputError(f"{path}:{where[0]}: not valid {kind} ({err})") from None
+        unclosed = " a quoted field opened on this line is not closed:" if "end of data" in str(err) else ""
+        raise InputError(f"{path}:{start}:{unclosed} not valid {kind} ({err})") from None
 
 
 def _header(path: Path, lineno: int, line: str, tsv: bool) -> tuple[list[str] | None, bool]:
@@ -90,8 +121,17 @@ def _header(path: Path, lineno: int, line: str, tsv: bool) -> tuple[list[str] | 
         if repeated is not None:
             raise InputError(f"{path}:{lineno}: the header names column {repeated!r} twice")
         return names, quoted
-    if tsv and len(names) == 2 and not all(COLUMN_NAME.fullmatch(name) for name in names):
-        return None, False  # a document: an id and a text, not two column names
+    if tsv and len(names) == 2 and not all(COLUMN_NAME.fullmatch(name) for name in names) \
+            and not any(_squashed(name) in _SQUASHED_KNOWN for name in names):
+        return None, False  # a document: an id and a text, not two column names ("Doc ID", "Text" are names)
     shown = ", ".join(repr(name) for name in names[:6]) + (", ..." if len(names) > 6 else "")
     raise InputError(f"{path}:{lineno}: the first line must name the columns, among them an id ({', '.join(ID_KEYS)}) "
                      f"and a text ({', '.join(TEXT_KEYS)}); it holds {shown}")
+
+
+def _squashed(name: str) -> str:
+    return _SQUASHED.sub("", name.lower())
+
+
+_SQUASHED_KNOWN = {_squashed(name) for name in KNOWN_COLUMNS} | {"documentid", "docid", "passageid", "pid",
+                                                                 "passage", "document", "doctext", "content"}

@@ -14,6 +14,8 @@ from graphdoc.corpus.jsonl import IdTracker
 _NUM = re.compile(r"<num>\s*(?:Number:)?\s*([^\s<]+)", re.IGNORECASE)
 _TITLE = re.compile(r"<title>\s*(?:Topic:)?\s*(.*?)\s*(?=</title>|<desc>|<narr>|</top>|\Z)", re.IGNORECASE | re.DOTALL)
 TSV_HEADER_IDS = ("query-id", "query_id", "qid", "id", "_id")
+#: the column holding a query's text in a TSV header of more than two columns
+QUERY_TEXT_COLUMNS = ("text", "query")
 
 
 def read_trec_topics(path: Path) -> Iterator[tuple[str, str]]:
@@ -72,6 +74,7 @@ def read_tsv_queries(path: Path) -> Iterator[tuple[str, str]]:
     """Yield ``(query id, text)`` from ``query-id<TAB>text`` lines (a header line is skipped); an id given twice
     is an error naming both lines."""
     ids = IdTracker(path, "query")
+    columns = None  # (count, text column) when a header names more than two columns
     for lineno, line in iter_lines(path, lone_cr=True):
         if not line.strip():
             continue
@@ -82,11 +85,30 @@ def read_tsv_queries(path: Path) -> Iterator[tuple[str, str]]:
             if is_tsv_qrels(line) and "corpus" in line.lower():  # query-id, corpus-id, score
                 raise InputError(f"{path}: its header {line.strip()!r} is that of a BEIR qrels file, not of queries "
                                  "(query-id<TAB>text)")
+            columns = _query_columns(path, line)
             continue
+        if columns is not None:
+            cells = line.split("\t")
+            if len(cells) != columns[0]:
+                raise InputError(f"{path}:{lineno}: {len(cells)} columns; the header (line 1) names {columns[0]}")
+            text = cells[columns[1]]
         ids.check(qid.strip(), lineno)
         if not text.strip():
             raise InputError(f"{path}:{lineno}: query {qid.strip()!r} has no text")
         yield qid.strip(), text.strip()
+
+
+def _query_columns(path: Path, header: str) -> tuple[int, int] | None:
+    """For a header of more than two columns (``_id<TAB>title<TAB>text``): their count and which is the text
+    (``text`` or ``query``), read from each line in place of all that follows the id; ``None`` for two."""
+    names = [name.strip().lower() for name in header.split("\t")]
+    if len(names) <= 2:
+        return None
+    text = next((i for i, name in enumerate(names) if i and name in QUERY_TEXT_COLUMNS), None)
+    if text is None:
+        raise InputError(f"{path}:1: the header names {len(names)} columns and none is the query's text "
+                         f"({', '.join(QUERY_TEXT_COLUMNS)}); it holds {header.strip()!r}")
+    return len(names), text
 
 
 def is_trec_topics(first: str) -> bool:

@@ -71,15 +71,22 @@ def label_problem(label) -> str | None:
 
 
 def _where(source: str | Path, doc_id: str) -> str:
-    """``source:line`` of the JSON lines record of ``doc_id`` (found again, on the error path only), else ``source``."""
+    """``source:line`` of the JSON lines record or CSV/TSV row of ``doc_id`` (found again, on the error path
+    only), else ``source``."""
+    from graphdoc.corpus.table import TABLE_SUFFIXES, table_documents
+
     path = Path(source)
-    if path.is_file() and has_suffix(path, *JSONL_SUFFIXES):
-        try:
+    try:
+        if path.is_file() and has_suffix(path, *JSONL_SUFFIXES):
             for lineno, record in iter_json_objects(path):
                 if Document.from_dict(record).id == doc_id:
                     return f"{source}:{lineno}"
-        except GraphDocError:  # the reader took the file: no error before the document's line
-            pass
+        elif path.is_file() and has_suffix(path, *TABLE_SUFFIXES):
+            for lineno, doc in table_documents(path):
+                if doc.id == doc_id:
+                    return f"{source}:{lineno}"
+    except GraphDocError:  # the reader took the file: no error before the document's line
+        pass
     return str(source)
 
 
