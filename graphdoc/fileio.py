@@ -37,7 +37,9 @@ def check_finite(named_tensors: Iterable, where) -> None:
     import torch
 
     for name, tensor in named_tensors:
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        # a sum carries NaN and inf, at ~1/30 the cost of a scan; the scan confirms (a sum may overflow)
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor.sum(dtype=torch.float32))) \
+                and not bool(torch.isfinite(tensor).all()):
             raise ModelLoadError(f"{where}: weight {name} holds NaN or infinite values (a training run that "
                                  "diverged, or a damaged file); its vectors would be NaN")
 

@@ -157,8 +157,8 @@ def test_queries_that_find_nothing_are_named_not_dropped_silently(index, tmp_pat
     assert main(["search", "--index-dir", str(index), "--queries", str(queries), "--output", str(out),
                  "--mode", "bm25"]) == 0
     err = capsys.readouterr().err
-    assert ("WARNING graphdoc.cli: 2 of 3 queries found no document (1 without a word BM25 indexes): q2, q3; a run "
-            "has no line for them, and evaluation counts them as 0\n") in err
+    assert ("WARNING graphdoc.cli: 2 of 3 queries found no document (1 without a word BM25 indexes): q2, q3; the "
+            "results have no line for them, and evaluation counts them as 0\n") in err
     assert f"wrote the results of 1 query to {out}\n" in err
     assert {line.split()[0] for line in out.read_text(encoding="utf-8").splitlines()} == {"q1"}
 

@@ -134,3 +134,33 @@ def test_queries_tsv_with_a_header_of_more_columns_reads_its_text_column(tmp_pat
     path.write_text("_id\ttitle\ttext\nq1\tT\n", encoding="utf-8")
     with pytest.raises(InputError, match=r"queries\.tsv:2: 2 columns; the header \(line 1\) names 3$"):
         list(read_queries(path))
+
+
+def test_a_headerless_tsv_whose_first_text_is_a_column_word_is_a_document(tmp_path: Path) -> None:
+    """(review: 'Doc ID<TAB>Text' is refused as a header, but '0<TAB>Content' is MS MARCO-style data)"""
+    path = tmp_path / "c.tsv"
+    path.write_text("0\tContent\n1\tsecond document here\n", encoding="utf-8")
+    assert [(d.id, d.text) for d in read_corpus(path)] == [("0", "Content"), ("1", "second document here")]
+
+
+def test_a_text_merely_in_quotes_is_not_warned_of(tmp_path: Path, caplog) -> None:
+    path = tmp_path / "q.tsv"
+    path.write_text('0\t"A quotation on its own."\n1\t"QUOTE_ALL"\n', encoding="utf-8")
+    with caplog.at_level("WARNING", logger="graphdoc"):
+        assert [d.text for d in read_corpus(path)] == ['"A quotation on its own."', '"QUOTE_ALL"']
+    assert caplog.records == []
+    path.write_text('"0"\t"every field quoted, as QUOTE_ALL writes"\n', encoding="utf-8")
+    with caplog.at_level("WARNING", logger="graphdoc"):
+        list(read_corpus(path))
+    assert [r.getMessage().split(";")[0] for r in caplog.records] == [
+        f"{path}:1: a field is in double quotes, as CSV writers quote (pandas, Python's csv module)"]
+
+
+def test_a_queries_header_with_a_trailing_tab(tmp_path: Path) -> None:
+    from graphdoc.corpus import read_queries
+
+    path = tmp_path / "queries.tsv"
+    path.write_text("qid\ttext\t\nq1\tvolcano lava\n", encoding="utf-8")
+    assert list(read_queries(path)) == [("q1", "volcano lava")]
+    path.write_text("qid\ttitle\ttext\t\nq1\tT\tvolcano lava\t\nq2\tU\tice\n", encoding="utf-8")
+    assert list(read_queries(path)) == [("q1", "volcano lava"), ("q2", "ice")]

@@ -1,7 +1,6 @@
 """Checkpoints that are not plain encoders: a decoder-only model (its first token sees nothing after it, so
 CLS pooling gave every text one vector), a sentence-transformers model asking for lowercased text
-(``do_lower_case``, ignored before), and a sentence-transformers folder of the layout before 0.4
-(``0_Transformer/``)."""
+(``do_lower_case``, ignored before), and an older sentence-transformers folder (``0_Transformer/``)."""
 
 from __future__ import annotations
 
@@ -61,7 +60,7 @@ def test_encoders_are_not_taken_for_decoders() -> None:
 
     from graphdoc.models.passage_encoder import is_causal
 
-    for kind in ("bert", "roberta", "xlm-roberta", "electra", "distilbert", "mpnet", "deberta-v2", "t5"):
+    for kind in ("bert", "roberta", "xlm-roberta", "electra", "distilbert", "mpnet", "deberta-v2", "t5", "xlnet"):
         assert not is_causal(AutoConfig.for_model(kind)), kind
     for kind in ("gpt2", "llama", "qwen2"):
         assert is_causal(AutoConfig.for_model(kind)), kind
@@ -106,5 +105,5 @@ def test_a_sentence_transformers_folder_of_the_old_layout_says_so(tiny_bert: Pat
     with pytest.raises(ModelLoadError) as info:
         GraphDocEncoder.from_pretrained(str(folder))
     assert str(info.value) == (f"no model in {folder} (no config.json); its modules.json puts the transformer in "
-                               "0_Transformer/, as sentence-transformers before 0.4 saved models: load it with "
+                               "0_Transformer/, as older sentence-transformers saved models: load it with "
                                "SentenceTransformer and save it again to have the current layout")

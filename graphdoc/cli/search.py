@@ -160,8 +160,8 @@ def _warn_empty(searcher, args: argparse.Namespace, queries: dict, run_: dict) -
         reason = f" ({no_terms} without a word BM25 indexes)" if no_terms else ""
     shown = ", ".join(empty[:5]) + (", ..." if len(empty) > 5 else "")
     them = "it" if len(empty) == 1 else "them"
-    logger.warning("%d of %d queries found no document%s: %s; a run has no line for %s, and evaluation counts %s "
-                   "as 0", len(empty), len(queries), reason, shown, them, them)
+    logger.warning("%d of %d queries found no document%s: %s; the results have no line for %s, and evaluation "
+                   "counts %s as 0", len(empty), len(queries), reason, shown, them, them)
 
 
 def _one_line(text: str) -> str:

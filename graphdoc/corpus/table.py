@@ -6,7 +6,8 @@ other fields of a JSON lines record do. A TSV file without such a header is ``id
 MS MARCO's ``collection.tsv``). CSV fields follow the usual quoting (a quoted field may hold commas, quotes as
 ``""`` and line breaks); TSV fields are taken as they are, with no quoting, unless the header's names are in
 double quotes (as R's ``write.table`` writes them): then quoting is read as in CSV. A field of a TSV read as it
-is that looks CSV-quoted (pandas' or Python's csv module's ``"a ""b"" c"``) is warned of once. A ``sections``
+is that a CSV writer quoted (pandas' or Python's csv module's ``"a ""b"" c"``, or every field in quotes) is warned
+of once. A ``sections``
 column is metadata (a cell holds no list of sections). Errors name the line a row starts on.
 """
 
@@ -74,7 +75,8 @@ def table_documents(path: Path) -> Iterator[tuple[int, Document]]:
         {"delimiter": "\t", "quoting": csv.QUOTE_NONE}
     reader = csv.reader(source if header is not None else itertools.chain([first], source), **dialect)
     columns = header or ["id", "text"]  # a TSV of id<TAB>text lines, with no header
-    literal = tsv and not quoted and header is not None  # quotes kept as they are: warned of once if CSV-like
+    literal = tsv and not quoted  # quotes kept as they are: a field quoted as CSV writers quote is warned of once
+    warned = False
     ids = IdTracker(path, "document")
     start = header_line + 1 if header is not None else header_line  # the line the next row starts on
     try:
@@ -88,10 +90,10 @@ def table_documents(path: Path) -> Iterator[tuple[int, Document]]:
                 hint = (" (a field holding a comma must be in double quotes)" if not tsv else
                         f" ({_LITERAL_TSV})" if literal and '"' in "\t".join(row) else "")
                 raise InputError(f"{path}:{lineno}: {len(row)} {kind} column(s); {names}{hint}")
-            if literal and any(_CSV_QUOTED.fullmatch(cell) for cell in row):
+            if literal and not warned and _csv_quoted(row):
                 logger.warning("%s:%d: a field is in double quotes, as CSV writers quote (pandas, Python's csv "
                                "module); %s", path, lineno, _LITERAL_TSV)
-                literal = False
+                warned = True
             record = dict(zip(columns, row))
             sections = record.pop("sections", None)  # a cell holds no list of sections: a column like others
             try:
@@ -122,11 +124,18 @@ def _header(path: Path, lineno: int, line: str, tsv: bool) -> tuple[list[str] | 
             raise InputError(f"{path}:{lineno}: the header names column {repeated!r} twice")
         return names, quoted
     if tsv and len(names) == 2 and not all(COLUMN_NAME.fullmatch(name) for name in names) \
-            and not any(_squashed(name) in _SQUASHED_KNOWN for name in names):
+            and not all(_squashed(name) in _SQUASHED_KNOWN for name in names):
         return None, False  # a document: an id and a text, not two column names ("Doc ID", "Text" are names)
     shown = ", ".join(repr(name) for name in names[:6]) + (", ..." if len(names) > 6 else "")
     raise InputError(f"{path}:{lineno}: the first line must name the columns, among them an id ({', '.join(ID_KEYS)}) "
                      f"and a text ({', '.join(TEXT_KEYS)}); it holds {shown}")
+
+
+def _csv_quoted(row: list[str]) -> bool:
+    """Whether a row read as it is holds a field quoted by a CSV writer: on one line, a writer quotes a TSV field
+    for the quotes inside it (doubled), or quotes every field (QUOTE_ALL); a text merely in quotes is not one."""
+    quoted = [bool(_CSV_QUOTED.fullmatch(cell)) for cell in row]
+    return all(quoted) or any(q and '""' in cell[1:-1] for q, cell in zip(quoted, row))
 
 
 def _squashed(name: str) -> str:

@@ -71,8 +71,9 @@ def read_trec_qrels(path: Path) -> Qrels:
 
 
 def read_tsv_queries(path: Path) -> Iterator[tuple[str, str]]:
-    """Yield ``(query id, text)`` from ``query-id<TAB>text`` lines (a header line is skipped); an id given twice
-    is an error naming both lines."""
+    """Yield ``(query id, text)`` from ``query-id<TAB>text`` lines (a header line is skipped; one of more columns,
+    ``_id<TAB>title<TAB>text``, names the column the text is read from); an id given twice is an error naming
+    both lines."""
     ids = IdTracker(path, "query")
     columns = None  # (count, text column) when a header names more than two columns
     for lineno, line in iter_lines(path, lone_cr=True):
@@ -89,6 +90,8 @@ def read_tsv_queries(path: Path) -> Iterator[tuple[str, str]]:
             continue
         if columns is not None:
             cells = line.split("\t")
+            while len(cells) > columns[0] and not cells[-1].strip():  # trailing tabs
+                cells.pop()
             if len(cells) != columns[0]:
                 raise InputError(f"{path}:{lineno}: {len(cells)} columns; the header (line 1) names {columns[0]}")
             text = cells[columns[1]]
@@ -102,6 +105,8 @@ def _query_columns(path: Path, header: str) -> tuple[int, int] | None:
     """For a header of more than two columns (``_id<TAB>title<TAB>text``): their count and which is the text
     (``text`` or ``query``), read from each line in place of all that follows the id; ``None`` for two."""
     names = [name.strip().lower() for name in header.split("\t")]
+    while names and not names[-1]:  # a trailing tab names no column
+        names.pop()
     if len(names) <= 2:
         return None
     text = next((i for i, name in enumerate(names) if i and name in QUERY_TEXT_COLUMNS), None)

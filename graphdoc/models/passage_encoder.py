@@ -312,6 +312,10 @@ def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer,
                    query_prompt=query_prompt, passage_prompt=passage_prompt)
 
 
+#: language models with no masked-LM head whose tokens still see the whole text (XLNet's permutation LM)
+BIDIRECTIONAL_LM = ("xlnet",)
+
+
 def is_causal(model_config) -> bool:
     """Whether a checkpoint is decoder-only (GPT-2, Llama, Qwen): a causal language model's architecture that has
     no masked language model (BERT and RoBERTa have both)."""
@@ -321,6 +325,8 @@ def is_causal(model_config) -> bool:
     )
 
     kind = getattr(model_config, "model_type", None)
+    if kind in BIDIRECTIONAL_LM or getattr(model_config, "use_bidirectional_attention", False):
+        return False  # EmbeddingGemma's Gemma 3 attends both ways
     return bool(getattr(model_config, "is_decoder", False)) or (
         kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and kind not in MODEL_FOR_MASKED_LM_MAPPING_NAMES)
 
@@ -417,8 +423,8 @@ def _check_local_path(name_or_path: str) -> None:
         hint = f"; did you mean {inner[0]}?" if inner else ""  # a pretrain/finetune run's folder, or a classifier's
         if not inner and st_files.old_transformer_folder(path) is not None:
             hint = (f"; its modules.json puts the transformer in {st_files.old_transformer_folder(path)}/, as "
-                    "sentence-transformers before 0.4 saved models: load it with SentenceTransformer and save it "
-                    "again to have the current layout")
+                    "older sentence-transformers saved models: load it with SentenceTransformer and save it again "
+                    "to have the current layout")
         raise ModelLoadError(f"no model in {name_or_path} (no config.json){hint}")
     if path.is_dir():
         try:

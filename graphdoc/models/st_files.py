@@ -1,6 +1,6 @@
 """A sentence-transformers model folder's settings files, read as sentence-transformers reads them.
 
-``modules.json`` (pooling, ``Dense`` modules, normalisation), ``sentence_bert_config.json`` (the length limit)
+``modules.json`` (pooling, ``Dense`` modules, normalisation), ``sentence_bert_config.json`` (the length limit, lowercasing)
 and ``config_sentence_transformers.json`` (query and passage prompts), from a local folder or a hub model's
 snapshot in the Hugging Face cache. :class:`~graphdoc.models.passage_encoder.PassageEncoder` resolves its
 unset settings from them and writes them back when it saves.
@@ -130,7 +130,7 @@ def read_settings(folder: Path) -> dict:
 
 
 def old_transformer_folder(folder: Path) -> str | None:
-    """The sub-folder a sentence-transformers model of the layout before 0.4 keeps its transformer in
+    """The sub-folder an older sentence-transformers model keeps its transformer in
     (``0_Transformer``), per its modules.json; ``None`` when there is no such module (or no readable file)."""
     try:
         modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
