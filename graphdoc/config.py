@@ -98,7 +98,8 @@ class PassageEncoderConfig:
 
     ``pooling``/``normalize``/``max_seq_length`` set to ``None`` mean "as the checkpoint was trained"
     (read from its sentence-transformers files when present, else CLS pooling, last-token pooling for a
-    decoder-only model, no normalisation and the tokenizer's limit); they are resolved when the model is loaded and saved resolved.
+    decoder-only model, no normalisation and the tokenizer's limit); they are resolved when the model is loaded
+    and saved resolved.
 
     ``query_prompt``/``passage_prompt``: text put before every query / every passage (and FirstP input), as
     E5's ``"query: "`` and ``"passage: "``; ``None`` means the checkpoint's sentence-transformers prompts

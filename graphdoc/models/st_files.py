@@ -1,7 +1,7 @@
 """A sentence-transformers model folder's settings files, read as sentence-transformers reads them.
 
-``modules.json`` (pooling, ``Dense`` modules, normalisation), ``sentence_bert_config.json`` (the length limit, lowercasing)
-and ``config_sentence_transformers.json`` (query and passage prompts), from a local folder or a hub model's
+``modules.json`` (pooling, ``Dense`` modules, normalisation), ``sentence_bert_config.json`` (the length limit,
+lowercasing) and ``config_sentence_transformers.json`` (query and passage prompts), from a local folder or a hub model's
 snapshot in the Hugging Face cache. :class:`~graphdoc.models.passage_encoder.PassageEncoder` resolves its
 unset settings from them and writes them back when it saves.
 """
