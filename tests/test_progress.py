@@ -109,3 +109,50 @@ def test_loading_and_saving_a_model_show_no_transformers_bar_and_keep_the_settin
         (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
     err = capfd.readouterr().err
     assert "Loading weights" not in err and "Writing model shards" not in err
+
+
+def test_document_count_of_corpora_it_can_count_cheaply(tmp_path):
+    """(stop 32: embed and index bars had no total, so no time left, on any corpus)"""
+    import gzip
+
+    from graphdoc.corpus import document_count
+
+    plain = tmp_path / "docs.jsonl"
+    plain.write_text('{"id": "a", "text": "x"}\n{"id": "b", "text": "y"}\n{"id": "c", "text": "z"}', encoding="utf-8")
+    assert document_count(plain) == 3  # the last line without its line break counts too
+    assert document_count(str(plain)) == 3
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    assert document_count(tmp_path / "empty.jsonl") == 0
+    beir = tmp_path / "beir"
+    beir.mkdir()
+    (beir / "corpus.jsonl").write_text('{"_id": "a", "text": "x"}\n' * 4, encoding="utf-8")
+    (beir / "queries.jsonl").write_text('{"_id": "q", "text": "x"}\n', encoding="utf-8")
+    assert document_count(beir) == 4
+    folder = tmp_path / "notes"
+    (folder / "sub").mkdir(parents=True)
+    for name in ("a.md", "b.txt", "sub/c.md"):
+        (folder / name).write_text("# T\n\ntext\n", encoding="utf-8")
+    assert document_count(folder) == 3
+    packed = tmp_path / "docs.jsonl.gz"  # counting would mean decompressing: no total
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    table = tmp_path / "docs.csv"  # a row may span lines
+    table.write_text('id,text\na,"one\ntwo"\n', encoding="utf-8")
+    for source in (packed, table, tmp_path / "missing.jsonl", "msmarco-document", ""):
+        assert document_count(source) is None, source
+
+
+def test_index_bar_has_the_corpus_total(tmp_path, model_dir, monkeypatch):
+    from _retrieval_helpers import make_docs, write_jsonl
+
+    from graphdoc.retrieval import builder
+
+    totals = []
+    real = builder.progress_bar
+    monkeypatch.setattr(builder, "progress_bar", lambda *a, **k: totals.append(k.get("total")) or real(*a, **k))
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", make_docs(7))
+    from graphdoc.encoder import GraphDocEncoder
+    from graphdoc.retrieval.builder import build_index
+
+    build_index(GraphDocEncoder.from_pretrained(str(model_dir), device="cpu"), corpus, tmp_path / "index",
+                show_progress_bar=True)
+    assert totals == [7]

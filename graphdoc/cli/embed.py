@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _embed(args: argparse.Namespace, documents, model) -> int:
-    from graphdoc.corpus import ReadStats, read_corpus
+    from graphdoc.corpus import ReadStats, document_count, read_corpus
 
     partial = Partial(args.output, *_run_identities(args, model))
     done = partial.ids
@@ -139,7 +139,9 @@ def _embed(args: argparse.Namespace, documents, model) -> int:
             yield doc
 
     try:
-        with progress_bar(desc="Embedding", unit="doc", disable=args.quiet, delay=1, initial=len(done)) as bar:
+        total = None if args.quiet else document_count(args.corpus)  # time left, where it is cheap to tell
+        with progress_bar(desc="Embedding", unit="doc", disable=args.quiet, delay=1, initial=len(done),
+                          total=total) as bar:
             for out in model.iter_forward(tracked(), batch_size=args.batch_size, document_only=True):
                 vectors = out.document_embeddings.float()
                 if args.normalize:

@@ -102,6 +102,38 @@ def data_files(source: Source) -> list[Path]:
     return [beir.corpus_file(path), *queries, *sorted((path / "qrels").glob("*.tsv"))]
 
 
+#: the largest plain file whose lines are counted for a progress bar's total (one pass over it: ~1 s a GB)
+COUNT_LIMIT = 2 * 2**30
+
+
+def document_count(source: Source) -> int | None:
+    """About how many documents a local corpus holds, for a progress bar's total and time left: a plain JSON
+    lines file's lines (a BEIR folder's ``corpus.jsonl`` too; blank lines are counted) or a folder's text files;
+    ``None`` where telling means decompressing or parsing (compressed files, CSV rows that may span lines, XML
+    dumps, named corpora) or a file over :data:`COUNT_LIMIT`, and on any error (the reader reports it)."""
+    from graphdoc.corpus import beir
+    from graphdoc.corpus.files import has_suffix
+    from graphdoc.corpus.formats import JSONL_SUFFIXES
+
+    try:
+        path = Path(source)
+        if _named(source) is not None or not path.exists():
+            return None
+        files = corpus_files(source)
+        if path.is_dir() and not beir.is_beir_folder(path):
+            return len(files)
+        plain = [suffix for suffix in JSONL_SUFFIXES if not suffix.endswith((".gz", ".bz2", ".xz"))]
+        if len(files) != 1 or not has_suffix(files[0], *plain) or files[0].stat().st_size > COUNT_LIMIT:
+            return None
+        lines, last = 0, b"\n"
+        with open(files[0], "rb") as handle:
+            while block := handle.read(1 << 24):
+                lines, last = lines + block.count(b"\n"), block[-1:]
+        return lines + (last != b"\n")
+    except (OSError, InputError, ValueError):
+        return None
+
+
 def read_corpus(source: Source, *, stats: ReadStats | None = None) -> Iterator[Document]:
     """Stream the documents of ``source``, skipping empty ones (blank title and text; counted in ``stats``,
     logged at INFO)."""

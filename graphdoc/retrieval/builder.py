@@ -30,7 +30,7 @@ from typing import Iterator
 import numpy as np
 
 from graphdoc.config import check_count
-from graphdoc.corpus import ReadStats, check_outside_corpus, source_key
+from graphdoc.corpus import ReadStats, check_outside_corpus, document_count, source_key
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import LOCK_NAME, remove_stale_temporaries, writer_lock
 from graphdoc.progress import progress_bar
@@ -321,8 +321,9 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     stats, cursor, cut_before = ReadStats(), Cursor(source.documents_read), model.chunker.counts()
     known = _known_ids(index_dir, manifest)
     started, added = time.perf_counter(), 0
-    bar = progress_bar(desc="Indexing", unit="doc", initial=source.documents_read, disable=not show_progress_bar,
-                       dynamic_ncols=True)
+    total = document_count(corpus) if part[1] == 1 and show_progress_bar else None  # time left, where cheap
+    bar = progress_bar(desc="Indexing", unit="doc", initial=source.documents_read, total=total,
+                       disable=not show_progress_bar, dynamic_ncols=True)
     try:  # closed on an error too, so that the error line starts a line of its own
         for docs in _batches(open_corpus(corpus, stats), cursor, *part, settings, known):
             _encode_shard(model, docs, index_dir, manifest, settings, batch_size, bar)
