@@ -64,6 +64,9 @@ def test_bad_inputs_name_the_problem() -> None:
         explain_passages(QUERY, PASSAGES, RECORD, ATTENTION[:2])
     with pytest.raises(GraphDocError, match="valid: score, attention"):
         explain_passages(QUERY, PASSAGES, RECORD, by="words")
+    # a corpus record (BEIR's _id, no passages) is one passage; the error names its id (it said None)
+    with pytest.raises(GraphDocError, match=r"^document 'x': 3 passage vectors for 1 passages$"):
+        explain_passages(QUERY, PASSAGES, {"_id": "x", "text": TEXT})
 
 
 def test_format_explanation_gives_one_line_per_passage() -> None:

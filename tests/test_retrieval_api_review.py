@@ -107,6 +107,9 @@ def test_search_hits_are_a_run(searcher) -> None:
     hits = searcher.search("zebra", k=3, mode="hybrid")
     run = run_from_hits({"q": hits})
     assert run == {"q": {h.doc_id: h.score for h in hits}}
+    with pytest.raises(GraphDocError, match=r"^results must map each query id to its hits \(\{query id: "
+                                            r"\[Hit, \.\.\.\]\}\); got list$"):
+        run_from_hits(hits)  # (an AttributeError traceback)
     assert run == searcher.batch_search({"q": "zebra"}, k=3, mode="hybrid")
     assert evaluate({"q": hits}, {"q": {"d007": 1}}) == evaluate(run, {"q": {"d007": 1}})
     with pytest.raises(GraphDocError) as info:

@@ -50,6 +50,12 @@ def passage_spans(record: Mapping[str, Any]) -> list[list]:
     return [list(s) for s in record.get("passages") or [[0, len(record["text"]), 0, ""]]]
 
 
+def _record_id(record: Mapping[str, Any]):
+    from graphdoc.documents import ID_KEYS
+
+    return next((record[key] for key in ID_KEYS if key in record), None)
+
+
 def rank_passages(scores: np.ndarray, attention: np.ndarray | None = None, by: str = "score") -> np.ndarray:
     """Passage positions, best first, by ``scores`` or by ``attention``; ties keep document order."""
     if by not in RANKINGS:
@@ -74,10 +80,10 @@ def explain_passages(query_vector: np.ndarray, passage_vectors: np.ndarray, reco
     spans = passage_spans(record)
     vectors = np.asarray(passage_vectors, dtype=np.float64)
     if vectors.ndim != 2 or len(vectors) != len(spans):
-        raise GraphDocError(f"document {record.get('id')!r}: {len(vectors)} passage vectors for "
+        raise GraphDocError(f"document {_record_id(record)!r}: {len(vectors)} passage vectors for "
                             f"{len(spans)} passages")
     if attention is not None and len(attention) != len(spans):
-        raise GraphDocError(f"document {record.get('id')!r}: {len(attention)} attention weights for "
+        raise GraphDocError(f"document {_record_id(record)!r}: {len(attention)} attention weights for "
                             f"{len(spans)} passages")
     query = np.asarray(query_vector, dtype=np.float64)
     if query.shape != vectors.shape[1:]:

@@ -98,6 +98,9 @@ def run_from_hits(results: Mapping[Any, Sequence[Any] | Mapping[str, float]]) ->
 
     A query may hold a ``{doc id: score}`` dict instead (as :meth:`Searcher.batch_search` gives); ids become str.
     """
+    if not isinstance(results, Mapping):
+        raise GraphDocError("results must map each query id to its hits ({query id: [Hit, ...]}); got "
+                            f"{type(results).__name__}")
     return {str(qid): _doc_scores(qid, docs) for qid, docs in results.items()}
 
 
