@@ -355,3 +355,21 @@ def test_eval_tune_fusion_and_merge_errors(index, files, tmp_path, capsys) -> No
         capsys.readouterr()
         assert cli(command, *argv) == 1
         assert error_line(capsys, command) == f"graphdoc {command}: error: {message}"
+
+
+def test_a_file_as_index_folder_an_empty_factory_and_blank_documents_are_one_line(files, capsys, tmp_path) -> None:
+    """(stop 32: search --index-dir FILE said "not found", --faiss-factory "" was taken as Flat, and compare "" ""
+    called the current folder a folder)"""
+    corpus = str(files["corpus"])
+    assert main(["search", "--index-dir", corpus, "zebra"]) == 1
+    assert error_line(capsys, "search") == f"graphdoc search: error: {corpus} is a file, not an index folder"
+    assert main(["index", "--corpus", corpus, "--index-dir", str(tmp_path / "i"), "--faiss-factory", ""]) == 1
+    assert error_line(capsys, "index") == ("graphdoc index: error: faiss_factory (--faiss-factory) is empty: name a "
+                                           "FAISS factory string, such as Flat or HNSW32, or leave it out")
+    assert not (tmp_path / "i").exists()
+    assert main(["compare", "", ""]) == 1
+    assert error_line(capsys, "compare") == ("graphdoc compare: error: a document is named by an empty string (''): "
+                                             "name a document file")
+    assert main(["compare", "--corpus", corpus, "d001", " "]) == 1
+    assert error_line(capsys, "compare") == ("graphdoc compare: error: a document is named by an empty string (' '): "
+                                             "name a document file or an id")

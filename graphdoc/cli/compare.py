@@ -107,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top < 0:
         raise GraphDocError(f"--top must be at least 0; got {args.top}")
+    blank = next((name for name in (args.a, args.b) if not name.strip()), None)
+    if blank is not None:  # (Path("") is the current folder: it was called a folder)
+        raise GraphDocError(f"a document is named by an empty string ({blank!r}): name a document file"
+                            + (" or an id" if args.corpus else ""))
     if args.html is not None:
         check_output_file(args.html, "--html")
         # (A, B, or a file of the corpus: writing the page would replace a document)

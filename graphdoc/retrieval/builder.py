@@ -72,6 +72,9 @@ class IndexSettings:
             raise GraphDocError("shard_size must be at least 1")
         if self.metric is not None and self.metric not in METRICS:
             raise GraphDocError(f"unknown metric {self.metric!r}; valid: {', '.join(METRICS)}")
+        if self.faiss_factory is not None and not self.faiss_factory.strip():  # was taken as Flat
+            raise GraphDocError("faiss_factory (--faiss-factory) is empty: name a FAISS factory string, such as Flat "
+                                "or HNSW32, or leave it out")
 
 
 def parse_part(part: str) -> tuple[int, int]:

@@ -70,6 +70,8 @@ class Manifest:
         path = folder / MANIFEST_NAME
         if not folder.exists():
             raise GraphDocError(f"index folder not found: {folder}")
+        if not folder.is_dir():
+            raise GraphDocError(f"{folder} is a file, not an index folder")
         if not path.is_file():
             raise GraphDocError(f"{folder} is not a graphdoc index (no {MANIFEST_NAME})")
         try:

@@ -61,7 +61,8 @@ class Searcher:
         self.index_dir = Path(index_dir)
         self.docstore: DocStore | None = None
         if not self.index_dir.is_dir():
-            raise GraphDocError(f"index folder not found: {self.index_dir}")
+            raise GraphDocError(f"{self.index_dir} is a file, not an index folder" if self.index_dir.exists()
+                                else f"index folder not found: {self.index_dir}")
         self.device = device
         self._model = None
         self._model_lock = threading.Lock()  # threads' first dense searches load the model once
