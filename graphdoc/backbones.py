@@ -199,6 +199,7 @@ def load_index_model(identity: Mapping[str, Any], device=None):
     cls = backbone_class(backbone)
     # a local folder by the path the index recorded (its name may be relative to where the index was built)
     name = path if path is not None and Path(path).is_dir() else identity.get("name", path)
-    sections = {"chunker": identity.get("chunker", {}), "graph": graph,
+    chunker = {key: value for key, value in identity.get("chunker", {}).items() if key != "version"}
+    sections = {"chunker": chunker, "graph": graph,
                 "passage_encoder": {**identity.get("passage_encoder", {}), "model_name_or_path": name}}
     return cls.from_pretrained(path, config=config_class_of(cls).from_dict(sections), device=device)

@@ -42,6 +42,11 @@ LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines 
 
 Span = tuple[int, int]
 
+#: which chunking an index or a run's saved part was made with (recorded in its model identity; none recorded is
+#: 1): 2 since stop 32, when a cut sentence's short last run stopped being a passage of its own
+CHUNKER_VERSION = 2
+
+
 def _table(ranges: Iterable[tuple[int, int]]) -> np.ndarray:
     """A lookup table over all code points: ``True`` in the given ``(first, last)`` ranges."""
     table = np.zeros(0x110000, dtype=bool)

@@ -379,7 +379,8 @@ def test_what_another_run_saved_is_not_taken(tiny_bert: Path, tmp_path: Path, mo
     capsys.readouterr()
     assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2", *extra) == 0
     assert len(given) == 9
-    expected = {"normalize": "holds what an embed of another model, corpus or --normalize left: starting again",
+    expected = {"normalize": "holds what an embed of another model, corpus, --normalize or graphdoc chunker left: "
+                             "starting again",
                 "corpus": "document 1 is 'new0', not 'doc0' as when"}[change]
     assert expected in capsys.readouterr().err
     prefix = "new" if change == "corpus" else "doc"

@@ -95,7 +95,7 @@ def test_manifest_records_model_settings_progress_and_counts(built, model, model
     assert m["model"]["path"] == str(model_dir.resolve())
     assert m["model"]["name"] == model.config.passage_encoder.model_name_or_path
     assert m["model"]["fingerprint"] == model_fingerprint(model) and len(m["model"]["fingerprint"]) == 64
-    assert m["model"]["chunker"] == {"max_words": 12, "max_passages": 100, "title": "first"}
+    assert m["model"]["chunker"] == {"max_words": 12, "max_passages": 100, "title": "first", "version": 2}
     assert m["model"]["passage_encoder"] == {"pooling": "mean", "normalize": False, "max_seq_length": 64,
                                              "projection_dim": None, "query_prompt": "", "passage_prompt": ""}
     assert m["model"]["graph"] == asdict(MODEL_CONFIG.graph)

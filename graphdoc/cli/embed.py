@@ -67,8 +67,8 @@ class Partial:
                 self.chunks = state["chunks"]
                 logger.info("%s: going on after the %d documents embedded before", self.folder, len(self.ids))
                 return
-            why = "what an embed of another model, corpus or --normalize left" if state is not None else \
-                "no state of a run (one stopped before its first save)"
+            why = ("what an embed of another model, corpus, --normalize or graphdoc chunker left" if state is not None
+                   else "no state of a run (one stopped before its first save)")
         except (OSError, KeyError, TypeError, UnicodeDecodeError):
             why = "files that cannot be read"
         logger.warning("%s holds %s: starting again", self.folder, why)

@@ -39,8 +39,8 @@ from graphdoc.retrieval.bm25 import BM25Config
 from graphdoc.retrieval.dense_searcher import DenseSettings
 from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig
 from graphdoc.retrieval.dense import METRICS, TrainingError, new_faiss_index, training_minimum
-from graphdoc.retrieval.manifest import (MANIFEST_NAME, Manifest, SourceProgress, check_identity, model_identity,
-                                         normal_part)
+from graphdoc.retrieval.manifest import (MANIFEST_NAME, Manifest, SourceProgress, check_identity, chunker_version,
+                                         model_identity, normal_part)
 from graphdoc.retrieval.progress import (Cursor, check_read_part_unchanged, corpus_state, open_corpus, state_changed,
                                          part_documents, report_complete)
 from graphdoc.retrieval.shards import read_shard, write_shard
@@ -75,6 +75,19 @@ class IndexSettings:
         if self.faiss_factory is not None and not self.faiss_factory.strip():  # was taken as Flat
             raise GraphDocError("faiss_factory (--faiss-factory) is empty: name a FAISS factory string, such as Flat "
                                 "or HNSW32, or leave it out")
+
+
+def warn_other_chunker(manifest: Manifest, index_dir, what: str) -> None:
+    """Warn when an index holding documents was chunked by another graphdoc chunker than this one: ``what`` (the
+    documents added, a merged part) are chunked otherwise, and the index mixes the two until it is rebuilt."""
+    from graphdoc.chunker import CHUNKER_VERSION
+
+    version = chunker_version(manifest.model)
+    if manifest.counts.get("documents") and version != CHUNKER_VERSION:
+        logger.warning("%s was chunked by %s graphdoc (chunker version %s, this one's %s: a sentence over the word "
+                       "limit ends differently): %s are chunked by this one, and the index mixes the two; rebuild it "
+                       "for one chunking", index_dir, "an earlier" if version < CHUNKER_VERSION else "a later",
+                       version, CHUNKER_VERSION, what)
 
 
 def parse_part(part: str) -> tuple[int, int]:
@@ -321,6 +334,7 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     elif state_changed(source.state, corpus):
         check_read_part_unchanged(corpus, index_dir, manifest, source, part, settings.on_duplicate)
         source.state = corpus_state(corpus)
+    warn_other_chunker(manifest, index_dir, "documents added now")
     stats, cursor, cut_before = ReadStats(), Cursor(source.documents_read), model.chunker.counts()
     known = _known_ids(index_dir, manifest)
     started, added = time.perf_counter(), 0

@@ -229,15 +229,26 @@ def model_identity(model) -> dict[str, Any]:
     encoder = dict(cfg["passage_encoder"])
     for transient in TRANSIENT_ENCODER_SETTINGS:
         encoder.pop(transient, None)
+    from graphdoc.chunker import CHUNKER_VERSION
+
     return {"name": cfg["passage_encoder"]["model_name_or_path"], "path": model.name_or_path,
             "fingerprint": model_fingerprint(model),
-            "chunker": cfg["chunker"], "passage_encoder": encoder, "graph": cfg["graph"]}
+            "chunker": {**cfg["chunker"], "version": CHUNKER_VERSION}, "passage_encoder": encoder,
+            "graph": cfg["graph"]}
+
+
+def chunker_version(identity: dict[str, Any]) -> int:
+    """The chunking a model identity records (an index made before it was recorded: 1)."""
+    chunker = identity.get("chunker")
+    return chunker.get("version", 1) if isinstance(chunker, dict) else 1
 
 
 def first_difference(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[str, Any, Any] | None:
     """The first setting (``"chunker.max_words"``, ..., then ``"fingerprint"``) two identities disagree on."""
     for section in ("chunker", "passage_encoder", "graph"):
         for key, value in expected.get(section, {}).items():
+            if section == "chunker" and key == "version":  # warned of where documents are added, not refused
+                continue
             other = actual.get(section, {}).get(key)
             if other != value:
                 return f"{section}.{key}", value, other

@@ -19,6 +19,7 @@ from graphdoc.retrieval.finalize import finalize
 from graphdoc.retrieval.manifest import (
     Manifest,
     SourceProgress,
+    chunker_version,
     first_difference,
     part_number,
     split_of,
@@ -98,6 +99,11 @@ def _one_corpus_at_two_paths(manifests: list[Manifest]) -> list[Manifest]:
 
 def _check_compatible(parts: list[Path], manifests: list[Manifest]) -> None:
     first = manifests[0]
+    versions = {path: chunker_version(manifest.model) for path, manifest in zip(parts, manifests)}
+    if len(set(versions.values())) > 1:
+        logger.warning("the parts were chunked by different graphdoc chunkers (%s: a sentence over the word limit "
+                       "ends differently): the merged index mixes the two; rebuild the older parts for one chunking",
+                       ", ".join(f"{path} version {version}" for path, version in versions.items()))
     for path, manifest in zip(parts, manifests):
         difference = first_difference(first.model, manifest.model)
         if difference is not None:
