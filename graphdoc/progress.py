@@ -48,6 +48,7 @@ class LineWriter:
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
+        self.last = ""  # the counter part of the last line written ("Indexing: 100%|###| 301/301")
 
     @property
     def encoding(self) -> str | None:
@@ -55,8 +56,10 @@ class LineWriter:
 
     def write(self, text: str) -> None:
         line = text.replace("\r", "").rstrip()
-        if line:
+        counter = line.split(" [", 1)[0]
+        if line and counter != self.last:  # (close() writes the last state again: once is enough in a log)
             self.stream.write(line + "\n")
+            self.last = counter
 
     def flush(self) -> None:
         self.stream.flush()
@@ -75,12 +78,21 @@ def _in_notebook() -> bool:
     return notebook is not None and issubclass(auto_tqdm, notebook.tqdm)
 
 
+def complete(bar) -> None:
+    """End a bar whose total was a count made beforehand (a corpus's lines, blank documents among them) at 100%."""
+    if bar.total is not None and bar.n != bar.total:
+        bar.total = bar.n
+        bar.refresh()
+
+
 def progress_bar(iterable: Any = None, *, disable: bool = False, **kwargs: Any):
     """A tqdm bar (same arguments) that writes plain lines when standard error is not a terminal."""
     if not (disable or "file" in kwargs or _in_notebook() or _is_terminal(sys.stderr)):
         interval = max(LOG_INTERVAL, kwargs.get("mininterval", 0.0))
         # maxinterval too: tqdm's monitor thread would otherwise redraw a slow bar every 10 s; leave: a bar that
         # clears itself on a terminal (leave=False) still writes its last state into the log
+        # miniters=1: tqdm's monitor thread then leaves the bar alone (its refresh printed a line, and the next update
+        # another at once)
         kwargs.update(file=LineWriter(sys.stderr), dynamic_ncols=False, mininterval=interval, maxinterval=interval,
-                      leave=True, ascii=True)
+                      leave=True, ascii=True, miniters=1)
     return auto_tqdm(iterable, disable=disable, **kwargs)

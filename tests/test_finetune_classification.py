@@ -240,6 +240,26 @@ def test_a_csv_row_without_a_label_is_named_by_its_line(tmp_path):
     assert str(err.value) == f"{path}:5: document 'c' has no 'label'"
 
 
+def test_predict_proba_can_show_a_bar(tiny_bert, monkeypatch):
+    """(stop 32: graphdoc predict ran silently, however many documents)"""
+    import io
+    import sys
+
+    from graphdoc import progress
+    from graphdoc.encoder import GraphDocEncoder
+    from graphdoc.finetune.classifier import DocumentClassifier
+
+    classifier = DocumentClassifier(GraphDocEncoder.from_pretrained(str(tiny_bert)), ["x", "y"])
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)
+    assert classifier.predict_proba(["one text", "two", "three"], batch_size=2, show_progress_bar=True).shape == (3, 2)
+    assert log.getvalue().splitlines()[-1].startswith("Predicting: 100%|##########| 3/3")
+    log.truncate(0)
+    classifier.predict_proba(["one text"])
+    assert log.getvalue() == ""
+
+
 def test_integer_labels_are_their_string_form(tmp_path):
     from graphdoc.finetune.classification import labels_of, read_labelled
 

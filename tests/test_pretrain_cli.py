@@ -77,6 +77,17 @@ def test_pretrain_writes_a_loadable_model_and_a_log(tiny_bert, corpus, tmp_path,
     assert model.graph.layers[0].out.weight.abs().sum() > 0  # trained away from the identity
 
 
+def test_blank_documents_are_named_once_not_once_a_pass(tiny_bert, corpus, tmp_path, capsys):
+    """(stop 32: the counting pass and every epoch each logged "skipped 1 empty document(s)")"""
+    config = write_config(tmp_path / "c.yaml", tiny_bert, epochs=3)
+    capsys.readouterr()
+    assert main(["pretrain", "--corpus", str(corpus), "--output", str(tmp_path / "run"), "--config", str(config),
+                 "--frozen-encoder", "--device", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("skipped 1 empty document(s) ('blank')") == 1, err
+    assert json.loads((tmp_path / "run" / "pretrain.json").read_text())["empty_skipped"] == 1
+
+
 def test_several_corpora_and_max_steps(tiny_bert, corpus, tmp_path):
     config = write_config(tmp_path / "c.yaml", tiny_bert)
     out = tmp_path / "run"

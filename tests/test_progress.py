@@ -156,3 +156,49 @@ def test_index_bar_has_the_corpus_total(tmp_path, model_dir, monkeypatch):
     build_index(GraphDocEncoder.from_pretrained(str(model_dir), device="cpu"), corpus, tmp_path / "index",
                 show_progress_bar=True)
     assert totals == [7]
+
+
+def test_a_log_gets_no_line_twice_for_one_count(monkeypatch):
+    """(stop 32: close() wrote the last state again, and tqdm's monitor thread's refresh made the next update
+    print at once: two lines for 301/301)"""
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)
+    with progress_bar(total=2, desc="Indexing", unit="doc") as bar:
+        bar.update()
+        bar.refresh()  # as the monitor thread would
+        bar.update()
+    counters = [line.split(" [")[0] for line in log.getvalue().splitlines()]
+    assert counters == ["Indexing:   0%|          | 0/2", "Indexing:  50%|#####     | 1/2",
+                        "Indexing: 100%|##########| 2/2"]
+
+
+def test_a_bar_whose_counted_total_held_blank_documents_ends_at_100_percent(monkeypatch):
+    from graphdoc.progress import complete
+
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)
+    with progress_bar(total=32, desc="Embedding", unit="doc") as bar:
+        bar.update(30)  # two of the 32 lines were blank documents, skipped
+        complete(bar)
+    assert log.getvalue().splitlines()[-1].startswith("Embedding: 100%|##########| 30/30")
+
+
+def test_index_skipping_duplicates_says_how_many(tmp_path, model_dir, caplog):
+    """(stop 32: --on-duplicate skip left documents out without a word, the bar at 0)"""
+    import logging
+
+    from _retrieval_helpers import make_docs, write_jsonl
+
+    from graphdoc.encoder import GraphDocEncoder
+    from graphdoc.retrieval.builder import IndexSettings, build_index
+
+    model = GraphDocEncoder.from_pretrained(str(model_dir), device="cpu")
+    build_index(model, write_jsonl(tmp_path / "a.jsonl", make_docs(4)), tmp_path / "index")
+    again = write_jsonl(tmp_path / "b.jsonl", make_docs(6))  # d000-d003 again, and two new
+    with caplog.at_level(logging.INFO, logger="graphdoc"):
+        manifest = build_index(model, again, tmp_path / "index", IndexSettings(on_duplicate="skip"))
+    assert manifest.counts["documents"] == 6
+    assert f"{again}: 4 document(s) already in the index left out (--on-duplicate skip): 'd000', 'd001', " \
+           "'d002', 'd003'" in [r.getMessage() for r in caplog.records]

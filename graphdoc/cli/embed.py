@@ -17,7 +17,8 @@ import numpy as np
 from graphdoc.cli.common import add_model_arguments, load_model, logger
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import NAME_MAX, atomic_write, check_output_file, file_lock, replacing
-from graphdoc.progress import progress_bar
+from graphdoc.progress import complete, progress_bar
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -140,8 +141,9 @@ def _embed(args: argparse.Namespace, documents, model) -> int:
 
     try:
         total = None if args.quiet else document_count(args.corpus)  # time left, where it is cheap to tell
-        with progress_bar(desc="Embedding", unit="doc", disable=args.quiet, delay=1, initial=len(done),
-                          total=total) as bar:
+        # log records on lines of their own, not glued onto the bar on a terminal
+        with logging_redirect_tqdm(), progress_bar(desc="Embedding", unit="doc", disable=args.quiet, delay=1,
+                                                   initial=len(done), total=total) as bar:
             for out in model.iter_forward(tracked(), batch_size=args.batch_size, document_only=True):
                 vectors = out.document_embeddings.float()
                 if args.normalize:
@@ -153,6 +155,7 @@ def _embed(args: argparse.Namespace, documents, model) -> int:
                     partial.save(ids[:saved], rows)
                     del ids[:saved]
                     rows.clear()
+            complete(bar)  # its total counted blank documents the reader skipped
     except _Restart as restart:
         logger.warning("%s: document %d is %r, not %r as when %s was saved: the corpus changed; starting again",
                        args.corpus, restart.position + 1, restart.found, restart.saved, partial.folder)

@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if not to_stdout:
         check_output(args.model, args.output, "--output", source=args.input)
     note = "" if to_stdout else replacing(args.output)
-    count = predict(args.model, args.input, args.output, args.batch_size, args.max_passages, args.device)
+    count = predict(args.model, args.input, args.output, args.batch_size, args.max_passages, args.device,
+                    show_progress_bar=not args.quiet)
     logger.info("%d documents classified into %s%s", count, "standard output" if to_stdout else args.output, note)
     return 0

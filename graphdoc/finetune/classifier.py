@@ -57,7 +57,8 @@ class DocumentClassifier(nn.Module):
         return self.head(document_vectors)
 
     @torch.inference_mode()
-    def predict_proba(self, documents, batch_size: int = 32, max_passages: int | None = None) -> torch.Tensor:
+    def predict_proba(self, documents, batch_size: int = 32, max_passages: int | None = None,
+                      show_progress_bar: bool = False) -> torch.Tensor:
         """Class probabilities ``[n, num_classes]`` of documents (strings, dicts or Documents); a single document
         gives ``[num_classes]``, as :meth:`GraphDocEncoder.encode` gives one vector.
 
@@ -74,12 +75,16 @@ class DocumentClassifier(nn.Module):
                             f"{type(documents).__name__}")
         documents = list(documents)
         max_passages = max_passages if max_passages is not None else self.max_passages
-        with eval_mode(self):
+        from graphdoc.progress import progress_bar
+
+        with eval_mode(self), progress_bar(total=len(documents), desc="Predicting", unit="doc",
+                                           disable=not show_progress_bar) as bar:
             out = []
             for start in range(0, len(documents), batch_size):
                 chunk = [as_document(d, start + i) for i, d in enumerate(documents[start:start + batch_size])]
                 vectors = self.encoder([self.encoder.prepare(d, max_passages) for d in chunk]).document_embeddings
                 out.append(torch.softmax(self.logits(vectors).float(), dim=-1).cpu())
+                bar.update(len(chunk))
         return torch.cat(out) if out else torch.zeros((0, len(self.labels)))
 
     @staticmethod

@@ -25,7 +25,7 @@ SHOWN_IDS = 5
 
 
 def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch_size: int = 32,
-            max_passages: int | None = None, device: str | None = None) -> int:
+            max_passages: int | None = None, device: str | None = None, show_progress_bar: bool = False) -> int:
     """Classify every document of ``source`` into ``output`` (JSON lines; ``"-"``: standard output); returns the
     number written.
 
@@ -51,7 +51,7 @@ def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch
         more = ", ..." if stats.empty_skipped > SHOWN_IDS else ""
         logger.warning("%s: %d document(s) with no title or text left out of the predictions (%s%s)", source,
                        stats.empty_skipped, shown, more)
-    probabilities = classifier.predict_proba(docs, batch_size, max_passages)  # [n, num_classes]
+    probabilities = classifier.predict_proba(docs, batch_size, max_passages, show_progress_bar)  # [n, num_classes]
     with contextlib.nullcontext(sys.stdout) if to_stdout else atomic_write(Path(output), "w",
                                                                            encoding="utf-8") as handle:
         for doc, row in zip(docs, probabilities.tolist()):

@@ -25,15 +25,16 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from graphdoc.config import check_count
 from graphdoc.corpus import ReadStats, check_outside_corpus, document_count, source_key
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import LOCK_NAME, remove_stale_temporaries, writer_lock
-from graphdoc.progress import progress_bar
+from graphdoc.progress import complete, progress_bar
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config
 from graphdoc.retrieval.dense_searcher import DenseSettings
@@ -341,17 +342,30 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     total = document_count(corpus) if part[1] == 1 and show_progress_bar else None  # time left, where cheap
     bar = progress_bar(desc="Indexing", unit="doc", initial=source.documents_read, total=total,
                        disable=not show_progress_bar, dynamic_ncols=True)
-    try:  # closed on an error too, so that the error line starts a line of its own
-        for docs in _batches(open_corpus(corpus, stats), cursor, *part, settings, known):
-            _encode_shard(model, docs, index_dir, manifest, settings, batch_size, bar)
-            source.shards = [*(source.shards or []), manifest.shards[-1]]
-            source.documents_read, added = docs.position, added + len(docs)
-            manifest.counts["encode_seconds"] = round(
-                manifest.counts.get("encode_seconds", 0) + time.perf_counter() - started, 3)
-            started = time.perf_counter()
-            manifest.save(index_dir)
-    finally:
-        bar.close()
+    skipped = []  # ids --on-duplicate skip left out
+
+    def skip(doc_id: str) -> None:
+        skipped.append(doc_id)
+        bar.update(1)
+
+    # log records on lines of their own, not glued onto the bar on a terminal; the bar is closed on an error too,
+    # so that the error line starts a line of its own
+    with logging_redirect_tqdm():
+        try:
+            for docs in _batches(open_corpus(corpus, stats), cursor, *part, settings, known, skip):
+                _encode_shard(model, docs, index_dir, manifest, settings, batch_size, bar)
+                source.shards = [*(source.shards or []), manifest.shards[-1]]
+                source.documents_read, added = docs.position, added + len(docs)
+                manifest.counts["encode_seconds"] = round(
+                    manifest.counts.get("encode_seconds", 0) + time.perf_counter() - started, 3)
+                started = time.perf_counter()
+                manifest.save(index_dir)
+            complete(bar)  # its total counted blank documents the reader skipped
+        finally:
+            bar.close()
+    if skipped:
+        logger.info("%s: %d document(s) already in the index left out (--on-duplicate skip): %s%s", corpus,
+                    len(skipped), ", ".join(map(repr, skipped[:5])), ", ..." if len(skipped) > 5 else "")
     model.chunker.warn_cut(cut_before)  # a document's end past the cap cannot be found (empty ones: the reader says)
     source.complete, source.state, manifest.finalized = True, corpus_state(corpus), False
     source.documents_read = max(source.documents_read, cursor.position)
@@ -380,7 +394,7 @@ class _ShardDocs(list):
 
 
 def _batches(documents, cursor: Cursor, part_no: int, parts: int, settings: IndexSettings,
-             known: set[str]) -> Iterator[_ShardDocs]:
+             known: set[str], skip: Callable[[str], None] = lambda doc_id: None) -> Iterator[_ShardDocs]:
     """Group the documents still to index into shards; ``position`` counts documents read."""
     batch = _ShardDocs()
     for doc in part_documents(documents, cursor, part_no, parts):
@@ -389,6 +403,7 @@ def _batches(documents, cursor: Cursor, part_no: int, parts: int, settings: Inde
                 raise GraphDocError(f"document id {doc.id!r} is already in the index; set on_duplicate "
                                     "(--on-duplicate) to replace or skip")
             if settings.on_duplicate == "skip":
+                skip(doc.id)
                 continue
         known.add(doc.id)
         batch.append(doc)

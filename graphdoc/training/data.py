@@ -225,7 +225,7 @@ def count_examples(sources: Sequence[str], prepare: Prepare, usable: Usable = tw
     """The number of usable (default: two-passage or longer) documents in one pass over the corpus, or
     ``limit`` once that many are found (the rest of the corpus is not read)."""
     count = 0
-    for doc in open_corpus(sources, ReadStats()):
+    for doc in open_corpus(sources, ReadStats(log_skipped=False)):  # (named by the first epoch's pass)
         count += bool(usable(prepare(doc)))
         if limit is not None and count >= limit:
             break

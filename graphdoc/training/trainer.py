@@ -297,7 +297,8 @@ class Trainer:
         return self.time_up
 
     def _epoch_batches(self):
-        self._read_stats = ReadStats()  # empty documents of this epoch, added to stats when it ends
+        # empty documents of this epoch, added to stats when it ends; named once, in the first epoch
+        self._read_stats = ReadStats(log_skipped=self.position.epoch == 0)
         stream = data.epoch_stream(self.sources, self.position.epoch, self.cfg.seed, self.cfg.shuffle_buffer,
                                    self._read_stats)
         return data.batches(stream, self.prepare, self.cfg.batch_size, self.position.offset, self.stats,
