@@ -8,6 +8,7 @@ plain line of its own instead, at most every :data:`LOG_INTERVAL` seconds (and o
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 from collections.abc import Iterator
 from typing import IO, Any
@@ -56,7 +57,7 @@ class LineWriter:
 
     def write(self, text: str) -> None:
         line = text.replace("\r", "").rstrip()
-        counter = line.split(" [", 1)[0]
+        counter = line.rsplit(" [", 1)[0]  # (the timing is the last bracket: a description may hold one)
         if line and counter != self.last:  # (close() writes the last state again: once is enough in a log)
             self.stream.write(line + "\n")
             self.last = counter
@@ -79,10 +80,45 @@ def _in_notebook() -> bool:
 
 
 def complete(bar) -> None:
-    """End a bar whose total was a count made beforehand (a corpus's lines, blank documents among them) at 100%."""
+    """End a bar whose total was a count made beforehand (a corpus's lines, blank documents among them) at 100%
+    (drawn by its close: a refresh here would draw a bar its delay still hides)."""
     if bar.total is not None and bar.n != bar.total:
         bar.total = bar.n
-        bar.refresh()
+
+
+class _BesideBars(logging.StreamHandler):
+    """A console handler whose records make way for the bars on its terminal (tqdm.write), not run into them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            auto_tqdm.write(self.format(record), file=self.stream)
+            self.flush()
+        except Exception:  # as StreamHandler.emit
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def logs_beside_bars(active: bool = True) -> Iterator[None]:
+    """While a bar is drawn on a terminal, have the root logger's console handlers write their records on lines of
+    their own (on a terminal a record was glued onto the bar line). Their level, formatter and filters stay; no
+    handler is added where there is none; in a log file (plain lines) or with no bar nothing changes."""
+    root = logging.getLogger()
+    swapped = []
+    if active and _is_terminal(sys.stderr) and not _in_notebook():
+        for handler in list(root.handlers):
+            if type(handler) is logging.StreamHandler and _is_terminal(handler.stream):
+                beside = _BesideBars(handler.stream)
+                beside.setLevel(handler.level)
+                beside.setFormatter(handler.formatter)
+                beside.filters = list(handler.filters)
+                root.handlers[root.handlers.index(handler)] = beside  # in its place: the handlers' order stays
+                swapped.append((handler, beside))
+    try:
+        yield
+    finally:
+        for handler, beside in swapped:
+            if beside in root.handlers:
+                root.handlers[root.handlers.index(beside)] = handler
 
 
 def progress_bar(iterable: Any = None, *, disable: bool = False, **kwargs: Any):

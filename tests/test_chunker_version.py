@@ -106,3 +106,30 @@ def test_an_embed_saved_by_an_earlier_chunker_starts_again(tiny_bert: Path, tmp_
     assert ("holds what an embed of another model, corpus, --normalize or graphdoc chunker left: starting again"
             in capsys.readouterr().err)
     assert np.load(out).shape[0] == 5 and not partial.exists()
+
+
+def test_resuming_a_first_build_an_earlier_chunker_began_is_warned_of(encoder, tmp_path: Path, caplog,
+                                                                     monkeypatch) -> None:
+    """(review: the check wanted the counts a finished build has; a first build stopped part-way has only shards)"""
+    from graphdoc.retrieval import builder
+    from graphdoc.retrieval.builder import IndexSettings
+
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", make_docs(6))
+    index = tmp_path / "index"
+    real = builder._encode_shard
+    calls = []
+
+    def stop_after_one(*args, **kwargs):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(builder, "_encode_shard", stop_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(encoder, corpus, index, IndexSettings(shard_size=2))
+    monkeypatch.setattr(builder, "_encode_shard", real)
+    _as_before_stop_32(index)
+    with caplog.at_level(logging.WARNING, logger="graphdoc"):
+        assert build_index(encoder, corpus, index, IndexSettings(shard_size=2)).counts["documents"] == 6
+    assert [m.split(" (")[0] for m in warnings(caplog)] == [f"{index} was chunked by an earlier graphdoc"]

@@ -367,6 +367,11 @@ def test_a_file_as_index_folder_an_empty_factory_and_blank_documents_are_one_lin
     assert error_line(capsys, "index") == ("graphdoc index: error: faiss_factory (--faiss-factory) is empty: name a "
                                            "FAISS factory string, such as Flat or HNSW32, or leave it out")
     assert not (tmp_path / "i").exists()
+    from graphdoc.errors import GraphDocError
+    from graphdoc.retrieval.builder import IndexSettings
+
+    with pytest.raises(GraphDocError, match=r"^faiss_factory must be a string \(Flat, HNSW32, ...\); got 5$"):
+        IndexSettings(faiss_factory=5)  # (review: an AttributeError)
     assert main(["compare", "", ""]) == 1
     assert error_line(capsys, "compare") == ("graphdoc compare: error: a document is named by an empty string (''): "
                                              "name a document file")

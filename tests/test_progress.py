@@ -202,3 +202,46 @@ def test_index_skipping_duplicates_says_how_many(tmp_path, model_dir, caplog):
     assert manifest.counts["documents"] == 6
     assert f"{again}: 4 document(s) already in the index left out (--on-duplicate skip): 'd000', 'd001', " \
            "'d002', 'd003'" in [r.getMessage() for r in caplog.records]
+
+
+def test_a_description_holding_a_bracket_keeps_every_line(monkeypatch):
+    """(review: the de-duplication cut at the first " [", so a run folder "out [v2]" logged only its 0% line)"""
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)
+    with progress_bar(total=3, desc="out [v2]: epoch 1/2") as bar:
+        for _ in range(3):
+            bar.update()
+    assert [line.rsplit(" [", 1)[0][-3:] for line in log.getvalue().splitlines()] == ["0/3", "1/3", "2/3", "3/3"]
+
+
+def test_logs_beside_bars_keeps_the_callers_handlers_as_they_were(monkeypatch):
+    """(review: tqdm's logging_redirect_tqdm dropped a console handler's level, and added a console handler to a
+    program logging to a file only)"""
+    import logging
+
+    from graphdoc.progress import logs_beside_bars
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    root = logging.getLogger()
+    console = logging.StreamHandler(terminal)
+    console.setLevel(logging.WARNING)
+    console.setFormatter(logging.Formatter("CONSOLE %(message)s"))
+    monkeypatch.setattr(root, "handlers", [console])
+    monkeypatch.setattr(root, "level", logging.INFO)
+    with logs_beside_bars():
+        (beside,) = root.handlers
+        assert beside is not console and beside.level == logging.WARNING and beside.formatter is console.formatter
+        logging.getLogger("graphdoc.test").info("not shown: below the console's level")
+        logging.getLogger("graphdoc.test").warning("shown")
+    assert root.handlers == [console]
+    assert terminal.getvalue() == "CONSOLE shown\n"
+    monkeypatch.setattr(root, "handlers", [])  # a program logging nowhere on the console gets no console handler
+    with logs_beside_bars():
+        assert root.handlers == []
+    log_file = io.StringIO()  # not a terminal: nothing changes
+    monkeypatch.setattr(sys, "stderr", log_file)
+    monkeypatch.setattr(root, "handlers", [console])
+    with logs_beside_bars():
+        assert root.handlers == [console]

@@ -17,8 +17,7 @@ import numpy as np
 from graphdoc.cli.common import add_model_arguments, load_model, logger
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import NAME_MAX, atomic_write, check_output_file, file_lock, replacing
-from graphdoc.progress import complete, progress_bar
-from tqdm.contrib.logging import logging_redirect_tqdm
+from graphdoc.progress import complete, logs_beside_bars, progress_bar
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -142,8 +141,9 @@ def _embed(args: argparse.Namespace, documents, model) -> int:
     try:
         total = None if args.quiet else document_count(args.corpus)  # time left, where it is cheap to tell
         # log records on lines of their own, not glued onto the bar on a terminal
-        with logging_redirect_tqdm(), progress_bar(desc="Embedding", unit="doc", disable=args.quiet, delay=1,
-                                                   initial=len(done), total=total) as bar:
+        # (no delay: a record written while a delayed bar hid would draw it, and its close then leave it unended)
+        with logs_beside_bars(not args.quiet), progress_bar(desc="Embedding", unit="doc", disable=args.quiet,
+                                                            initial=len(done), total=total) as bar:
             for out in model.iter_forward(tracked(), batch_size=args.batch_size, document_only=True):
                 vectors = out.document_embeddings.float()
                 if args.normalize:

@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
-from tqdm.contrib.logging import logging_redirect_tqdm
 
 from graphdoc.config import check_count
 from graphdoc.corpus import ReadStats, check_outside_corpus, document_count, source_key
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import LOCK_NAME, remove_stale_temporaries, writer_lock
-from graphdoc.progress import complete, progress_bar
+from graphdoc.progress import complete, logs_beside_bars, progress_bar
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config
 from graphdoc.retrieval.dense_searcher import DenseSettings
@@ -73,6 +72,8 @@ class IndexSettings:
             raise GraphDocError("shard_size must be at least 1")
         if self.metric is not None and self.metric not in METRICS:
             raise GraphDocError(f"unknown metric {self.metric!r}; valid: {', '.join(METRICS)}")
+        if self.faiss_factory is not None and not isinstance(self.faiss_factory, str):
+            raise GraphDocError(f"faiss_factory must be a string (Flat, HNSW32, ...); got {self.faiss_factory!r}")
         if self.faiss_factory is not None and not self.faiss_factory.strip():  # was taken as Flat
             raise GraphDocError("faiss_factory (--faiss-factory) is empty: name a FAISS factory string, such as Flat "
                                 "or HNSW32, or leave it out")
@@ -84,7 +85,7 @@ def warn_other_chunker(manifest: Manifest, index_dir, what: str) -> None:
     from graphdoc.chunker import CHUNKER_VERSION
 
     version = chunker_version(manifest.model)
-    if manifest.counts.get("documents") and version != CHUNKER_VERSION:
+    if manifest.shards and version != CHUNKER_VERSION:  # (a first build stopped part-way has shards, no counts yet)
         logger.warning("%s was chunked by %s graphdoc (chunker version %s, this one's %s: a sentence over the word "
                        "limit ends differently): %s are chunked by this one, and the index mixes the two; rebuild it "
                        "for one chunking", index_dir, "an earlier" if version < CHUNKER_VERSION else "a later",
@@ -342,15 +343,17 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     total = document_count(corpus) if part[1] == 1 and show_progress_bar else None  # time left, where cheap
     bar = progress_bar(desc="Indexing", unit="doc", initial=source.documents_read, total=total,
                        disable=not show_progress_bar, dynamic_ncols=True)
-    skipped = []  # ids --on-duplicate skip left out
+    skipped: list = [0]  # how many documents --on-duplicate skip left out, and the first ids
 
     def skip(doc_id: str) -> None:
-        skipped.append(doc_id)
+        skipped[0] += 1
+        if len(skipped) <= 5:
+            skipped.append(doc_id)
         bar.update(1)
 
     # log records on lines of their own, not glued onto the bar on a terminal; the bar is closed on an error too,
     # so that the error line starts a line of its own
-    with logging_redirect_tqdm():
+    with logs_beside_bars(show_progress_bar):
         try:
             for docs in _batches(open_corpus(corpus, stats), cursor, *part, settings, known, skip):
                 _encode_shard(model, docs, index_dir, manifest, settings, batch_size, bar)
@@ -363,9 +366,9 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
             complete(bar)  # its total counted blank documents the reader skipped
         finally:
             bar.close()
-    if skipped:
+    if skipped[0]:
         logger.info("%s: %d document(s) already in the index left out (--on-duplicate skip): %s%s", corpus,
-                    len(skipped), ", ".join(map(repr, skipped[:5])), ", ..." if len(skipped) > 5 else "")
+                    skipped[0], ", ".join(map(repr, skipped[1:])), ", ..." if skipped[0] > 5 else "")
     model.chunker.warn_cut(cut_before)  # a document's end past the cap cannot be found (empty ones: the reader says)
     source.complete, source.state, manifest.finalized = True, corpus_state(corpus), False
     source.documents_read = max(source.documents_read, cursor.position)
