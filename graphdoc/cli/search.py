@@ -152,12 +152,8 @@ def _warn_empty(searcher, args: argparse.Namespace, queries: dict, run_: dict) -
     empty = [qid for qid in queries if not run_.get(qid)]
     if not empty:
         return
-    reason = ""
-    if args.mode == "bm25":
-        from graphdoc.retrieval.bm25 import tokenize
-
-        no_terms = sum(not terms for terms in tokenize([queries[qid] for qid in empty], searcher.bm25.config))
-        reason = f" ({no_terms} without a word BM25 indexes)" if no_terms else ""
+    no_terms = sum(bool(_no_terms(searcher, queries[qid])) for qid in empty) if args.mode == "bm25" else 0
+    reason = f" ({no_terms} without a word BM25 indexes)" if no_terms else ""
     shown = ", ".join(empty[:5]) + (", ..." if len(empty) > 5 else "")
     them = "it" if len(empty) == 1 else "them"
     logger.warning("%d of %d queries found no document%s: %s; the results have no line for %s, and evaluation "

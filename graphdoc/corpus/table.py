@@ -7,8 +7,8 @@ MS MARCO's ``collection.tsv``). CSV fields follow the usual quoting (a quoted fi
 ``""`` and line breaks); TSV fields are taken as they are, with no quoting, unless the header's names are in
 double quotes (as R's ``write.table`` writes them): then quoting is read as in CSV. A field of a TSV read as it
 is that a CSV writer quoted (pandas' or Python's csv module's ``"a ""b"" c"``, or every field in quotes) is warned
-of once. A ``sections``
-column is metadata (a cell holds no list of sections). Errors name the line a row starts on.
+of once. A ``sections`` column is metadata (a cell holds no list of sections). Errors name the line a row starts
+on.
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ def read_table_corpus(path: Path) -> Iterator[Document]:
         yield doc
 
 
-def table_documents(path: Path) -> Iterator[tuple[int, Document]]:
+def table_documents(path: Path, warn: bool = True) -> Iterator[tuple[int, Document]]:
     """``(line, document)`` for each row of a CSV or TSV file: the line its row starts on (a quoted field may
-    span lines), which its errors name too."""
+    span lines), which its errors name too. ``warn=False``: a file read again, whose warning was given."""
     tsv = has_suffix(path, *TSV_SUFFIXES)
     kind = "TSV" if tsv else "CSV"
     if csv.field_size_limit() < FIELD_LIMIT:
@@ -76,7 +76,7 @@ def table_documents(path: Path) -> Iterator[tuple[int, Document]]:
     reader = csv.reader(source if header is not None else itertools.chain([first], source), **dialect)
     columns = header or ["id", "text"]  # a TSV of id<TAB>text lines, with no header
     literal = tsv and not quoted  # quotes kept as they are: a field quoted as CSV writers quote is warned of once
-    warned = False
+    warned = not warn
     ids = IdTracker(path, "document")
     start = header_line + 1 if header is not None else header_line  # the line the next row starts on
     try:

@@ -82,14 +82,9 @@ def _where(source: str | Path, doc_id: str) -> str:
                 if Document.from_dict(record).id == doc_id:
                     return f"{source}:{lineno}"
         elif path.is_file() and has_suffix(path, *TABLE_SUFFIXES):
-            table_logger = logging.getLogger(table_documents.__module__)
-            disabled, table_logger.disabled = table_logger.disabled, True  # its warnings were given on the first read
-            try:
-                for lineno, doc in table_documents(path):
-                    if doc.id == doc_id:
-                        return f"{source}:{lineno}"
-            finally:
-                table_logger.disabled = disabled
+            for lineno, doc in table_documents(path, warn=False):  # (its warning was given on the first read)
+                if doc.id == doc_id:
+                    return f"{source}:{lineno}"
     except GraphDocError:  # the reader took the file: no error before the document's line
         pass
     return str(source)

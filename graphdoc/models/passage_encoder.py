@@ -110,10 +110,11 @@ class PassageEncoder(nn.Module):
             raise ModelLoadError(f"{name_or_path}: its tokenizer knows {len(tokenizer)} tokens, the model {rows}: "
                                  "its tokenizer files are missing or are not the model's")
         folder = st_files.settings_folder(name_or_path)
-        resolved = resolve_settings(name_or_path, config, tokenizer, model.config, position_limit(model), folder)
-        if folder is not None and st_files.read_settings(folder).get("lower_case"):
+        st = st_files.read_settings(folder) if folder is not None else {}
+        resolved = resolve_settings(name_or_path, config, tokenizer, model.config, position_limit(model), st)
+        if st.get("lower_case"):
             st_files.lower_case_tokenizer(tokenizer, name_or_path)
-        dense = st_files.dense_modules(folder, int(model.config.hidden_size)) if folder is not None else []
+        dense = st_files.dense_modules(st.get("dense", []), int(model.config.hidden_size))
         return cls(model, tokenizer, resolved, dense)
 
     def tokenize(self, texts: list[str], truncate: bool = False) -> list[list[int]]:
@@ -266,9 +267,10 @@ def global_first_token(input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer, model_config,
-                     positions: int | None = None, folder: Path | None = None) -> PassageEncoderConfig:
+                     positions: int | None = None, st: dict | None = None) -> PassageEncoderConfig:
     """Fill unset pooling / normalize / max_seq_length / prompts from the checkpoint's own sentence-transformers
-    files (in ``folder``, its :func:`~graphdoc.models.st_files.settings_folder`; ``None``: it has none).
+    settings (``st``: :func:`~graphdoc.models.st_files.read_settings` of its settings folder; ``None``: it has
+    none).
 
     ``positions`` (see :func:`position_limit`) bounds ``max_seq_length``: a larger setting is an error, a
     larger limit read from the checkpoint is lowered to it.
@@ -276,7 +278,7 @@ def resolve_settings(name_or_path: str, config: PassageEncoderConfig, tokenizer,
     if config.max_seq_length is not None and positions is not None and config.max_seq_length > positions:
         raise GraphDocError(f"passage_encoder.max_seq_length must be at most {positions}, the token positions "
                             f"of {name_or_path}; got {config.max_seq_length}")
-    st = st_files.read_settings(folder) if folder is not None else {}
+    st = st or {}
     if config.pooling is None and "concatenated" in st:
         raise ModelLoadError(f"{st['concatenated']}; graphdoc pools one way: set passage_encoder.pooling "
                              f"({', '.join(POOLING_MODES)})")

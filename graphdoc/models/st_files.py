@@ -1,8 +1,8 @@
 """A sentence-transformers model folder's settings files, read as sentence-transformers reads them.
 
 ``modules.json`` (pooling, ``Dense`` modules, normalisation), ``sentence_bert_config.json`` (the length limit,
-lowercasing) and ``config_sentence_transformers.json`` (query and passage prompts), from a local folder or a hub model's
-snapshot in the Hugging Face cache. :class:`~graphdoc.models.passage_encoder.PassageEncoder` resolves its
+lowercasing) and ``config_sentence_transformers.json`` (query and passage prompts), from a local folder or a hub
+model's snapshot in the Hugging Face cache. :class:`~graphdoc.models.passage_encoder.PassageEncoder` resolves its
 unset settings from them and writes them back when it saves.
 """
 
@@ -69,12 +69,12 @@ def _hub_file(repo_id: str, filename: str, subfolder: str = "", revision: str | 
     return Path(found) if found else None
 
 
-def dense_modules(folder: Path, hidden_size: int) -> list[st_dense.Dense]:
-    """The ``Dense`` modules of a sentence-transformers model folder that graphdoc applies (those on the pooled
-    vector, before any ``Normalize``), in order; the first must take the transformer's ``hidden_size``
-    vectors, each next one the vectors of the one before."""
+def dense_modules(paths: list[Path], hidden_size: int) -> list[st_dense.Dense]:
+    """The ``Dense`` modules in ``paths`` (:func:`read_settings`' ``"dense"``: those graphdoc applies, on the pooled
+    vector, before any ``Normalize``), in order; the first must take the transformer's ``hidden_size`` vectors,
+    each next one the vectors of the one before."""
     layers: list[st_dense.Dense] = []
-    for path in read_settings(folder).get("dense", []):
+    for path in paths:
         layer = st_dense.load(path, st_dense.read_config(path))
         width = layers[-1].out_features if layers else hidden_size
         if layer.in_features != width:

@@ -343,12 +343,13 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     total = document_count(corpus) if part[1] == 1 and show_progress_bar else None  # time left, where cheap
     bar = progress_bar(desc="Indexing", unit="doc", initial=source.documents_read, total=total,
                        disable=not show_progress_bar, dynamic_ncols=True)
-    skipped: list = [0]  # how many documents --on-duplicate skip left out, and the first ids
+    skipped, skipped_ids = 0, []  # documents --on-duplicate skip left out, and the first five ids
 
     def skip(doc_id: str) -> None:
-        skipped[0] += 1
-        if len(skipped) <= 5:
-            skipped.append(doc_id)
+        nonlocal skipped
+        skipped += 1
+        if skipped <= 5:
+            skipped_ids.append(doc_id)
         bar.update(1)
 
     # log records on lines of their own, not glued onto the bar on a terminal; the bar is closed on an error too,
@@ -366,9 +367,9 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
             complete(bar)  # its total counted blank documents the reader skipped
         finally:
             bar.close()
-    if skipped[0]:
+    if skipped:
         logger.info("%s: %d document(s) already in the index left out (--on-duplicate skip): %s%s", corpus,
-                    skipped[0], ", ".join(map(repr, skipped[1:])), ", ..." if skipped[0] > 5 else "")
+                    skipped, ", ".join(map(repr, skipped_ids)), ", ..." if skipped > 5 else "")
     model.chunker.warn_cut(cut_before)  # a document's end past the cap cannot be found (empty ones: the reader says)
     source.complete, source.state, manifest.finalized = True, corpus_state(corpus), False
     source.documents_read = max(source.documents_read, cursor.position)

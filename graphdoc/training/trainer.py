@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from tqdm.contrib.logging import logging_redirect_tqdm
 
 from graphdoc.backbones import FLAT, load_model
 from graphdoc.config import check_precision
@@ -37,7 +36,7 @@ from graphdoc.corpus import ReadStats
 from graphdoc.device import autocast_dtype
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write, check_output_folder, writer_lock
-from graphdoc.progress import progress_bar, short_float
+from graphdoc.progress import logs_beside_bars, progress_bar, short_float
 from graphdoc.serialization import backbone_of, saved_backbone
 from graphdoc.training import checkpoint as ckpt
 from graphdoc.training import data
@@ -260,9 +259,9 @@ class Trainer:
         if self.step:
             self._check_time()  # a resumed run whose budget is already spent takes no step
         streamed = any(data.is_named_corpus(s) for s in self.sources)
-        with logging_redirect_tqdm(), progress_bar(total=self.total_steps, initial=self.step, desc="Pretraining",
-                                                   unit="step", bar_format=BAR_FORMAT,
-                                                   disable=not self.show_progress_bar) as bar:
+        with logs_beside_bars(self.show_progress_bar), progress_bar(
+                total=self.total_steps, initial=self.step, desc="Pretraining", unit="step", bar_format=BAR_FORMAT,
+                disable=not self.show_progress_bar) as bar:
             while self.step < self.total_steps and (streamed or self.position.epoch < self.cfg.epochs) \
                     and not self.time_up:
                 for batch in self._epoch_batches():
