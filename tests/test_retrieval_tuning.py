@@ -133,7 +133,7 @@ def fixed_runs(monkeypatch):
     """``component_runs`` gives `runs` (dense, sparse) for every query: exact figures, no model involved."""
     runs = {}
 
-    def component_runs(self, queries, depth=100):
+    def component_runs(self, queries, depth=100, show_progress_bar=False):
         return {q: runs["dense"] for q in queries}, {q: runs["sparse"] for q in queries}
 
     monkeypatch.setattr(Searcher, "component_runs", component_runs)
@@ -236,7 +236,7 @@ def test_tune_fusion_save_does_not_overwrite_what_another_writer_did(built_index
     held = contextlib.ExitStack()
     events = []
 
-    def component_runs(self, queries, depth=100):  # meanwhile, another process...
+    def component_runs(self, queries, depth=100, show_progress_bar=False):  # meanwhile, another process...
         events[0]()
         return {q: SPLIT_DENSE for q in queries}, {q: SPLIT_SPARSE for q in queries}
 

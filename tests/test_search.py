@@ -295,3 +295,34 @@ def test_index_without_passages_scores_documents_only(model, docs, corpus, expec
     assert len(hits) == 20 and "zebra" in hits["d007"].passage["snippet"]  # chosen by shared words
     assert isinstance(hits["d007"], Hit) and hits["d007"].passage["index"] == 1
     assert set(RARE) <= set(hits)
+
+
+# ------------------------------------------------------------------ many queries
+@pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
+def test_queries_searched_a_block_at_a_time_rank_as_all_at_once(index, model, monkeypatch, mode) -> None:
+    """Blocks of queries (QUERY_BLOCK) give the run of one block, query vectors given or not; the bar counts the
+    queries (in a log, as stderr is here: a line as it starts and one as it ends)."""
+    import io
+
+    from graphdoc.retrieval import searcher as searcher_module
+
+    queries = {f"q{i}": text for i, text in enumerate(["zebra fox", "graph attention network", "lazy dog sentence",
+                                                         "fox", "sentence network zebra"])}
+    with Searcher(index, model=model) as searcher:
+        whole = searcher.batch_search(queries, k=7, mode=mode)
+        dense, sparse = searcher.component_runs(queries, depth=7)
+        vectors = searcher.encode_queries(queries)
+        monkeypatch.setattr(searcher_module, "QUERY_BLOCK", 2)
+        err = io.StringIO()
+        monkeypatch.setattr("sys.stderr", err)
+        blocks = searcher.batch_search(queries, k=7, mode=mode, show_progress_bar=True)
+        given = searcher.batch_search(queries, k=7, mode=mode, query_vectors=vectors)
+        runs = searcher.component_runs(queries, depth=7, show_progress_bar=True)
+    # (a query encoded beside others may differ in its last bits (its batch is padded otherwise), which z-scores
+    # of hybrid fusion magnify)
+    for run, reference in ((blocks, whole), (given, whole), (runs[0], dense), (runs[1], sparse)):
+        assert list(run) == list(reference)
+        for qid, ranked in run.items():
+            assert list(ranked) == list(reference[qid]) and ranked == pytest.approx(reference[qid], abs=1e-4)
+    ends = [line for line in err.getvalue().splitlines() if not line.startswith("Searching:   0%|")]
+    assert len(ends) == 2 and all(line.startswith("Searching: 100%") and "| 5/5 " in line for line in ends)

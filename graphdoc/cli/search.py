@@ -235,7 +235,8 @@ def _search_queries(searcher, args: argparse.Namespace, fusion, judgements, to_s
         raise GraphDocError(f"no queries in {args.queries}")
     if args.output is not None or ((judgements is None or to_stdout) and not args.json):
         check_trec_ids(searcher, "" if args.output is not None else ", or print the run with --json")
-    run_ = searcher.batch_search(queries, k=100 if args.k is None else args.k, mode=args.mode, fusion=fusion)
+    run_ = searcher.batch_search(queries, k=100 if args.k is None else args.k, mode=args.mode, fusion=fusion,
+                                 show_progress_bar=not args.quiet)
     _warn_empty(searcher, args, queries, run_)
     if args.output is not None:
         from graphdoc.fileio import replacing

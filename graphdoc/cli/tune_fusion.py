@@ -83,7 +83,7 @@ def _tune(args: argparse.Namespace, searcher) -> int:
                        unsearched, len(judged), args.qrels, args.queries, len(queries))
     if args.output is not None:
         check_trec_ids(searcher)
-    dense_run, sparse_run = searcher.component_runs(queries, args.depth)
+    dense_run, sparse_run = searcher.component_runs(queries, args.depth, show_progress_bar=not args.quiet)
     normalization = args.normalization or searcher.fusion.normalization
     result = tune_alpha(dense_run, sparse_run, qrels, folds=args.folds, normalization=normalization,
                         measure=args.measure, prefer=searcher.fusion.alpha, k=args.depth)

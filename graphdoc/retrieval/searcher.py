@@ -19,6 +19,7 @@ from graphdoc.errors import DamagedIndexError, GraphDocError
 from graphdoc.retrieval.bm25 import BM25Index
 from graphdoc.retrieval.dense import prepare_vectors
 from graphdoc.fileio import UnreadableFileError, hidden_prefix, reading
+from graphdoc.progress import logs_beside_bars, progress_bar
 from graphdoc.retrieval.dense_searcher import DenseSearcher, DenseSettings
 from graphdoc.retrieval.docstore import DocStore, offsets_path
 from graphdoc.retrieval.finalize import FINAL_DIR, read_build
@@ -33,6 +34,7 @@ MODES = ("dense", "bm25", "hybrid")
 SNIPPET_CHARS = 300
 OPEN_ATTEMPTS = 3  # tries at opening a final/ that adds keep replacing
 SWAP_WAIT_S = 5.0  # how long an open waits for an add's finalising to put its new final/ in place of the old
+QUERY_BLOCK = 1024  # queries encoded and searched at a time by batch_search (a step of its bar)
 ATTENTION_FILE = "passage_attention.npy"  # checked here with the others, and kept for explanations
 
 
@@ -258,7 +260,7 @@ class Searcher:
     # ----------------------------------------------------------------- ranking
     def batch_search(self, queries: Mapping[str, str] | Sequence[str], k: int = 100, mode: str = "hybrid",
                      fusion: FusionConfig | Mapping[str, Any] | None = None, query_vectors: np.ndarray | None = None,
-                     depth: int | None = None) -> dict[str, dict[str, float]]:
+                     depth: int | None = None, show_progress_bar: bool = False) -> dict[str, dict[str, float]]:
         """Rank documents for many queries: ``{query id: {doc id: score}}``, best first.
 
         ``queries`` is a dict ``{query id: text}`` or a list of texts (query ids ``"0"``, ``"1"``, ...); one str
@@ -266,6 +268,8 @@ class Searcher:
         FusionConfig, or a dict of its fields that replace the index's (``{"alpha": 0.8}``); default the
         index's. ``query_vectors``, ``[queries, dimension]``, replaces encoding the queries with the model.
         Hybrid scores both retrievers over the union of their top ``depth`` (default ``max(k, 100)``).
+        The queries are encoded and searched :data:`QUERY_BLOCK` at a time, under a "Searching" bar with
+        ``show_progress_bar``.
         """
         self._check_open()
         if mode not in MODES:
@@ -278,31 +282,51 @@ class Searcher:
         fusion = self._fusion(fusion)
         if query_vectors is not None:
             query_vectors = self._query_vectors(query_vectors, len(texts))
+        run: dict[str, dict[str, float]] = {}
+        with progress_bar(total=len(texts), desc="Searching", unit="query", disable=not show_progress_bar) as bar, \
+                logs_beside_bars(show_progress_bar):
+            for start in range(0, len(texts), QUERY_BLOCK):
+                block = slice(start, start + QUERY_BLOCK)
+                vectors = None if query_vectors is None else query_vectors[block]
+                run.update(self._search_block(qids[block], texts[block], vectors, k, mode, fusion, depth))
+                bar.update(len(qids[block]))
+        return run
+
+    def _search_block(self, qids: list[str], texts: list[str], vectors: np.ndarray | None, k: int, mode: str,
+                      fusion: FusionConfig, depth: int) -> dict[str, dict[str, float]]:
+        """:meth:`batch_search` of a block of queries (``vectors`` their given vectors, or ``None``)."""
         if mode == "hybrid":
-            vectors = self.encode_queries(texts) if query_vectors is None else query_vectors
+            vectors = self.encode_queries(texts) if vectors is None else vectors
             run = {}
             for qid, (union, dense_scores, sparse_scores) in zip(qids, self._components(texts, vectors, depth)):
                 order, fused = fuse_arrays(dense_scores, sparse_scores, fusion, self.name_rank[union], k)
                 run[qid] = self._named(union[order], fused, k)
             return run
         if mode == "dense":
-            vectors = self.encode_queries(texts) if query_vectors is None else query_vectors
+            vectors = self.encode_queries(texts) if vectors is None else vectors
             ranked = self.dense.search(np.asarray(vectors), depth, self.name_rank)
         else:
             ranked = zip(*self.bm25.search(texts, depth, tie_rank=self.name_rank))
         return {qid: self._named(rows, scores, k) for qid, (rows, scores) in zip(qids, ranked)}
 
-    def component_runs(self, queries: Mapping[str, str], depth: int = 100) -> tuple[dict, dict]:
-        """Dense and BM25 runs, each scored over the union of both top ``depth`` (for fusion tuning)."""
+    def component_runs(self, queries: Mapping[str, str], depth: int = 100,
+                       show_progress_bar: bool = False) -> tuple[dict, dict]:
+        """Dense and BM25 runs, each scored over the union of both top ``depth`` (for fusion tuning); a block of
+        queries at a time, as :meth:`batch_search`."""
         self._check_open()
         check_count("depth", depth)
         qids, texts = split_queries(queries)
         dense_run, sparse_run = {}, {}
-        for qid, (union, dense_scores, sparse_scores) in zip(qids, self._components(texts, self.encode_queries(texts),
-                                                                                     depth)):
-            names = [self.doc_ids[r] for r in union.tolist()]
-            dense_run[qid] = dict(zip(names, dense_scores.tolist()))
-            sparse_run[qid] = dict(zip(names, sparse_scores.tolist()))
+        with progress_bar(total=len(texts), desc="Searching", unit="query", disable=not show_progress_bar) as bar, \
+                logs_beside_bars(show_progress_bar):
+            for start in range(0, len(texts), QUERY_BLOCK):
+                block_ids, block_texts = qids[start:start + QUERY_BLOCK], texts[start:start + QUERY_BLOCK]
+                components = self._components(block_texts, self.encode_queries(block_texts), depth)
+                for qid, (union, dense_scores, sparse_scores) in zip(block_ids, components):
+                    names = [self.doc_ids[r] for r in union.tolist()]
+                    dense_run[qid] = dict(zip(names, dense_scores.tolist()))
+                    sparse_run[qid] = dict(zip(names, sparse_scores.tolist()))
+                bar.update(len(block_ids))
         return dense_run, sparse_run
 
     def _components(self, texts: list[str], vectors: np.ndarray,
