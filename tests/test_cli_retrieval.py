@@ -63,6 +63,12 @@ def test_index_prints_its_counts(files, model_dir, tmp_path, capsys) -> None:
     assert (m["store_passages"], m["bm25"]["stemmer"]) == (False, "english")
 
 
+def test_index_counts_one_in_the_singular(model_dir, tmp_path, capsys) -> None:
+    corpus = write_jsonl(tmp_path / "one.jsonl", [{"_id": "a", "text": "A single short sentence."}])
+    assert cli("index", "--corpus", corpus, "--index-dir", tmp_path / "i", "--model", model_dir) == 0
+    assert capsys.readouterr().out == f"{tmp_path / 'i'}: 1 document, 1 passage, 1 shard\n"
+
+
 def test_index_reports_its_counts_once(files, model_dir, tmp_path, capsys) -> None:
     from graphdoc.cli import main
 

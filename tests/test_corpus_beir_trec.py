@@ -160,6 +160,33 @@ def test_tsv_queries(tmp_path):
         list(read_queries(path))
 
 
+def test_txt_queries_one_a_line_are_named_by_their_line(tmp_path):
+    path = tmp_path / "queries.txt"
+    path.write_text("\ufeffgraph attention networks\n\n  lazy dog \r\nwhat is covid 19\n", encoding="utf-8")
+    assert list(read_queries(path)) == [("1", "graph attention networks"), ("3", "lazy dog"),
+                                        ("4", "what is covid 19")]
+    path.write_text("cats\nq2\tbirds\n")  # a query-id<TAB>text file whose first line lost its tab
+    with pytest.raises(InputError, match=r"^.*queries\.txt:2: a tab in a file of one query a line \(its first line "
+                                         r"has none\); a file of query-id<TAB>text lines has a tab on every line$"):
+        list(read_queries(path))
+    path.write_text("q1\tcats\nq2\tbirds\n")  # a tab on the first line: query-id<TAB>text, as before
+    assert list(read_queries(path)) == [("q1", "cats"), ("q2", "birds")]
+    path.write_text("")
+    assert list(read_queries(path)) == []
+    qrels = tmp_path / "qrels.txt"  # TREC qrels given as queries are not searched line by line
+    qrels.write_text("1 0 doc7 1\n1 0 doc9 0\n")
+    with pytest.raises(InputError, match=r"qrels\.txt: unknown queries format \(accepted: .*a \.txt file of one "
+                                         r"query a line \(its id: the line number\)"):
+        list(read_queries(qrels))
+    topics = tmp_path / "topics.txt"
+    topics.write_text("<top>\n<num> Number: 301\n<title> International Organized Crime\n</top>\n")
+    assert list(read_queries(topics)) == [("301", "International Organized Crime")]
+    tsv = tmp_path / "queries.tsv"  # only .txt: a .tsv without a tab stays an error
+    tsv.write_text("cats\n")
+    with pytest.raises(InputError, match=r"queries\.tsv: unknown queries format"):
+        list(read_queries(tsv))
+
+
 def test_missing_path_and_unknown_format(tmp_path):
     with pytest.raises(InputError, match=r"nowhere\.jsonl: no such file or folder, and not a named corpus "
                                          r"\(accepted: .*JSON lines.*MediaWiki.*robust04"):

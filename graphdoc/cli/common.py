@@ -49,6 +49,11 @@ def add_nprobe_argument(parser: argparse.ArgumentParser) -> None:
                              "more: higher recall, slower")
 
 
+def counted(n: int, what: str) -> str:
+    """``n`` things in words: ``1 document``, ``0 documents``, ``2 documents`` (``what`` is the plural)."""
+    return f"{n} {what.removesuffix('s') if n == 1 else what}"
+
+
 def check_at_least_one(flag: str, value: int | None) -> None:
     """Refuse a count option below 1 (``None``: not given, the default applies)."""
     if value is not None:

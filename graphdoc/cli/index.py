@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graphdoc.cli.common import add_model_arguments, load_model, logger
+from graphdoc.cli.common import add_model_arguments, counted, load_model, logger
 from graphdoc.errors import GraphDocError
 
 
@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
     manifest = build_index(model, args.corpus, args.index_dir, settings, part=args.shard,
                            batch_size=args.batch_size, show_progress_bar=not args.quiet)
     counts = manifest.counts
-    print(f"{args.index_dir}: {counts.get('documents', 0)} documents, {counts.get('passages', 0)} passages, "
-          f"{counts.get('shards', 0)} shards")
+    print(f"{args.index_dir}: " + ", ".join(counted(counts.get(what, 0), what) for what in
+                                            ("documents", "passages", "shards")))
     logger.debug("manifest: %s", manifest)
     return 0
 

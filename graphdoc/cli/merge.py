@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from graphdoc.cli.common import counted
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("merge", help="join index parts into one index", description=__doc__)
@@ -21,6 +23,6 @@ def run(args: argparse.Namespace) -> int:
     manifest = merge_indexes(args.index_dir, args.parts, args.on_duplicate)
     parts = len(args.parts)
     counts = manifest.counts
-    print(f"{args.index_dir}: {counts['documents']} documents, {counts.get('passages', 0)} passages from {parts} "
-          f"part{'s' if parts > 1 else ''}")
+    print(f"{args.index_dir}: {counted(counts['documents'], 'documents')}, "
+          f"{counted(counts.get('passages', 0), 'passages')} from {counted(parts, 'parts')}")
     return 0

@@ -66,6 +66,8 @@ QUERY_FORMATS = (
     Format("trec-topics", "a TREC topics file (<top> <num> <title> ...)", _first_line(trec.is_trec_topics),
            trec.read_trec_topics),
     Format("tsv", "a query-id<TAB>text file", _first_line(lambda line: "\t" in line), trec.read_tsv_queries),
+    Format("lines", "a .txt file of one query a line (its id: the line number)", trec.is_text_queries,
+           trec.read_text_queries),
 )
 
 #: Relevance judgement formats, tried in order.

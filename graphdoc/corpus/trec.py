@@ -8,7 +8,7 @@ from typing import Iterator
 
 from graphdoc.errors import InputError
 from graphdoc.corpus.beir import QrelsBuilder, Qrels, parse_relevance
-from graphdoc.corpus.files import iter_lines
+from graphdoc.corpus.files import first_line, iter_lines
 from graphdoc.corpus.jsonl import IdTracker
 
 _NUM = re.compile(r"<num>\s*(?:Number:)?\s*([^\s<]+)", re.IGNORECASE)
@@ -99,6 +99,35 @@ def read_tsv_queries(path: Path) -> Iterator[tuple[str, str]]:
         if not text.strip():
             raise InputError(f"{path}:{lineno}: query {qid.strip()!r} has no text")
         yield qid.strip(), text.strip()
+
+
+#: a TREC qrels line: query id, 0 or Q0, document id, relevance
+TREC_QRELS_LINE = re.compile(r"\S+\s+(?:0|Q0)\s+\S+\s+[-+]?\d+")
+
+
+def read_text_queries(path: Path) -> Iterator[tuple[str, str]]:
+    """Yield ``(line number, text)`` from a ``.txt`` file of one query a line (blank lines are skipped, and keep
+    the ids of the lines after them). A line holding a tab is an error: the file would be a
+    ``query-id<TAB>text`` file whose first line lacks its tab."""
+    for lineno, line in iter_lines(path, lone_cr=True):
+        if "\t" in line:
+            raise InputError(f"{path}:{lineno}: a tab in a file of one query a line (its first line has none); a "
+                             "file of query-id<TAB>text lines has a tab on every line")
+        if line.strip():
+            yield str(lineno), line.strip()
+
+
+def is_text_queries(path: Path) -> bool:
+    """Whether ``path`` is a ``.txt`` file of one query a line: its first line holds no tab (else it is a
+    ``query-id<TAB>text`` file) and is no TREC topic or TREC qrels line (``q1 0 doc7 1``: qrels given as
+    queries)."""
+    if not (path.is_file() and path.name.lower().endswith(".txt")):
+        return False
+    try:
+        first = first_line(path)
+    except InputError:  # not text: the reader says why
+        return True
+    return "\t" not in first and not is_trec_topics(first) and not TREC_QRELS_LINE.fullmatch(first)
 
 
 def _query_columns(path: Path, header: str) -> tuple[int, int] | None:
