@@ -194,6 +194,9 @@ def load_index_model(identity: Mapping[str, Any], device=None):
             # built with --flat-document: the mode is the index's, not the saved model's (no weights depend on it)
             model.config = dataclasses.replace(model.config,
                                                graph=dataclasses.replace(model.config.graph, document=document))
+        chunker = identity.get("chunker", {})
+        if "max_passages" in chunker:  # built with --max-passages: the cap is the index's (no weights depend on it)
+            model.config.chunker.max_passages = chunker["max_passages"]
         return model
     backbone = FLAT if graph.get("graph_type") == FLAT_GRAPH_TYPE else GRAPH
     cls = backbone_class(backbone)

@@ -35,6 +35,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, batches: bool = True) -
     group.add_argument("--flat-document", choices=DOCUMENT_MODES, default=None,
                        help="flat backbone's document vector: first = title and text truncated to the "
                             "encoder's limit (FirstP, default), mean = the mean of its passage vectors")
+    group.add_argument("--max-passages", type=int, default=None, metavar="N",
+                       help="passages kept per document, its first N (default: the model's chunker cap, 100 unless "
+                            "its config sets another; 0: no cap)")
     group.add_argument("--device", default=None, help=DEVICE_HELP)
     group.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     if batches:
@@ -94,7 +97,26 @@ def load_model(args: argparse.Namespace):
         model.config = replace(model.config, graph=replace(model.config.graph, document=args.flat_document))
     if getattr(args, "precision", None) is not None:
         model.passage_encoder.config.precision = args.precision
+    set_max_passages(model, args)
     return model
+
+
+def max_passages_given(args: argparse.Namespace) -> tuple[bool, int | None]:
+    """Whether ``--max-passages`` was given, and the cap it sets (``None`` for 0: no cap); a negative one is
+    refused."""
+    value = getattr(args, "max_passages", None)
+    if value is None:
+        return False, None
+    if value < 0:
+        raise GraphDocError(f"--max-passages must be at least 0 (0: no cap); got {value}")
+    return True, value or None
+
+
+def set_max_passages(model, args: argparse.Namespace) -> None:
+    """Give ``model``'s chunker the cap of ``--max-passages``, when given."""
+    given, cap = max_passages_given(args)
+    if given:
+        model.config.chunker.max_passages = cap
 
 
 def _config_file(path: str, data, where: str, backbone: str, guessed: bool):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graphdoc.cli.common import add_model_arguments, counted, load_model, logger
+from graphdoc.cli.common import add_model_arguments, counted, load_model, logger, max_passages_given
 from graphdoc.errors import GraphDocError
 
 
@@ -69,6 +69,11 @@ def _model(args: argparse.Namespace):
     if identity and args.flat_document is not None:  # no model named: it would be the default, not the index's
         raise GraphDocError(f"--flat-document sets the document mode of --model; {args.index_dir} keeps the model and "
                             "mode it was built with: leave --flat-document out to add to it")
+    given, cap = max_passages_given(args)
+    if identity and given and cap != identity.get("chunker", {}).get("max_passages"):
+        raise GraphDocError(f"{args.index_dir} was built with a cap of "
+                            f"{identity.get('chunker', {}).get('max_passages') or 'no'} passages a document: adding "
+                            f"documents keeps it (leave --max-passages out, or build another index)")
     if identity:  # an index holding no documents yet binds no model
         from graphdoc.backbones import load_index_model
 

@@ -243,12 +243,14 @@ def chunker_version(identity: dict[str, Any]) -> int:
     return chunker.get("version", 1) if isinstance(chunker, dict) else 1
 
 
-def first_difference(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[str, Any, Any] | None:
-    """The first setting (``"chunker.max_words"``, ..., then ``"fingerprint"``) two identities disagree on."""
+def first_difference(expected: dict[str, Any], actual: dict[str, Any],
+                     ignore: tuple[str, ...] = ()) -> tuple[str, Any, Any] | None:
+    """The first setting (``"chunker.max_words"``, ..., then ``"fingerprint"``) two identities disagree on, the
+    settings named in ``ignore`` left out."""
     for section in ("chunker", "passage_encoder", "graph"):
         for key, value in expected.get(section, {}).items():
-            if section == "chunker" and key == "version":  # warned of where documents are added, not refused
-                continue
+            if section == "chunker" and key == "version" or f"{section}.{key}" in ignore:
+                continue  # (the chunker's version: warned of where documents are added, not refused)
             other = actual.get(section, {}).get(key)
             if other != value:
                 return f"{section}.{key}", value, other
@@ -257,9 +259,11 @@ def first_difference(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[
     return None
 
 
-def check_identity(expected: dict[str, Any], actual: dict[str, Any], where: Path) -> None:
-    """Refuse a model whose identity differs from the index's, naming the first differing setting."""
-    difference = first_difference(expected, actual)
+def check_identity(expected: dict[str, Any], actual: dict[str, Any], where: Path,
+                   ignore: tuple[str, ...] = ()) -> None:
+    """Refuse a model whose identity differs from the index's, naming the first differing setting (those named in
+    ``ignore`` left out)."""
+    difference = first_difference(expected, actual, ignore)
     if difference is None:
         return
     name, value, other = difference

@@ -219,7 +219,8 @@ class Searcher:
             from graphdoc.backbones import load_model
 
             model = load_model(str(model), device=self.device)
-        check_identity(self.manifest.model, model_identity(model), self.index_dir)
+        # (the passage cap shapes documents, not queries: a model of another cap encodes them as the index's does)
+        check_identity(self.manifest.model, model_identity(model), self.index_dir, ignore=("chunker.max_passages",))
         self._model = model
 
     def encode_queries(self, queries: Mapping[str, str] | Sequence[str], batch_size: int = 64) -> np.ndarray:

@@ -1,0 +1,87 @@
+"""``--max-passages``: the passage cap of one run of ``embed``, ``index`` (kept for documents added later, not
+needed by a search) and ``compare``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _retrieval_helpers import cli, error_line, make_docs, manifest_json, write_jsonl
+
+from graphdoc.encoder import GraphDocEncoder
+from graphdoc.retrieval.searcher import Searcher
+
+pytestmark = pytest.mark.usefixtures("restore_cli_state")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """Five documents of three 12-word passages each (the model's passages; see _retrieval_helpers)."""
+    return write_jsonl(tmp_path_factory.mktemp("corpus") / "corpus.jsonl", make_docs(5))
+
+
+def capped(model_dir: Path, cap: int | None) -> GraphDocEncoder:
+    model = GraphDocEncoder.from_pretrained(str(model_dir), device="cpu")
+    model.config.chunker.max_passages = cap
+    return model
+
+
+def test_embed_takes_the_documents_first_n_passages(model_dir, corpus, tmp_path, caplog) -> None:
+    docs = [line for line in corpus.read_text(encoding="utf-8").splitlines()]
+    full, two = capped(model_dir, None).encode(make_docs(5)), capped(model_dir, 2).encode(make_docs(5))
+    assert not np.allclose(full, two, atol=1e-4)  # the third passage counts
+    with caplog.at_level(logging.WARNING):
+        assert cli("embed", "--corpus", corpus, "--output", tmp_path / "two.npy", "--model", model_dir,
+                   "--max-passages", 2) == 0
+    assert np.allclose(np.load(tmp_path / "two.npy"), two, atol=1e-6)
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned == ["5 document(s) had more than 2 passages: their first 2 were embedded and 5 passages left out "
+                      "(--max-passages or chunker.max_passages sets the cap; 0 or null for none)"]
+    assert cli("embed", "--corpus", corpus, "--output", tmp_path / "all.npy", "--model", model_dir,
+               "--max-passages", 0) == 0
+    assert np.allclose(np.load(tmp_path / "all.npy"), full, atol=1e-6) and len(docs) == 5
+
+
+def test_a_negative_cap_is_one_error_line(model_dir, corpus, tmp_path, capsys) -> None:
+    assert cli("embed", "--corpus", corpus, "--output", tmp_path / "x.npy", "--model", model_dir,
+               "--max-passages", -1) == 1
+    assert error_line(capsys, "embed") == "graphdoc embed: error: --max-passages must be at least 0 (0: no cap); got -1"
+    assert not (tmp_path / "x.npy").exists()
+
+
+def test_an_index_keeps_its_cap_and_is_searched_without_it(model_dir, corpus, tmp_path, capsys) -> None:
+    index = tmp_path / "index"
+    assert cli("index", "--corpus", corpus, "--index-dir", index, "--model", model_dir, "--max-passages", 2) == 0
+    assert manifest_json(index)["model"]["chunker"]["max_passages"] == 2
+    with Searcher(index) as searcher:  # the index's model, with the index's cap
+        assert searcher.model.config.chunker.max_passages == 2
+        vectors = np.load(index / "shards" / "00000" / "doc_vectors.npy")
+        expected = capped(model_dir, 2).encode(make_docs(5))
+        assert np.allclose(vectors, expected, atol=1e-5)
+        hits = searcher.batch_search(["graph attention"], k=3, mode="dense")["0"]
+    with Searcher(index, model=model_dir) as searcher:  # the model folder, cap 100: queries are encoded alike
+        assert searcher.batch_search(["graph attention"], k=3, mode="dense")["0"] == pytest.approx(hits, abs=1e-6)
+    capsys.readouterr()
+    more = write_jsonl(tmp_path / "more.jsonl", make_docs(2, seed=1, start=5))
+    assert cli("index", "--corpus", more, "--index-dir", index) == 0  # the index's model and cap
+    assert manifest_json(index)["counts"]["documents"] == 7
+    capsys.readouterr()
+    assert cli("index", "--corpus", more, "--index-dir", index, "--max-passages", 3) == 1
+    assert error_line(capsys, "index") == (f"graphdoc index: error: {index} was built with a cap of 2 passages a "
+                                           "document: adding documents keeps it (leave --max-passages out, or "
+                                           "build another index)")
+    assert cli("index", "--corpus", more, "--index-dir", index, "--model", model_dir) == 1  # cap 100: refused
+    assert "was built with chunker.max_passages=2, the model has chunker.max_passages=100" in error_line(capsys,
+                                                                                                       "index")
+
+
+def test_compare_takes_the_cap(model_dir, tmp_path, capsys) -> None:
+    docs = make_docs(2)
+    a, b = (write_jsonl(tmp_path / f"{d['_id']}.jsonl", [d]) for d in docs)
+    assert cli("compare", a, b, "--model", model_dir, "--max-passages", 1, "--json") == 0
+    import json
+
+    result = json.loads(capsys.readouterr().out)
+    assert len(result["passage_similarity"]) == 1 and len(result["passage_similarity"][0]) == 1
