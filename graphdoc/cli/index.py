@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graphdoc.cli.common import add_model_arguments, load_model, logger
+from graphdoc.cli.common import add_field_arguments, add_model_arguments, fields_from, load_model, logger
 from graphdoc.errors import GraphDocError
 
 
@@ -34,6 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="how BM25 finds terms: unicode (default) or bm25s, the terms of indexes built before "
                              "graphdoc had this setting, for a part to merge with theirs (fixed once the index is "
                              "finalised)")
+    add_field_arguments(parser, recorded="those the index recorded for this corpus")
     add_model_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -48,9 +49,10 @@ def run(args: argparse.Namespace) -> int:
     settings = IndexSettings(faiss_factory=args.faiss_factory, metric=args.metric, bm25=bm25,
                              store_passages=not args.no_passages, shard_size=args.shard_size,
                              on_duplicate=args.on_duplicate)
+    fields = fields_from(args)
     model = _model(args)
     manifest = build_index(model, args.corpus, args.index_dir, settings, part=args.shard,
-                           batch_size=args.batch_size, show_progress_bar=not args.quiet)
+                           batch_size=args.batch_size, show_progress_bar=not args.quiet, fields=fields)
     counts = manifest.counts
     print(f"{args.index_dir}: {counts.get('documents', 0)} documents, {counts.get('passages', 0)} passages, "
           f"{counts.get('shards', 0)} shards")

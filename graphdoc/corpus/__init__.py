@@ -146,6 +146,9 @@ def read_corpus(source: Source, *, stats: ReadStats | None = None, fields: Field
     _check_source(source, "corpus")
     fields = as_fields(fields)
     mapped = fields is not None and not fields.is_default
+    if mapped and isinstance(source, str) and not os.path.exists(source) \
+            and any(source == name or source.startswith(name + "/") for name in NAMED_CORPORA):
+        raise InputError(f"{source} is a named corpus: {APPLIES_TO}")  # (before its package is looked for)
     named = _named(source)
     if named is not None:
         if mapped:
