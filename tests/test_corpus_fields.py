@@ -274,3 +274,42 @@ def test_a_manifest_with_unusable_fields_is_one_error(model, tmp_path) -> None:
     with pytest.raises(GraphDocError, match=r"manifest.json: sources\[\].fields is not usable \(unknown field role "
                                             r"'body'"):
         Manifest.load(index)
+
+
+# ------------------------------------------------------------------ pretraining
+def test_pretrain_records_the_fields_and_a_resume_keeps_them(tiny_bert, tmp_path, monkeypatch) -> None:
+    import torch
+
+    from graphdoc.config import ChunkerConfig, ModelConfig, PassageEncoderConfig
+    from graphdoc.training import PretrainConfig, PretrainSetup, pretrain
+    from graphdoc.training import checkpoint as ckpt
+    from graphdoc.training.trainer import Trainer
+
+    words = "graph attention passage document retrieval vector dense sparse".split()
+    corpus = write_jsonl(tmp_path / "c.jsonl", [
+        {"paper_id": f"p{i}", "abstract": " ".join(f"{words[(i + j) % 8]} {words[j % 8]} one two." for j in range(4))}
+        for i in range(8)])
+    setup = PretrainSetup(ModelConfig(chunker=ChunkerConfig(max_words=5),
+                                      passage_encoder=PassageEncoderConfig(model_name_or_path=str(tiny_bert))),
+                          PretrainConfig(batch_size=4, epochs=3, lr=1e-3, checkpoint_every=2, log_every=1,
+                                         shuffle_buffer=0))
+    fields, original = Fields(id="paper_id", text="abstract"), Trainer._train_step
+
+    def killed(self, batch):
+        if self.step == 2:
+            raise KeyboardInterrupt
+        return original(self, batch)
+
+    monkeypatch.setattr(Trainer, "_train_step", killed)
+    with torch.random.fork_rng(), pytest.raises(KeyboardInterrupt):
+        pretrain(corpus, tmp_path / "run", setup, device="cpu", fields=fields)
+    monkeypatch.undo()
+    latest = ckpt.list_checkpoints(tmp_path / "run")[-1]
+    assert ckpt.read_state(latest)["fields"] == {"id": "paper_id", "text": "abstract"}
+    with pytest.raises(GraphDocError, match=r"^cannot resume with id=paper_id, text=summary: the run read its corpus "
+                                            r"with id=paper_id, text=abstract \(leave the field options out"):
+        pretrain(corpus, tmp_path / "run", setup, resume=True, device="cpu",
+                 fields=Fields(id="paper_id", text="summary"))
+    with torch.random.fork_rng():
+        result = pretrain(corpus, tmp_path / "run", setup, resume=True, device="cpu")  # the recorded fields
+    assert result.steps == result.total_steps == 6
