@@ -6,9 +6,12 @@ import json
 import numbers
 import reprlib
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from graphdoc.errors import ArgumentTypeError, GraphDocError, InputError
+
+if TYPE_CHECKING:  # (graphdoc.corpus imports this module)
+    from graphdoc.corpus.fields import Fields
 
 ID_KEYS = ("_id", "id", "docid", "doc_id")
 TEXT_KEYS = ("text", "contents", "body")
@@ -64,35 +67,54 @@ class Document:
         return [Section("", 0, len(self.text))]
 
     @classmethod
-    def from_dict(cls, record: Mapping[str, Any], default_id: str | None = None) -> "Document":
+    def from_dict(cls, record: Mapping[str, Any], default_id: str | None = None,
+                  fields: "Fields | None" = None) -> "Document":
         """Build a document from a JSON-style record.
 
         Accepts ``_id``/``id``/``docid`` (a string or an integer) for the id, ``text``/``contents``/``body``
         for the text (several of them: the one that is not blank; two that differ are an error), an optional
         ``title`` (a string or null) and an optional ``sections`` list of ``{"title", "text"}`` whose texts,
-        joined with ``"\\n"``, make the document text. Raises :class:`InputError` naming the problem.
+        joined with ``"\\n"``, make the document text. ``fields`` (a :class:`graphdoc.corpus.Fields`) names other
+        fields for the id, text or title: a named field is the only source of its value (a record without it is
+        an error) and the keys it replaces (``sections`` too, for the text) are kept in ``metadata``. Raises
+        :class:`InputError` naming the problem.
         """
-        key = next((k for k in ID_KEYS if record.get(k) not in (None, "")), None)
+        id_keys, text_keys, title_key = _keys(fields)
+        key = next((k for k in id_keys if record.get(k) not in (None, "")), None)
         if key is None and default_id is None:
-            raise InputError(f"record has no id field (expected one of {', '.join(ID_KEYS)})")
+            raise InputError(f"record has no id field (expected one of {', '.join(id_keys)})" if len(id_keys) > 1
+                             else f"record has no id field {id_keys[0]!r} (the field named for ids)")
         doc_id = scalar_id(record[key], key) if key is not None else default_id
-        title = _optional_string(record.get("title"), f"document {doc_id!r}: 'title'")
-        text = _text_field(doc_id, record)
-        raw_sections = record.get("sections")
+        if fields is not None and fields.title and title_key not in record:  # (null: no title)
+            raise InputError(f"document {doc_id!r} has no field {title_key!r} (the field named for titles)")
+        title = _optional_string(record.get(title_key), f"document {doc_id!r}: {title_key!r}")
+        text = _text_field(doc_id, record, text_keys)
+        raw_sections = record.get("sections") if text_keys is TEXT_KEYS else None  # a named text: metadata
         sections = None
         if raw_sections:
             text, sections = _sections_from_records(doc_id, raw_sections, text)
         if text is None:
-            raise InputError(f"document {doc_id!r} has no text field (expected one of {', '.join(TEXT_KEYS)})")
+            expected = (f"expected one of {', '.join(TEXT_KEYS)}" if text_keys is TEXT_KEYS
+                        else f"{text_keys[0]!r} is the field named for the text")
+            raise InputError(f"document {doc_id!r} has no text field ({expected})")
+        used = {*text_keys, title_key} | ({"sections"} if text_keys is TEXT_KEYS else set())
         extra = {k: v for k, v in record.items()  # an id field other than the one used is kept ("id" beside "_id")
-                 if k != key and k not in TEXT_KEYS + ("title", "sections") and not (k in ID_KEYS and v in (None, ""))}
+                 if k != key and k not in used and not (k in id_keys and v in (None, ""))}
         return cls(id=doc_id, text=text, title=title, sections=sections, metadata=extra)
 
 
-def _text_field(doc_id: str, record: Mapping[str, Any]) -> str | None:
-    """The text among the record's :data:`TEXT_KEYS`: the one that is not blank (``{"text": "", "contents":
-    "..."}`` is the contents), else the first present; ``None`` when there is none."""
-    present = [(k, record[k]) for k in TEXT_KEYS if record.get(k) is not None]
+def _keys(fields: "Fields | None") -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """The keys read for the id, the text and the title: the named fields, else the defaults."""
+    if fields is None:
+        return ID_KEYS, TEXT_KEYS, "title"
+    return ((fields.id,) if fields.id else ID_KEYS, (fields.text,) if fields.text else TEXT_KEYS,
+            fields.title or "title")
+
+
+def _text_field(doc_id: str, record: Mapping[str, Any], keys: tuple[str, ...] = TEXT_KEYS) -> str | None:
+    """The text among the record's ``keys`` (:data:`TEXT_KEYS`, or the one named): the one that is not blank
+    (``{"text": "", "contents": "..."}`` is the contents), else the first present; ``None`` when there is none."""
+    present = [(k, record[k]) for k in keys if record.get(k) is not None]
     for key, value in present:
         if not isinstance(value, str):
             raise InputError(f"document {doc_id!r}: {key} must be a string, got {type(value).__name__}")

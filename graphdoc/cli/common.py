@@ -57,6 +57,33 @@ def counted(n: int, what: str) -> str:
     return f"{n} {what.removesuffix('s') if n == 1 else what}"
 
 
+def add_field_arguments(parser: argparse.ArgumentParser, recorded: str = "") -> None:
+    """``--id-field``, ``--text-field`` and ``--title-field``: the record fields (CSV/TSV columns) a JSON lines, BEIR
+    or CSV/TSV corpus names its documents' id, text and title with. ``recorded``: where the defaults come from
+    first (an index's own record of a corpus)."""
+    from graphdoc.documents import ID_KEYS, TEXT_KEYS
+
+    group = parser.add_argument_group("corpus fields", "for JSON lines, BEIR and CSV/TSV corpora whose records name "
+                                      "them otherwise; a named field must be in every record, and the default "
+                                      "keys it replaces are kept as metadata")
+    first = f"{recorded}, else " if recorded else ""
+    for role, defaults in (("id", ID_KEYS), ("text", TEXT_KEYS + ("sections",)), ("title", ("title",))):
+        group.add_argument(f"--{role}-field", default=None, metavar="NAME",
+                           help=f"the field holding each document's {role} (default: {first}"
+                                f"{', '.join(defaults[:-1]) + ' or ' if len(defaults) > 1 else ''}{defaults[-1]})")
+
+
+def fields_from(args: argparse.Namespace):
+    """The :class:`graphdoc.corpus.Fields` of ``--id-field``/``--text-field``/``--title-field``; ``None`` when none
+    is given (a reader's defaults, or what an index recorded)."""
+    from graphdoc.corpus import Fields
+
+    given = {role: getattr(args, f"{role}_field", None) for role in ("id", "text", "title")}
+    if all(value is None for value in given.values()):
+        return None
+    return Fields(**given)
+
+
 def check_at_least_one(flag: str, value: int | None) -> None:
     """Refuse a count option below 1 (``None``: not given, the default applies)."""
     if value is not None:

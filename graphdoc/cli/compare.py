@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from graphdoc.cli.common import add_model_arguments, load_model, logger
+from graphdoc.cli.common import add_field_arguments, add_model_arguments, fields_from, load_model, logger
 from graphdoc.errors import GraphDocError, InputError
 
 FILE_KINDS = ".txt, .md, .markdown, .json, .jsonl, .jsonl.gz/.bz2/.xz, .json.gz/.bz2/.xz"
@@ -25,12 +25,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--top", type=int, default=5, metavar="N", help="most similar passage pairs (default 5)")
     parser.add_argument("--html", type=Path, default=None, metavar="FILE", help="write a self-contained HTML page")
     parser.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
+    add_field_arguments(parser)
     add_model_arguments(parser, batches=False)
     parser.set_defaults(func=run)
 
 
-def read_document_file(path: Path):
-    """One document from a .txt/.md/.markdown file, a .json record or a one-record JSON lines file."""
+def read_document_file(path: Path, fields=None):
+    """One document from a .txt/.md/.markdown file, a .json record or a one-record JSON lines file (``fields``: the
+    record's fields, :class:`graphdoc.corpus.Fields`)."""
+    from graphdoc.corpus.fields import APPLIES_TO
     from graphdoc.corpus.files import READ_ERRORS, open_binary
     from graphdoc.corpus.formats import JSONL_SUFFIXES
     from graphdoc.corpus.jsonl import iter_json_objects
@@ -42,6 +45,8 @@ def read_document_file(path: Path):
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     if path.suffix.lower() in TEXT_FILE_TYPES:
+        if fields is not None and not fields.is_default:
+            raise InputError(f"{path} is a text file: {APPLIES_TO}")
         return read_text_file(path)
     single = next((suffix for suffix in (".json", ".json.gz", ".json.bz2", ".json.xz") if name.endswith(suffix)), None)
     if single is not None:  # one record, pretty-printed or not
@@ -54,35 +59,35 @@ def read_document_file(path: Path):
             raise InputError(f"{path}: not a JSON record ({err})") from None
         if not isinstance(record, dict):
             raise InputError(f"{path}: expected one JSON object")
-        return _record_document(path, str(path), record, path.name[:-len(single)] or path.name)
+        return _record_document(path, str(path), record, path.name[:-len(single)] or path.name, fields)
     jsonl = next((suffix for suffix in JSONL_SUFFIXES if name.endswith(suffix)), None)
     if jsonl is not None:
         records = list(iter_json_objects(path))
         if len(records) != 1:
             raise InputError(f"{path}: holds {len(records)} documents; give one, or use --corpus {path} ID_A ID_B")
         lineno, record = records[0]
-        return _record_document(path, f"{path}:{lineno}", record, path.name[:-len(jsonl)] or path.name)
+        return _record_document(path, f"{path}:{lineno}", record, path.name[:-len(jsonl)] or path.name, fields)
     raise InputError(f"{path}: unknown document file (accepted: {FILE_KINDS}; or --corpus with ids)")
 
 
-def _record_document(path: Path, where: str, record: dict, default_id: str):
+def _record_document(path: Path, where: str, record: dict, default_id: str, fields=None):
     """The document of a file's one JSON record; without an id, the file's name (``default_id``) is its id."""
     from graphdoc.documents import Document
 
     try:
-        document = Document.from_dict(record, default_id=default_id)
+        document = Document.from_dict(record, default_id=default_id, fields=fields)
     except InputError as err:
         raise InputError(f"{where}: {err}") from None
     document.metadata.setdefault("path", str(path))  # named by an error about it
     return document
 
 
-def read_from_corpus(corpus: str, ids: list[str]) -> list:
-    """The documents with ``ids`` from ``corpus`` (read until all are found)."""
+def read_from_corpus(corpus: str, ids: list[str], fields=None) -> list:
+    """The documents with ``ids`` from ``corpus`` (read with ``fields``, until all are found)."""
     from graphdoc.corpus import ReadStats, read_corpus
 
     wanted, found, stats = set(ids), {}, ReadStats()
-    for doc in read_corpus(corpus, stats=stats):
+    for doc in read_corpus(corpus, stats=stats, fields=fields):
         if doc.id in wanted:
             found[doc.id] = doc
             if len(found) == len(wanted):
@@ -116,8 +121,9 @@ def run(args: argparse.Namespace) -> int:
         # (A, B, or a file of the corpus: writing the page would replace a document)
         check_not_an_input(args.html, corpus_files(args.corpus) if args.corpus else [args.a, args.b], "--html",
                            "the page")
-    docs = (read_from_corpus(args.corpus, [args.a, args.b]) if args.corpus
-            else [read_document_file(Path(args.a)), read_document_file(Path(args.b))])
+    fields = fields_from(args)
+    docs = (read_from_corpus(args.corpus, [args.a, args.b], fields) if args.corpus
+            else [read_document_file(Path(args.a), fields), read_document_file(Path(args.b), fields)])
     for doc in docs:  # before the model loads
         check_has_text(doc)
     comparison = compare_documents(load_model(args), docs[0], docs[1], top=args.top)

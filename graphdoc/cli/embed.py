@@ -1,7 +1,7 @@
 """``graphdoc embed``: one float32 row per document in a .npy file, ids in row order beside it.
 
 A long run keeps what it has embedded in ``FILE.npy.partial/`` every few thousand documents; run the same
-command again after a crash and it goes on from there (with the same model, corpus and ``--normalize``).
+command again after a crash and it goes on from there (with the same model, corpus, field options and ``--normalize``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphdoc.cli.common import add_model_arguments, load_model, logger
+from graphdoc.cli.common import add_field_arguments, add_model_arguments, fields_from, load_model, logger
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import NAME_MAX, atomic_write, check_output_file, file_lock, replacing
 from graphdoc.progress import complete, logs_beside_bars, progress_bar
@@ -28,6 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(.xml[.bz2]), or corpus name")
     parser.add_argument("--output", required=True, type=Path, metavar="FILE.npy")
     parser.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
+    add_field_arguments(parser)
     add_model_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -116,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
         raise GraphDocError(f"--output {args.output}: its name is too long for the folder a run keeps beside it "
                             f"(NAME.partial, {NAME_MAX} bytes at most): shorten it")
     check_outside_corpus(args.corpus, ids_path(args.output), "--output's ids file", "it")
-    documents = read_corpus(args.corpus, stats=ReadStats())  # a missing or unknown corpus fails here, at once
+    args.fields = fields_from(args)
+    documents = read_corpus(args.corpus, stats=ReadStats(), fields=args.fields)  # a bad corpus fails here, at once
     with file_lock(args.output):  # one run at a time writes FILE.npy and FILE.npy.partial/ (checked before loading)
         return _embed(args, documents, load_model(args))
 
@@ -160,7 +162,7 @@ def _embed(args: argparse.Namespace, documents, model) -> int:
         logger.warning("%s: document %d is %r, not %r as when %s was saved: the corpus changed; starting again",
                        args.corpus, restart.position + 1, restart.found, restart.saved, partial.folder)
         partial.remove()
-        return _embed(args, read_corpus(args.corpus, stats=ReadStats()), model)
+        return _embed(args, read_corpus(args.corpus, stats=ReadStats(), fields=args.fields), model)
     ids = done + ids
     if not ids:
         raise GraphDocError(f"no documents to embed in {args.corpus}")
@@ -193,7 +195,8 @@ class _Restart(Exception):
 
 
 def _run_identities(args: argparse.Namespace, model) -> tuple[dict, dict]:
-    """What decides the rows of a run, as JSON values: the model's identity, the corpus and its state, --normalize;
+    """What decides the rows of a run, as JSON values: the model's identity, the corpus and its state, --normalize,
+    the corpus fields named;
     and the same as an earlier graphdoc wrote it (the model by its folder and weights), whose saved part goes on."""
     from graphdoc.corpus import source_key
     from graphdoc.fingerprint import architecture_fingerprint
@@ -206,4 +209,7 @@ def _run_identities(args: argparse.Namespace, model) -> tuple[dict, dict]:
     identity["architecture"] = architecture_fingerprint(model.passage_encoder.model.config)
     rest = {"corpus": source_key(args.corpus), "corpus_state": corpus_state(args.corpus),
             "normalize": bool(args.normalize)}
+    fields = getattr(args, "fields", None)
+    if fields is not None and not fields.is_default:  # (left out otherwise: an earlier run's part goes on)
+        rest["fields"] = fields.to_dict()
     return json.loads(json.dumps({"model": identity, **rest})), json.loads(json.dumps({"model": recorded, **rest}))

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from graphdoc.backbones import BACKBONES
-from graphdoc.cli.common import DEVICE_HELP, PRECISION_HELP, logger
+from graphdoc.cli.common import DEVICE_HELP, PRECISION_HELP, add_field_arguments, fields_from, logger
 from graphdoc.config import NEGATIVE_POOLS, PRECISIONS, read_config_file
 from graphdoc.errors import GraphDocError
 
@@ -70,6 +70,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help=_default_help("passages kept per document (its first ones)", "max_passages"))
     train.add_argument("--cache-dir", default=None, metavar="DIR",
                        help="passage vector cache (frozen mode; default: DIR/passage_cache)")
+    add_field_arguments(parser)
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
     parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
@@ -107,12 +108,13 @@ def run(args: argparse.Namespace) -> int:
     if args.backbone is not None:
         setup = setup.with_backbone(args.backbone)
     model_config = _model_config(args, setup)
+    fields = fields_from(args)
     if args.task == "ranking":
         config = setup.with_overrides("ranking", negative_pool=args.negative_pool, **common).ranking
         result = finetune_ranking(args.corpus, args.queries, args.qrels, output, dev_qrels=args.dev_qrels,
                                   config=config, model=args.model, model_config=model_config, folds=args.folds,
                                   resume=args.resume, device=args.device, precision=args.precision,
-                                  backbone=args.backbone, show_progress_bar=not args.quiet)
+                                  backbone=args.backbone, show_progress_bar=not args.quiet, fields=fields)
     else:
         config = setup.with_overrides("classification", shots=args.few_shot, repeats=args.repeats,
                                       objective=args.objective, temperature=args.temperature,
@@ -121,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         result = finetune_classification(args.train, args.dev, output, test=args.test, config=config,
                                          model=args.model, model_config=model_config, resume=args.resume,
                                          device=args.device, precision=args.precision, backbone=args.backbone,
-                                         show_progress_bar=not args.quiet)
+                                         show_progress_bar=not args.quiet, fields=fields)
     _report(result, f"{config.eval_mode} {config.eval_measure}" if args.task == "ranking" else "accuracy", output)
     return 0
 

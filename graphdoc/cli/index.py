@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graphdoc.cli.common import add_model_arguments, counted, load_model, logger, max_passages_given
+from graphdoc.cli.common import (add_field_arguments, add_model_arguments, counted, fields_from, load_model, logger,
+                                  max_passages_given)
 from graphdoc.errors import GraphDocError
 
 
@@ -34,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="how BM25 finds terms: unicode (default) or bm25s, the terms of indexes built before "
                              "graphdoc had this setting, for a part to merge with theirs (fixed once the index is "
                              "finalised)")
+    add_field_arguments(parser, recorded="those the index recorded for this corpus")
     add_model_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -48,9 +50,10 @@ def run(args: argparse.Namespace) -> int:
     settings = IndexSettings(faiss_factory=args.faiss_factory, metric=args.metric, bm25=bm25,
                              store_passages=not args.no_passages, shard_size=args.shard_size,
                              on_duplicate=args.on_duplicate)
+    fields = fields_from(args)
     model = _model(args)
     manifest = build_index(model, args.corpus, args.index_dir, settings, part=args.shard,
-                           batch_size=args.batch_size, show_progress_bar=not args.quiet)
+                           batch_size=args.batch_size, show_progress_bar=not args.quiet, fields=fields)
     counts = manifest.counts
     print(f"{args.index_dir}: " + ", ".join(counted(counts.get(what, 0), what) for what in
                                             ("documents", "passages", "shards")))

@@ -12,7 +12,7 @@ import argparse
 from itertools import islice
 from pathlib import Path
 
-from graphdoc.cli.common import add_model_arguments, load_model, logger
+from graphdoc.cli.common import add_field_arguments, add_model_arguments, fields_from, load_model, logger
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import check_output_file, replacing
 
@@ -29,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="auto: UMAP when umap-learn is installed, else t-SNE")
     emb.add_argument("--seed", type=int, default=0, help="random seed of the projection, 0..2**32-1 (default: 0)")
     emb.add_argument("--output", required=True, type=Path, metavar="FILE.png")
+    add_field_arguments(emb)
     add_model_arguments(emb)
     _add_log_options(emb)
     emb.set_defaults(func=run_embeddings)
@@ -36,6 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     att.add_argument("--corpus", required=True, help="corpus file, folder or name")
     att.add_argument("--id", required=True, dest="doc_id", metavar="DOC", help="the document's id")
     att.add_argument("--output", required=True, type=Path, metavar="FILE.png")
+    add_field_arguments(att)
     add_model_arguments(att, batches=False)
     _add_log_options(att)
     att.set_defaults(func=run_attention)
@@ -69,7 +71,7 @@ def run_embeddings(args: argparse.Namespace) -> int:
     require_plotting(args.method)
     if args.limit is not None and args.limit < 3:
         raise GraphDocError(f"--limit must be at least 3; got {args.limit}")
-    docs = list(islice(read_corpus(args.corpus), args.limit))
+    docs = list(islice(read_corpus(args.corpus, fields=fields_from(args)), args.limit))
     if len(docs) < 3:  # before loading the model
         raise GraphDocError(f"a map needs at least 3 documents; {args.corpus} has {len(docs)}")
     field = args.labels_field
@@ -96,7 +98,7 @@ def run_attention(args: argparse.Namespace) -> int:
 
     _check_output(args.output)
     require_plotting()
-    document = read_from_corpus(args.corpus, [args.doc_id])[0]
+    document = read_from_corpus(args.corpus, [args.doc_id], fields_from(args))[0]
     weights, passages = document_attention_layers(load_model(args), document)
     note = replacing(args.output)
     args.output.parent.mkdir(parents=True, exist_ok=True)

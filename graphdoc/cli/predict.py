@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graphdoc.cli.common import DEVICE_HELP, logger
+from graphdoc.cli.common import DEVICE_HELP, add_field_arguments, fields_from, logger
 from graphdoc.errors import GraphDocError
 
 
@@ -21,6 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                              "scored with, so predictions reproduce its dev score; a classifier saved before "
                              "graphdoc recorded it: its encoder's chunker max_passages)")
     parser.add_argument("--device", default=None, help=DEVICE_HELP)
+    add_field_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -37,6 +38,6 @@ def run(args: argparse.Namespace) -> int:
         check_output(args.model, args.output, "--output", source=args.input)
     note = "" if to_stdout else replacing(args.output)
     count = predict(args.model, args.input, args.output, args.batch_size, args.max_passages, args.device,
-                    show_progress_bar=not args.quiet)
+                    show_progress_bar=not args.quiet, fields=fields_from(args))
     logger.info("%d documents classified into %s%s", count, "standard output" if to_stdout else args.output, note)
     return 0

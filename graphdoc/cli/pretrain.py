@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from graphdoc.backbones import BACKBONES
-from graphdoc.cli.common import DEVICE_HELP, PRECISION_HELP, logger
+from graphdoc.cli.common import DEVICE_HELP, PRECISION_HELP, add_field_arguments, fields_from, logger
 from graphdoc.config import PRECISIONS
 from graphdoc.errors import GraphDocError
 from graphdoc.training.config import OBJECTIVES
@@ -49,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--epochs", type=int, default=None, metavar="N", help="overrides the config")
     parser.add_argument("--cache-dir", default=None, metavar="DIR",
                         help="passage vector cache of the frozen mode (default DIR/passage_cache)")
+    add_field_arguments(parser, recorded="with --resume, those the run recorded")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
     parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output.exists() and not args.output.is_dir():
         raise GraphDocError(f"--output {args.output} exists and is not a folder")
     result = pretrain(args.corpus, args.output, setup, model=args.model, resume=args.resume, device=args.device,
-                      precision=args.precision, show_progress_bar=not args.quiet)
+                      precision=args.precision, show_progress_bar=not args.quiet, fields=fields_from(args))
     if rank != 0:
         return 0  # under torchrun, process 0 reports
     logger.info("%s (%d empty and %d too short documents skipped); %.1f documents/s, %.2f steps/s, peak memory "

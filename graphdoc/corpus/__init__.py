@@ -2,7 +2,8 @@
 
 Everything streams: documents and queries are yielded one at a time, never read into memory at once.
 A ``source`` is a path (JSON lines, a BEIR folder, a folder of .txt/.md/.markdown files, a MediaWiki XML dump,
-TREC topics or qrels) or the name of a corpus fetched by an optional package (``robust04``, ...).
+TREC topics or qrels) or the name of a corpus fetched by an optional package (``robust04``, ...). A JSON lines,
+BEIR or CSV/TSV corpus whose records name their id, text or title otherwise is read with :class:`Fields`.
 Problems with the source (missing, unknown format) are raised at the call; problems inside it
 (a broken line, a duplicate id) when the reader reaches them, as one :class:`InputError` line.
 """
@@ -15,6 +16,7 @@ from typing import Iterator, Union
 
 from graphdoc.documents import Document
 from graphdoc.errors import InputError
+from graphdoc.corpus.fields import APPLIES_TO, Fields, as_fields
 from graphdoc.corpus.formats import CORPUS_FORMATS, QRELS_FORMATS, QUERY_FORMATS, detect
 from graphdoc.corpus.markup import markdown_sections, wikitext_sections
 from graphdoc.corpus.named import NAMED_CORPORA, NamedCorpus, resolve
@@ -23,7 +25,7 @@ from graphdoc.corpus.stats import ReadStats, skip_empty
 Source = Union[str, "os.PathLike[str]"]
 Qrels = dict[str, dict[str, int]]
 
-__all__ = ["NAMED_CORPORA", "Qrels", "ReadStats", "check_outside_corpus", "corpus_files", "markdown_sections",
+__all__ = ["Fields", "NAMED_CORPORA", "Qrels", "ReadStats", "check_outside_corpus", "corpus_files", "markdown_sections",
            "read_corpus", "read_qrels", "read_queries", "source_key", "wikitext_sections"]
 
 
@@ -134,15 +136,29 @@ def document_count(source: Source) -> int | None:
         return None
 
 
-def read_corpus(source: Source, *, stats: ReadStats | None = None) -> Iterator[Document]:
+def read_corpus(source: Source, *, stats: ReadStats | None = None, fields: Fields | None = None) -> Iterator[Document]:
     """Stream the documents of ``source``, skipping empty ones (blank title and text; counted in ``stats``,
-    logged at INFO)."""
+    logged at INFO).
+
+    ``fields`` names the record fields that hold the id, text and title (:class:`Fields`) of a JSON lines file,
+    a BEIR folder or a CSV/TSV table; any other source given a mapping is an :class:`InputError`.
+    """
     _check_source(source, "corpus")
+    fields = as_fields(fields)
+    mapped = fields is not None and not fields.is_default
+    if mapped and isinstance(source, str) and not os.path.exists(source) \
+            and any(source == name or source.startswith(name + "/") for name in NAMED_CORPORA):
+        raise InputError(f"{source} is a named corpus: {APPLIES_TO}")  # (before its package is looked for)
     named = _named(source)
     if named is not None:
+        if mapped:
+            raise InputError(f"{source} is a named corpus: {APPLIES_TO}")
         docs = named[0].docs()
     else:
-        docs = detect(Path(source), CORPUS_FORMATS, "corpus").read(Path(source))
+        fmt = detect(Path(source), CORPUS_FORMATS, "corpus")
+        if mapped and not fmt.takes_fields:
+            raise InputError(f"{source} is {fmt.description}: {APPLIES_TO}")
+        docs = fmt.read(Path(source), fields) if mapped else fmt.read(Path(source))
     return skip_empty(docs, stats if stats is not None else ReadStats(), str(source))
 
 

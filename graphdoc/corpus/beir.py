@@ -7,6 +7,7 @@ from typing import Iterator
 
 from graphdoc.documents import Document
 from graphdoc.errors import InputError
+from graphdoc.corpus.fields import Fields
 from graphdoc.corpus.files import iter_lines
 from graphdoc.corpus.jsonl import check_id, read_jsonl_corpus, read_jsonl_queries
 
@@ -30,9 +31,9 @@ def corpus_file(folder: Path) -> Path | None:
     return _find(folder, "corpus")
 
 
-def read_beir_corpus(folder: Path) -> Iterator[Document]:
-    """The documents of the folder's ``corpus.jsonl[.gz]``."""
-    return read_jsonl_corpus(_find(folder, "corpus"))
+def read_beir_corpus(folder: Path, fields: Fields | None = None) -> Iterator[Document]:
+    """The documents of the folder's ``corpus.jsonl[.gz]`` (``fields``: see :func:`read_jsonl_corpus`)."""
+    return read_jsonl_corpus(_find(folder, "corpus"), fields)
 
 
 def splits(folder: Path) -> list[str]:

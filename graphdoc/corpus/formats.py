@@ -27,6 +27,8 @@ class Format:
     matches: Callable[[Path], bool]
     read: Callable[..., Any]
     takes_split: bool = False
+    #: whether its records have named fields, so that ``fields=`` (:class:`~graphdoc.corpus.fields.Fields`) applies
+    takes_fields: bool = False
 
 
 def _suffix(*suffixes: str) -> Callable[[Path], bool]:
@@ -47,14 +49,15 @@ def _first_line(test: Callable[[str], bool]) -> Callable[[Path], bool]:
 
 #: Corpus formats, tried in order.
 CORPUS_FORMATS = (
-    Format("beir", "a BEIR folder (with corpus.jsonl[.gz])", beir.is_beir_folder, beir.read_beir_corpus),
+    Format("beir", "a BEIR folder (with corpus.jsonl[.gz])", beir.is_beir_folder, beir.read_beir_corpus,
+           takes_fields=True),
     Format("textdir", "a folder of .txt/.md/.markdown files", Path.is_dir, textdir.read_text_folder),
     Format("jsonl", "JSON lines (.jsonl or .json, plain or .gz/.bz2/.xz)", _suffix(*JSONL_SUFFIXES),
-           jsonl.read_jsonl_corpus),
+           jsonl.read_jsonl_corpus, takes_fields=True),
     Format("text", "a .txt/.md/.markdown file", textdir.is_text_file, textdir.read_single_text_file),
     Format("mediawiki", "a MediaWiki XML dump (.xml, .xml.bz2)", _suffix(*XML_SUFFIXES), mediawiki.read_mediawiki),
     Format("table", "CSV or TSV with a header line naming id and text columns (.csv/.tsv, plain or .gz/.bz2/.xz)",
-           _suffix(*table.TABLE_SUFFIXES), table.read_table_corpus),
+           _suffix(*table.TABLE_SUFFIXES), table.read_table_corpus, takes_fields=True),
 )
 
 #: Query formats, tried in order.

@@ -8,6 +8,7 @@ from typing import Any, Iterator
 
 from graphdoc.documents import Document, id_problem, lone_surrogate, scalar_id
 from graphdoc.errors import InputError
+from graphdoc.corpus.fields import Fields
 from graphdoc.corpus.files import iter_lines
 
 #: JSON value type -> how an error message names it.
@@ -81,15 +82,16 @@ class IdTracker:
                              f"(first seen on line {first})")
 
 
-def read_jsonl_corpus(path: Path) -> Iterator[Document]:
-    """Yield the documents of a JSON lines file (see :meth:`Document.from_dict` for the fields).
+def read_jsonl_corpus(path: Path, fields: Fields | None = None) -> Iterator[Document]:
+    """Yield the documents of a JSON lines file (see :meth:`Document.from_dict` for the fields; ``fields``
+    names others).
 
     Keys other than id, text, title and sections (e.g. 20 Newsgroups' ``label``) end up in ``metadata``.
     """
     ids = IdTracker(path, "document")
     for lineno, record in iter_json_objects(path):
         try:
-            doc = Document.from_dict(record)
+            doc = Document.from_dict(record, fields=fields)
         except InputError as err:
             raise InputError(f"{path}:{lineno}: {err}") from None
         ids.check(doc.id, lineno)

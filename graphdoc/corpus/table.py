@@ -8,7 +8,8 @@ MS MARCO's ``collection.tsv``). CSV fields follow the usual quoting (a quoted fi
 double quotes (as R's ``write.table`` writes them): then quoting is read as in CSV. A field of a TSV read as it
 is that a CSV writer quoted (pandas' or Python's csv module's ``"a ""b"" c"``, or every field in quotes) is warned
 of once. A ``sections`` column is metadata (a cell holds no list of sections). Errors name the line a row starts
-on.
+on. Columns of other names are read as id, text or title with :class:`~graphdoc.corpus.fields.Fields` (the file
+then needs its header).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
+from graphdoc.corpus.fields import Fields
 from graphdoc.corpus.files import has_suffix, iter_lines
 from graphdoc.corpus.jsonl import IdTracker
 from graphdoc.documents import ID_KEYS, TEXT_KEYS, Document
@@ -45,15 +47,16 @@ _SQUASHED = re.compile(r"[\s_-]+")
 FIELD_LIMIT = 2**31 - 1
 
 
-def read_table_corpus(path: Path) -> Iterator[Document]:
-    """Yield the documents of a CSV or TSV file (see the module doc)."""
-    for _, doc in table_documents(path):
+def read_table_corpus(path: Path, fields: Fields | None = None) -> Iterator[Document]:
+    """Yield the documents of a CSV or TSV file (see the module doc; ``fields`` names the columns)."""
+    for _, doc in table_documents(path, fields=fields):
         yield doc
 
 
-def table_documents(path: Path, warn: bool = True) -> Iterator[tuple[int, Document]]:
+def table_documents(path: Path, warn: bool = True, fields: Fields | None = None) -> Iterator[tuple[int, Document]]:
     """``(line, document)`` for each row of a CSV or TSV file: the line its row starts on (a quoted field may
-    span lines), which its errors name too. ``warn=False``: a file read again, whose warning was given."""
+    span lines), which its errors name too. ``warn=False``: a file read again, whose warning was given.
+    ``fields`` names the id, text or title columns (matched exactly); the file must then have a header."""
     tsv = has_suffix(path, *TSV_SUFFIXES)
     kind = "TSV" if tsv else "CSV"
     if csv.field_size_limit() < FIELD_LIMIT:
@@ -70,7 +73,7 @@ def table_documents(path: Path, warn: bool = True) -> Iterator[tuple[int, Docume
     if first is None:
         return
     header_line = where[0]
-    header, quoted = _header(path, header_line, first, tsv)
+    header, quoted = _header(path, header_line, first, tsv, fields)
     dialect = {"strict": True} if not tsv else {"delimiter": "\t"} if quoted else \
         {"delimiter": "\t", "quoting": csv.QUOTE_NONE}
     reader = csv.reader(source if header is not None else itertools.chain([first], source), **dialect)
@@ -97,7 +100,7 @@ def table_documents(path: Path, warn: bool = True) -> Iterator[tuple[int, Docume
             record = dict(zip(columns, row))
             sections = record.pop("sections", None)  # a cell holds no list of sections: a column like others
             try:
-                doc = Document.from_dict(record)
+                doc = Document.from_dict(record, fields=fields)
             except InputError as err:
                 raise InputError(f"{path}:{lineno}: {err}") from None
             if sections is not None:
@@ -109,16 +112,22 @@ def table_documents(path: Path, warn: bool = True) -> Iterator[tuple[int, Docume
         raise InputError(f"{path}:{start}:{unclosed} not valid {kind} ({err})") from None
 
 
-def _header(path: Path, lineno: int, line: str, tsv: bool) -> tuple[list[str] | None, bool]:
+def _header(path: Path, lineno: int, line: str, tsv: bool,
+            fields: Fields | None = None) -> tuple[list[str] | None, bool]:
     """The column names of the first line, and whether they were in double quotes (a TSV file written with
     quoting, as R's ``write.table``: its fields are unquoted too); ``None`` for a TSV file's first ``id<TAB>text``
-    document. Known names are matched whatever their case (``ID``, ``Text``)."""
+    document. Known names are matched whatever their case (``ID``, ``Text``); names ``fields`` gives, exactly."""
     cells = next(csv.reader([line], delimiter="\t", quoting=csv.QUOTE_NONE) if tsv else csv.reader([line]))
     cells = [cell.strip() for cell in cells]
     quoted = tsv and all(len(cell) >= 2 and cell[0] == cell[-1] == '"' for cell in cells)
     names = [cell[1:-1] if quoted else cell for cell in cells]
-    names = [name.lower() if name.lower() in KNOWN_COLUMNS else name for name in names]
-    if any(name in ID_KEYS for name in names) and any(name in TEXT_KEYS for name in names):
+    mapped = set(fields.named().values()) if fields is not None else set()
+    names = [name.lower() if name.lower() in KNOWN_COLUMNS and name not in mapped else name for name in names]
+    id_keys = (fields.id,) if fields is not None and fields.id else ID_KEYS
+    text_keys = (fields.text,) if fields is not None and fields.text else TEXT_KEYS
+    if mapped:
+        _check_named_columns(path, lineno, names, fields, id_keys, text_keys)
+    if any(name in id_keys for name in names) and any(name in text_keys for name in names):
         repeated = next((name for name in names if names.count(name) > 1), None)
         if repeated is not None:
             raise InputError(f"{path}:{lineno}: the header names column {repeated!r} twice")
@@ -129,6 +138,21 @@ def _header(path: Path, lineno: int, line: str, tsv: bool) -> tuple[list[str] | 
     shown = ", ".join(repr(name) for name in names[:6]) + (", ..." if len(names) > 6 else "")
     raise InputError(f"{path}:{lineno}: the first line must name the columns, among them an id ({', '.join(ID_KEYS)}) "
                      f"and a text ({', '.join(TEXT_KEYS)}); it holds {shown}")
+
+
+def _check_named_columns(path: Path, lineno: int, names: list[str], fields: Fields, id_keys: tuple[str, ...],
+                         text_keys: tuple[str, ...]) -> None:
+    """A header must hold every column ``fields`` names (a file without a header has none to name), and an id
+    and a text column of the defaults for the roles not named."""
+    shown = ", ".join(repr(name) for name in names[:8]) + (", ..." if len(names) > 8 else "")
+    for role, name in fields.named().items():
+        if name not in names:
+            raise InputError(f"{path}:{lineno}: no column {name!r} (the {role} field named) in the header, which "
+                             f"names {shown}")
+    for role, keys in (("id", id_keys), ("text", text_keys)):
+        if not any(name in keys for name in names):
+            raise InputError(f"{path}:{lineno}: the header names no {role} column ({', '.join(keys)}); it names "
+                             f"{shown}")
 
 
 def _csv_quoted(row: list[str]) -> bool:

@@ -113,11 +113,13 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
                      config: RankingConfig | None = None, model: Any = None, model_config=None,
                      folds: int | None = None, resume: bool = False, bm25=None, split: str | None = None,
                      device: str | None = None, precision: str | None = None, backbone: str | None = None,
-                     show_progress_bar: bool | None = None) -> dict:
+                     show_progress_bar: bool | None = None, fields=None) -> dict:
     """Fine-tune for retrieval on judged queries; with ``folds``, k-fold cross-validation over them.
 
     Args:
         corpus, queries, qrels: paths (or documents, ``{id: text}``, ``{qid: {doc: rel}}`` in memory).
+        fields: the record fields of the corpus's ids, texts and titles (:class:`graphdoc.corpus.Fields`); a
+            resumed run checks what it read (ids, titles, texts), so other fields are another corpus.
         output: the run folder; the model ends in ``output/model`` (``output/fold-N/model`` per fold).
         dev_qrels: queries scored after every epoch; the best epoch's model is kept.
         model, model_config, backbone: the model to start from (see :func:`load_start_model`); a flat
@@ -147,7 +149,7 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
     output = _output_folder(output, config.cache_dir, (corpus,))
     # every input read and checked now: a bad one is one line before a model loads or a folder is made
     train, dev = read_qrels_arg(qrels), read_qrels_arg(dev_qrels) if dev_qrels is not None else None
-    sources = read_ranking_sources(corpus, queries, split)
+    sources = read_ranking_sources(corpus, queries, split, fields)
     train = read_known_qrels(train, sources, train=True, name=_name(qrels))
     if dev is not None:
         dev = read_known_qrels(dev, sources, name=_name(dev_qrels))
@@ -230,7 +232,8 @@ def _name(source) -> str | None:
 def finetune_classification(train, dev, output: str | Path, *, test=None, config: ClassificationConfig | None = None,
                             model: Any = None, model_config=None, resume: bool = False,
                             device: str | None = None, precision: str | None = None,
-                            backbone: str | None = None, show_progress_bar: bool | None = None) -> dict:
+                            backbone: str | None = None, show_progress_bar: bool | None = None,
+                            fields=None) -> dict:
     """Fine-tune a linear head (and the graph layers; the encoder too unless frozen) on labelled documents.
 
     ``config.objective``: ``cross_entropy`` through the head, or ``supcon`` (supervised contrastive over
@@ -240,7 +243,8 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     frozen flat model trains the head alone, over document vectors computed once. ``precision``: the
     passage encoder's arithmetic, replacing the model's own (``None`` keeps it).
 
-    ``train``/``dev``/``test``: JSON lines with a ``label`` field. With ``config.shots`` set, few-shot mode:
+    ``train``/``dev``/``test``: JSON lines with a ``label`` field (``fields``: the record fields of their ids,
+    texts and titles, :class:`graphdoc.corpus.Fields`). With ``config.shots`` set, few-shot mode:
     ``shots`` examples per class, ``repeats`` seeds, scored on ``test`` (default ``dev``).
     ``show_progress_bar``: a bar per epoch (default: when the ``graphdoc`` logger shows INFO).
     Returns the summary (``output/finetune.json``, or ``output/fewshot.json``), with dev/test scores.
@@ -267,9 +271,9 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     config = config or ClassificationConfig()
     seed_everything(config.seed)  # the new graph layers and head start the same in every run
     output = _output_folder(output, config.cache_dir, (train, dev, test))
-    splits = {"train": read_labelled(train, "train"), "dev": read_labelled(dev, "dev")}
+    splits = {"train": read_labelled(train, "train", fields), "dev": read_labelled(dev, "dev", fields)}
     if test is not None:
-        splits["test"] = read_labelled(test, "test")
+        splits["test"] = read_labelled(test, "test", fields)
     classes = _check_labels(splits, {"train": train, "dev": dev, "test": test}, config)
     check_run_folder(output, run_kind("classification", shots=config.shots), resume)
     if config.shots is None:  # the run ends by saving there: a folder of the user's is refused now

@@ -38,16 +38,17 @@ SUPCON_NEEDS_LAYERS = ("objective supcon trains layers over sub-documents, and a
                        "has none: use frozen_encoder false (--no-frozen-encoder) or a graph model")
 
 
-def read_labelled(source: str | Path, split: str) -> list[Document]:
+def read_labelled(source: str | Path, split: str, fields=None) -> list[Document]:
     """Documents with a ``label`` field (JSON lines); ids become ``split/id`` so splits never collide.
 
-    A label is a string or an integer (``0`` is the class ``"0"``); anything else is refused.
+    A label is a string or an integer (``0`` is the class ``"0"``); anything else is refused. ``fields``: the
+    record fields of the ids, texts and titles (:class:`graphdoc.corpus.Fields`).
     """
     docs = []
-    for doc in read_corpus(source):
+    for doc in read_corpus(source, fields=fields):
         problem = label_problem(doc.metadata.get("label"))
         if problem:
-            raise InputError(f"{_where(source, doc.id)}: document {doc.id!r} {problem}")
+            raise InputError(f"{_where(source, doc.id, fields)}: document {doc.id!r} {problem}")
         docs.append(dataclasses.replace(doc, id=f"{split}/{doc.id}"))
     if not docs:
         raise GraphDocError(f"{source} holds no labelled document")
@@ -70,7 +71,7 @@ def label_problem(label) -> str | None:
     return f"has a 'label' that is {kind}; a label is a string or an integer"
 
 
-def _where(source: str | Path, doc_id: str) -> str:
+def _where(source: str | Path, doc_id: str, fields=None) -> str:
     """``source:line`` of the JSON lines record or CSV/TSV row of ``doc_id`` (found again, on the error path
     only), else ``source``."""
     from graphdoc.corpus.table import TABLE_SUFFIXES, table_documents
@@ -79,10 +80,10 @@ def _where(source: str | Path, doc_id: str) -> str:
     try:
         if path.is_file() and has_suffix(path, *JSONL_SUFFIXES):
             for lineno, record in iter_json_objects(path):
-                if Document.from_dict(record).id == doc_id:
+                if Document.from_dict(record, fields=fields).id == doc_id:
                     return f"{source}:{lineno}"
         elif path.is_file() and has_suffix(path, *TABLE_SUFFIXES):
-            for lineno, doc in table_documents(path, warn=False):  # (its warning was given on the first read)
+            for lineno, doc in table_documents(path, warn=False, fields=fields):  # (its warning was given on the first read)
                 if doc.id == doc_id:
                     return f"{source}:{lineno}"
     except GraphDocError:  # the reader took the file: no error before the document's line

@@ -62,10 +62,10 @@ class RankingSources:
 
 
 def read_ranking_sources(corpus: str | Path | Iterable[Document], queries: str | Path | Mapping[str, str],
-                         split: str | None = None) -> RankingSources:
+                         split: str | None = None, fields=None) -> RankingSources:
     """The corpus and the queries (a path, or documents / ``{id: text}`` already in memory); an empty one is an
-    error."""
-    docs = list(read_corpus(corpus) if isinstance(corpus, (str, Path)) else corpus)
+    error. ``fields``: the corpus's record fields (:class:`graphdoc.corpus.Fields`)."""
+    docs = list(read_corpus(corpus, fields=fields) if isinstance(corpus, (str, Path)) else corpus)
     if not docs:
         raise GraphDocError(f"the corpus {corpus} holds no document")
     texts = dict(read_queries(queries, split)) if isinstance(queries, (str, Path)) else dict(queries)

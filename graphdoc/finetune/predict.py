@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from graphdoc.config import check_count
-from graphdoc.corpus import ReadStats, read_corpus
+from graphdoc.corpus import Fields, ReadStats, read_corpus
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import atomic_write, is_stdio
 
@@ -25,12 +25,14 @@ SHOWN_IDS = 5
 
 
 def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch_size: int = 32,
-            max_passages: int | None = None, device: str | None = None, show_progress_bar: bool = False) -> int:
+            max_passages: int | None = None, device: str | None = None, show_progress_bar: bool = False,
+            fields: Fields | None = None) -> int:
     """Classify every document of ``source`` into ``output`` (JSON lines; ``"-"``: standard output); returns the
     number written.
 
     ``max_passages``: passages kept per document; ``None`` keeps the classifier's own, the cap it was trained
-    and scored with (a classifier saved before the cap was recorded: its encoder's chunker cap).
+    and scored with (a classifier saved before the cap was recorded: its encoder's chunker cap). ``fields``
+    names the record fields of the documents' id, text and title (:class:`graphdoc.corpus.Fields`).
     """
     check_count("batch_size", batch_size)
     if max_passages is not None:
@@ -42,7 +44,7 @@ def predict(model_dir: str | Path, source: str | Path, output: str | Path, batch
 
     classifier = DocumentClassifier.from_pretrained(model_dir, device=device)
     stats = ReadStats(log_skipped=False)  # reported below, once, as a warning
-    docs = list(read_corpus(source, stats=stats))
+    docs = list(read_corpus(source, stats=stats, fields=fields))
     if not docs:
         blank = f": its {stats.empty_skipped} document(s) have no title or text" if stats.empty_skipped else ""
         raise GraphDocError(f"no documents in {source}{blank}")

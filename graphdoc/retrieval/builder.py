@@ -30,7 +30,8 @@ from typing import Callable, Iterator
 import numpy as np
 
 from graphdoc.config import check_count
-from graphdoc.corpus import ReadStats, check_outside_corpus, document_count, source_key
+from graphdoc.corpus import Fields, ReadStats, check_outside_corpus, document_count, source_key
+from graphdoc.corpus.fields import as_fields
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import LOCK_NAME, remove_stale_temporaries, writer_lock
 from graphdoc.progress import complete, logs_beside_bars, progress_bar
@@ -42,7 +43,7 @@ from graphdoc.retrieval.dense import METRICS, TrainingError, new_faiss_index, tr
 from graphdoc.retrieval.manifest import (MANIFEST_NAME, Manifest, SourceProgress, check_identity, chunker_version,
                                          model_identity, normal_part)
 from graphdoc.retrieval.progress import (Cursor, check_read_part_unchanged, corpus_state, open_corpus, state_changed,
-                                         part_documents, report_complete)
+                                         part_documents, report_complete, source_fields)
 from graphdoc.retrieval.shards import read_shard, write_shard
 from graphdoc.retrieval.finalize import FINAL_DIR, finalize
 from graphdoc.retrieval.searcher import final_problem
@@ -231,12 +232,16 @@ def remove_orphans(index_dir: Path, manifest: Manifest) -> None:
 
 
 def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, settings: IndexSettings | None = None,
-                part: str = "1/1", batch_size: int = 32, show_progress_bar: bool = False) -> Manifest:
+                part: str = "1/1", batch_size: int = 32, show_progress_bar: bool = False,
+                fields: Fields | None = None) -> Manifest:
     """Index (or resume indexing, or add) a corpus; returns the manifest of the finalised index.
 
     ``model`` is a loaded model, or the name or folder of one (loaded with :func:`graphdoc.load_model`).
     ``corpus`` is a corpus file or folder, or a dataset name, as :func:`graphdoc.corpus.read_corpus` reads it:
     the index records how far it got in it, to resume. Documents in memory go into a JSONL file first.
+    ``fields`` (:class:`graphdoc.corpus.Fields`) names the record fields of its id, text and title; the index
+    records them with the corpus's progress, so that ``None`` resumes (or reads another part) with the recorded
+    ones, and other ones are refused for a corpus the index holds (they would index other text under its ids).
 
     Everything that can be checked is checked before the folder is touched: arguments and settings, the model
     against an existing index, the corpus (opened and its first document read), and whether a FAISS factory
@@ -265,9 +270,10 @@ def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, setting
     if key != str(corpus) and manifest.source(key, part) is None and not manifest.whole(key) \
             and (manifest.source(str(corpus), part) or manifest.whole(str(corpus))):
         key = str(corpus)  # named with its split by an index built before stop 28: resumed under that name
-    source = manifest.source(key, part) or SourceProgress(corpus=key, part=part)
+    fields = _corpus_fields(manifest, key, corpus, index_dir, as_fields(fields))
+    source = manifest.source(key, part) or SourceProgress(corpus=key, part=part, fields=fields.to_dict() or None)
     if not source.complete and not manifest.whole(key):  # a corpus already indexed is not read again
-        open_corpus(corpus)
+        open_corpus(corpus, fields=fields)
         _check_training_size(index_dir, manifest, corpus, source, part_no, parts)
     with writer_lock(index_dir):
         for stale in remove_stale_temporaries(index_dir):
@@ -275,12 +281,13 @@ def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, setting
         manifest = open_manifest(index_dir, model, settings, identity)  # again: the folder is ours only now
         _record_moved_model(index_dir, manifest, identity)
         remove_orphans(index_dir, manifest)
+        fields = _corpus_fields(manifest, key, corpus, index_dir, fields)
         source = manifest.source(key, part)
         if source is None and manifest.whole(key):  # all its parts are in (a merged index): nothing to add
             report_complete(corpus, manifest.whole(key))
         else:
             if source is None:
-                source = SourceProgress(corpus=key, part=part)
+                source = SourceProgress(corpus=key, part=part, fields=fields.to_dict() or None)
                 manifest.sources.append(source)
             _index_source(model, corpus, index_dir, manifest, source, settings, (part_no, parts), batch_size,
                           show_progress_bar)
@@ -294,6 +301,21 @@ def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, setting
                 logger.warning("%s part %s is only partly in the index (%d documents read): rerun its build to "
                                "add the rest", other.corpus, other.part, other.documents_read)
     return manifest
+
+
+def _corpus_fields(manifest: Manifest, key: str, corpus, index_dir: Path, fields: Fields | None) -> Fields:
+    """The record fields to read ``corpus`` with: those the index recorded for it (a run resumed, another part of
+    it, a corpus already in), which ``fields`` must then match, or ``fields`` (default: the default keys) for a
+    corpus new to the index."""
+    recorded = [s for s in manifest.sources if s.corpus == key]
+    if not recorded:
+        return fields or Fields()
+    kept = source_fields(recorded[0])
+    if fields is not None and fields != kept:
+        raise GraphDocError(f"{corpus} was read into {index_dir} with {kept.describe()}, not {fields.describe()}: "
+                            "that would index other text under the same ids (leave the field options out to go on "
+                            "with its own, or index into a new folder)")
+    return kept
 
 
 def _check_index_folder(index_dir: Path) -> None:
@@ -317,7 +339,7 @@ def _check_training_size(index_dir: Path, manifest: Manifest, corpus: str, sourc
         return
     have = len(_known_ids(index_dir, manifest))
     cursor = Cursor(source.documents_read)
-    new = part_documents(open_corpus(corpus), cursor, part_no, parts)
+    new = part_documents(open_corpus(corpus, fields=source_fields(source)), cursor, part_no, parts)
     have += sum(1 for _ in itertools.islice(new, max(need - have, 0)))
     if have < need:
         raise GraphDocError(f"FAISS index {manifest.faiss_factory!r} needs at least {need} documents to be built; "
@@ -356,7 +378,8 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     # so that the error line starts a line of its own
     with logs_beside_bars(show_progress_bar):
         try:
-            for docs in _batches(open_corpus(corpus, stats), cursor, *part, settings, known, skip):
+            for docs in _batches(open_corpus(corpus, stats, source_fields(source)), cursor, *part, settings, known,
+                                 skip):
                 _encode_shard(model, docs, index_dir, manifest, settings, batch_size, bar)
                 source.shards = [*(source.shards or []), manifest.shards[-1]]
                 source.documents_read, added = docs.position, added + len(docs)

@@ -32,6 +32,9 @@ class SourceProgress:
     state: list[int] | None = None
     #: the shards its documents went into (``None``: not recorded, as before graphdoc kept it, or merged)
     shards: list[str] | None = None
+    #: the record fields it was read with (:meth:`graphdoc.corpus.Fields.to_dict`); ``None``: the default keys, as
+    #: every index built before graphdoc kept it (not saved then, so that an earlier graphdoc reads the manifest)
+    fields: dict[str, str] | None = None
 
 
 @dataclass
@@ -61,8 +64,12 @@ class Manifest:
     format_version: int = FORMAT_VERSION
 
     def save(self, folder: Path) -> None:
+        data = asdict(self)
+        for source in data["sources"]:
+            if not source["fields"]:
+                del source["fields"]
         with atomic_write(folder / MANIFEST_NAME, "w", encoding="utf-8") as handle:
-            json.dump(asdict(self), handle, indent=2)
+            json.dump(data, handle, indent=2)
             handle.write("\n")
 
     @classmethod
@@ -144,7 +151,7 @@ _TYPES = {"model": dict, "dimension": int, "metric": str, "faiss_factory": str, 
           "dense": dict, "store_passages": bool, "shards": list, "sources": list, "counts": dict, "finalized": bool,
           "created": str, "graphdoc_version": str, "format": str, "format_version": int}
 _SOURCE_TYPES = {"corpus": str, "part": str, "documents_read": int, "complete": bool, "state": (list, type(None)),
-                 "shards": (list, type(None))}
+                 "shards": (list, type(None)), "fields": (dict, type(None))}
 _MODEL_TYPES = {"name": (str, type(None)), "path": (str, type(None)), "fingerprint": (str, type(None)),
                 "chunker": dict, "passage_encoder": dict, "graph": dict}
 #: how a message names each JSON type
@@ -180,12 +187,23 @@ def _check_values(path: Path, data: dict[str, Any]) -> None:
                 _check_type(path, f"sources[].{name}", source[name], kind)
         if source.get("documents_read", 0) < 0:
             raise GraphDocError(f"{path}: sources[].documents_read must not be negative")
+        _check_source_fields(path, source.get("fields"))
         shard_lists.append(("sources[].shards", source.get("shards") or []))
     for name, shards in shard_lists:
         for shard in shards:
             if not isinstance(shard, str) or not SHARD_NAME.fullmatch(shard):
                 raise GraphDocError(f"{path}: {name} holds {json.dumps(shard)[:80]}, not a shard name (00000, 00001, "
                                     "...)")
+
+
+def _check_source_fields(path: Path, fields: dict | None) -> None:
+    from graphdoc.corpus.fields import Fields
+    from graphdoc.errors import InputError
+
+    try:
+        Fields.from_dict(fields)
+    except InputError as exc:
+        raise GraphDocError(f"{path}: sources[].fields is not usable ({exc})") from None
 
 
 def _check_settings(path: Path, data: dict[str, Any]) -> None:

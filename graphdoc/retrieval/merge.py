@@ -152,6 +152,10 @@ def _check_splits(parts: list[Path], manifests: list[Manifest]) -> None:
             if split_of(b.part) != split_of(a.part):
                 raise GraphDocError(f"cannot merge {path_b}: it holds {corpus} part {b.part}, {path_a} part {a.part}: "
                                     "parts of different splits (part, --shard) overlap and leave documents out")
+            if (b.fields or {}) != (a.fields or {}):
+                raise GraphDocError(f"cannot merge {path_b}: it read {corpus} part {b.part} with fields "
+                                    f"{b.fields or 'the default ones'}, {path_a} part {a.part} with "
+                                    f"{a.fields or 'the default ones'}: the parts hold other texts of one corpus")
             if b.documents_read != a.documents_read:
                 raise GraphDocError(f"cannot merge {path_b}: {corpus} had {b.documents_read} documents when its part "
                                     f"{b.part} was indexed, {a.documents_read} when {path_a}'s part {a.part} was: "

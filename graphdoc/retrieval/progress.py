@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 from typing import Iterator
 
-from graphdoc.corpus import ReadStats, corpus_files, read_corpus
+from graphdoc.corpus import Fields, ReadStats, corpus_files, read_corpus
 from graphdoc.errors import GraphDocError, InputError
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.manifest import Manifest, SourceProgress
@@ -26,10 +26,11 @@ class Cursor:
         self.start, self.position = start, 0
 
 
-def open_corpus(corpus: str, stats: ReadStats | None = None) -> Iterator:
-    """The documents of ``corpus``; a missing or empty corpus, or a broken first document, fails here."""
+def open_corpus(corpus: str, stats: ReadStats | None = None, fields: Fields | None = None) -> Iterator:
+    """The documents of ``corpus`` (read with ``fields``); a missing or empty corpus, or a broken first document,
+    fails here."""
     stats = stats if stats is not None else ReadStats()
-    documents = read_corpus(corpus, stats=stats)
+    documents = read_corpus(corpus, stats=stats, fields=fields)
     first = next(documents, None)
     if first is None:
         skipped = f" ({stats.empty_skipped} empty documents skipped)" if stats.empty_skipped else ""
@@ -63,7 +64,7 @@ def check_read_part_unchanged(corpus: str, index_dir: Path, manifest: Manifest, 
     stores: dict[str, docstore.DocStore] = {}
     cursor = Cursor(0)
     try:
-        read = itertools.islice(open_corpus(corpus), source.documents_read)
+        read = itertools.islice(open_corpus(corpus, fields=source_fields(source)), source.documents_read)
         for doc in part_documents(read, cursor, *part):
             if doc.id not in rows:
                 if on_duplicate == "skip" and doc.id in elsewhere:
@@ -84,6 +85,11 @@ def check_read_part_unchanged(corpus: str, index_dir: Path, manifest: Manifest, 
         raise _changed(corpus, source, f"it now holds {cursor.position} documents")
     logger.warning("%s changed since an interrupted run began indexing it; its first %d documents are the ones "
                    "in the index: resuming after them", corpus, source.documents_read)
+
+
+def source_fields(source: SourceProgress) -> Fields:
+    """The record fields ``source`` is read with (an index built before they were recorded: the default keys)."""
+    return Fields.from_dict(source.fields)
 
 
 def _changed(corpus: str, source: SourceProgress, why: str) -> GraphDocError:

@@ -26,6 +26,7 @@ from graphdoc.training.config import PretrainConfig, PretrainSetup, load_setup
 from graphdoc.training.result import PretrainResult
 
 if TYPE_CHECKING:
+    from graphdoc.corpus import Fields
     from torch import nn
 
 __all__ = ["PretrainConfig", "PretrainResult", "PretrainSetup", "load_setup", "pretrain"]
@@ -35,7 +36,8 @@ logger = logging.getLogger(__name__)
 
 def pretrain(corpus: str | Sequence[str], output: str | Path, setup: PretrainSetup | None = None, *,
              model: "nn.Module | str | None" = None, resume: bool = False, device: str | None = None,
-             precision: str | None = None, show_progress_bar: bool | None = None) -> PretrainResult:
+             precision: str | None = None, show_progress_bar: bool | None = None,
+             fields: "Fields | None" = None) -> PretrainResult:
     """Pretrain a graphdoc model (``setup.backbone``: graph or flat) contrastively on the documents of ``corpus``.
 
     Args:
@@ -53,10 +55,14 @@ def pretrain(corpus: str | Sequence[str], output: str | Path, setup: PretrainSet
             model's own ``passage_encoder.precision`` (also on resume); ``None`` keeps it.
         show_progress_bar: a tqdm bar with loss, learning rate and documents/s (default: when the
             ``graphdoc`` logger shows INFO).
+        fields: the record fields of every source's ids, texts and titles (:class:`graphdoc.corpus.Fields`; JSON
+            lines, BEIR and CSV/TSV sources). Kept in each checkpoint: ``None`` resumes with the recorded ones,
+            others are refused.
     """
     import torch.distributed as dist
 
     from graphdoc.config import check_precision
+    from graphdoc.corpus.fields import as_fields
     from graphdoc.errors import GraphDocError
     from graphdoc.training.distributed import init_from_env, shutdown
     from graphdoc.training.trainer import Trainer
@@ -76,7 +82,8 @@ def pretrain(corpus: str | Sequence[str], output: str | Path, setup: PretrainSet
     joined_here = not dist.is_initialized()
     ctx, resolved = init_from_env(device)
     try:
-        trainer = Trainer(setup or PretrainSetup(), sources, Path(output), ctx, resolved, show)
+        trainer = Trainer(setup or PretrainSetup(), sources, Path(output), ctx, resolved, show,
+                          as_fields(fields))
         with trainer.lock:  # released when the run ends, whatever the way
             try:
                 trainer.start(model, resume, precision)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 import numpy as np
 import torch
 
-from graphdoc.corpus import ReadStats, read_corpus
+from graphdoc.corpus import Fields, ReadStats, read_corpus
 from graphdoc.corpus.named import resolve
 from graphdoc.documents import Document
 from graphdoc.outputs import PreparedDocument
@@ -101,9 +101,10 @@ def is_named_corpus(source: str) -> bool:
     return not os.path.exists(source) and resolve(source) is not None
 
 
-def open_corpus(sources: Sequence[str], stats: ReadStats) -> Iterator[Document]:
-    """The documents of every source in turn (empty ones skipped and counted by the readers)."""
-    readers = [read_corpus(source, stats=stats) for source in sources]  # checks every source now
+def open_corpus(sources: Sequence[str], stats: ReadStats, fields: Fields | None = None) -> Iterator[Document]:
+    """The documents of every source in turn, read with ``fields`` (empty ones skipped and counted by the
+    readers)."""
+    readers = [read_corpus(source, stats=stats, fields=fields) for source in sources]  # checks every source now
     for reader in readers:
         yield from reader
 
@@ -126,10 +127,10 @@ def shuffled(items: Iterable[T], buffer_size: int, rng: np.random.Generator) -> 
 
 
 def epoch_stream(sources: Sequence[str], epoch: int, seed: int, buffer_size: int,
-                 stats: ReadStats) -> Iterator[Document]:
+                 stats: ReadStats, fields: Fields | None = None) -> Iterator[Document]:
     """The documents of one epoch, in that epoch's shuffled order."""
     rng = np.random.default_rng([seed, epoch])
-    return shuffled(open_corpus(sources, stats), buffer_size, rng)
+    return shuffled(open_corpus(sources, stats, fields), buffer_size, rng)
 
 
 def batches(docs: Iterable[Document], prepare: Prepare, batch_size: int, start: int,
@@ -221,11 +222,11 @@ def approx_bytes(value: Any) -> int:
 
 
 def count_examples(sources: Sequence[str], prepare: Prepare, usable: Usable = two_passages,
-                   limit: int | None = None) -> int:
+                   limit: int | None = None, fields: Fields | None = None) -> int:
     """The number of usable (default: two-passage or longer) documents in one pass over the corpus, or
     ``limit`` once that many are found (the rest of the corpus is not read)."""
     count = 0
-    for doc in open_corpus(sources, ReadStats(log_skipped=False)):  # (named by the first epoch's pass)
+    for doc in open_corpus(sources, ReadStats(log_skipped=False), fields):  # (named by the first epoch's pass)
         count += bool(usable(prepare(doc)))
         if limit is not None and count >= limit:
             break

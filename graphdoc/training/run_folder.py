@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from graphdoc.backbones import FLAT
-from graphdoc.corpus import ReadStats, check_outside_corpus, corpus_files, source_key
+from graphdoc.corpus import Fields, ReadStats, check_outside_corpus, corpus_files, source_key
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import LOCK_NAME, check_output_folder
 from graphdoc.serialization import is_graphdoc_model
@@ -89,16 +89,32 @@ def describe(identity: list[list]) -> str:
 class RunFolder:
     """``output`` and ``sources`` of one run (see the module's docstring)."""
 
-    def __init__(self, setup: PretrainSetup, sources: list[str], output: Path, ctx: DistContext) -> None:
+    def __init__(self, setup: PretrainSetup, sources: list[str], output: Path, ctx: DistContext,
+                 fields: Fields | None = None) -> None:
         self.setup, self.cfg, self.sources, self.output, self.ctx = setup, setup.pretrain, sources, output, ctx
+        #: the record fields the sources are read with: those given, else (resuming) those the run recorded
+        self.fields = fields
         self.all_ours, self.made_cache_dir = False, False  # see _check_output, discard_new
 
     def check(self, resume: bool) -> list[Path]:
         """Check the sources and the folder and open every corpus; returns the checkpoints to resume from."""
         self._check_sources()
         found = self._check_output(resume)
+        self.fields = self._resolved_fields(found)
         self._open_sources()
         return found
+
+    def _resolved_fields(self, found: list[Path]) -> Fields:
+        """The fields a resumed run recorded (an older one: the default keys), which those given must match; those
+        given (or the default keys) for a new run."""
+        given = self.fields
+        if not found:
+            return given or Fields()
+        recorded = Fields.from_dict(ckpt.read_state(found[-1]).get("fields"))
+        if given is not None and given != recorded:
+            raise GraphDocError(f"cannot resume with {given.describe()}: the run read its corpus with "
+                                f"{recorded.describe()} (leave the field options out to go on with them)")
+        return recorded
 
     def _check_sources(self) -> None:
         """Each source once; the run's folders (output, passage cache) outside every corpus folder."""
@@ -193,4 +209,4 @@ class RunFolder:
             raise GraphDocError(f"corpus {named[0]!r} streams with no known length: set pretrain.max_steps "
                                 "(--max-steps)")
         for source in self.sources:
-            next(data.open_corpus([source], ReadStats()), None)
+            next(data.open_corpus([source], ReadStats(), self.fields), None)

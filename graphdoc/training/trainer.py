@@ -82,7 +82,7 @@ class Trainer:
     """One pretraining run into ``output`` over ``sources``; see :func:`graphdoc.training.pretrain`."""
 
     def __init__(self, setup: PretrainSetup, sources: list[str], output: Path, ctx: DistContext,
-                 device: torch.device, show_progress_bar: bool = False) -> None:
+                 device: torch.device, show_progress_bar: bool = False, fields=None) -> None:
         self.setup, self.cfg = setup, setup.pretrain
         self.sources, self.output, self.ctx, self.device = sources, output, ctx, device
         self.show_progress_bar = show_progress_bar and ctx.is_main
@@ -99,7 +99,7 @@ class Trainer:
         self.time_up = False
         self.start_model: dict = {}  # checkpoint.start_identity of the weights the run started from
         self.saved_step = 0  # the step of the latest checkpoint written or resumed from
-        self.folder = RunFolder(setup, sources, output, ctx)
+        self.folder = RunFolder(setup, sources, output, ctx, fields)
         self.lock = contextlib.ExitStack()  # process 0's hold on the output folder, from start() to the end
 
     @property
@@ -229,7 +229,8 @@ class Trainer:
         # past `enough` usable documents the epochs hold max_steps: the rest of the corpus need not be read
         enough = None if cfg.max_steps is None else \
             max(2, (math.ceil(cfg.max_steps / cfg.epochs) - 1) * cfg.batch_size + 1)
-        count = data.count_examples(self.sources, self.prepare, self.task.usable, limit=enough)
+        count = data.count_examples(self.sources, self.prepare, self.task.usable, limit=enough,
+                                    fields=self.folder.fields)
         where = ", ".join(self.sources)
         if count == 0:
             raise GraphDocError(f"no document with {self.task.requirement} in {where}")
@@ -299,7 +300,7 @@ class Trainer:
         # empty documents of this epoch, added to stats when it ends; named once, in the first epoch
         self._read_stats = ReadStats(log_skipped=self.position.epoch == 0)
         stream = data.epoch_stream(self.sources, self.position.epoch, self.cfg.seed, self.cfg.shuffle_buffer,
-                                   self._read_stats)
+                                   self._read_stats, self.folder.fields)
         return data.batches(stream, self.prepare, self.cfg.batch_size, self.position.offset, self.stats,
                             self.task.usable, first_pass=self.position.epoch == 0)
 
@@ -425,7 +426,7 @@ class Trainer:
         return {"step": self.step, "epoch": self.position.epoch, "offset": self.position.offset,
                 "stats": dataclasses.asdict(self.stats), "total_steps": self.total_steps,
                 "world_size": self.ctx.world_size, "backbone": self.setup.backbone,
-                "loop_seconds": self.loop_seconds(), "corpus": self.corpus,
+                "loop_seconds": self.loop_seconds(), "corpus": self.corpus, "fields": self.folder.fields.to_dict(),
                 "pretrain": dataclasses.asdict(self.cfg), "start_model": self.start_model,
                 "scaler": self.scaler.state_dict() if self.scaler is not None else None,
                 "loss": self.last_loss, "mlm_loss": self.last_mlm, "epoch_loss": self.epoch_loss}
