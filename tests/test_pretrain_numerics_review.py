@@ -135,7 +135,7 @@ def test_max_steps_past_the_epochs_plans_the_schedule_for_the_epochs(tiny_bert, 
 def test_counting_for_max_steps_reads_only_what_the_steps_need(monkeypatch):
     docs = [Document(f"d{i}", "text") for i in range(10)]
     seen = []
-    monkeypatch.setattr(data, "open_corpus", lambda sources, stats: iter(docs))
+    monkeypatch.setattr(data, "open_corpus", lambda sources, stats, fields=None: iter(docs))
     assert data.count_examples(["c"], lambda doc: seen.append(doc.id) or doc, lambda doc: True, limit=3) == 3
     assert seen == ["d0", "d1", "d2"]
     assert data.count_examples(["c"], lambda doc: doc, lambda doc: True) == 10
