@@ -2,7 +2,7 @@
 
 Ranking: ``--corpus C --queries Q --qrels R [--dev-qrels R2]`` (or ``--folds K`` for k-fold
 cross-validation over the judged queries). Classification: ``--train T --dev D [--test E]``
-(JSON lines with a ``label``), ``--few-shot K`` for K examples per class over ``--repeats`` seeds,
+(JSON lines, or CSV/TSV, with a ``label``), ``--few-shot K`` for K examples per class over ``--repeats`` seeds,
 ``--objective supcon`` for supervised contrastive training over sub-documents.
 """
 
@@ -44,9 +44,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                            "some training query (for corpora whose documents are split between training and test "
                            "queries; default: the config's, corpus)")
     cls = parser.add_argument_group("classification")
-    cls.add_argument("--train", metavar="JSONL", help="labelled training documents")
-    cls.add_argument("--dev", metavar="JSONL", help="labelled dev documents")
-    cls.add_argument("--test", metavar="JSONL", help="labelled test documents (scored with the best model)")
+    cls.add_argument("--train", metavar="PATH", help="labelled training documents: JSON lines or CSV/TSV whose "
+                                                     "records have a label")
+    cls.add_argument("--dev", metavar="PATH", help="labelled dev documents")
+    cls.add_argument("--test", metavar="PATH", help="labelled test documents (scored with the best model)")
     cls.add_argument("--few-shot", type=int, default=None, metavar="K", help="K examples per class")
     cls.add_argument("--repeats", type=int, default=None, metavar="N",
                      help="few-shot seeds, with --few-shot (default: the config's, 10)")
