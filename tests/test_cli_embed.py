@@ -492,7 +492,7 @@ def test_help_shows_no_docstring_markup_and_keeps_options_whole(command, capsys,
         assert graphdoc.cli.__doc__.splitlines()[0].replace("``", '"') in out  # The "graphdoc" command line
     if command == ["finetune"]:  # a quoted command line stays on one line
         assert any('"--corpus C --queries Q --qrels R [--dev-qrels R2]"' in line for line in out.splitlines())
-        assert any(line.startswith('"--train T --dev D [--test E]" (JSON lines with a "label")')
+        assert any(line.startswith('"--train T --dev D [--test E]" (JSON lines, or CSV/TSV, with a "label")')
                    for line in out.splitlines())
     if command == ["plot"]:  # paragraphs kept, the subject plain, command lines quoted
         assert "\n\ngraphdoc plot: PNG figures of a corpus's document embeddings and of a\ndocument's attention.\n\n" \
