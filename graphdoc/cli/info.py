@@ -1,0 +1,168 @@
+"""``graphdoc info``: what an index folder or a saved model holds, and how it was made.
+
+For an index: its documents, passages and shards, whether it is searchable or a build is under way, its model
+(name, weights, chunker, pooling, graph), dense, BM25 and fusion settings, and each corpus read into it. For a
+saved graphdoc model: its backbone, encoder, dimension, settings and search defaults. ``--json`` prints the
+same as one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from graphdoc.cli.common import counted
+from graphdoc.errors import GraphDocError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("info", help="describe an index folder or a saved model", description=__doc__)
+    parser.add_argument("path", type=Path, help="an index folder (graphdoc index) or a saved graphdoc model folder")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphdoc.retrieval.manifest import MANIFEST_NAME
+    from graphdoc.serialization import is_graphdoc_model
+
+    path = args.path
+    if not path.exists():
+        raise GraphDocError(f"{path}: no such file or folder")
+    if not path.is_dir():
+        raise GraphDocError(f"{path} is a file: give an index folder or a saved model folder")
+    if (path / MANIFEST_NAME).is_file():
+        info = index_info(path)
+        lines = _index_lines
+    elif is_graphdoc_model(path):
+        info = model_info(path)
+        lines = _model_lines
+    else:
+        raise GraphDocError(f"{path} is neither a graphdoc index (no manifest.json) nor a saved graphdoc model "
+                            "(no config.json written by graphdoc)")
+    print(json.dumps(info, indent=2, ensure_ascii=False) if args.json else "\n".join(lines(info)))
+    return 0
+
+
+# ------------------------------------------------------------------ index
+def index_info(folder: Path) -> dict[str, Any]:
+    """The manifest of the index in ``folder`` (as :class:`Manifest` loads it: checked), with its state: ``final``
+    (the searchable build's documents and passages, or ``None``), ``building`` (the corpora not read to the
+    end) and ``bytes`` on disk."""
+    from dataclasses import asdict
+
+    from graphdoc.retrieval.finalize import FINAL_DIR, read_build
+    from graphdoc.retrieval.manifest import Manifest
+
+    manifest = Manifest.load(folder)
+    data = asdict(manifest)
+    final = folder / FINAL_DIR
+    build = read_build(final) if final.is_dir() else None
+    data["final"] = None if build is None and not final.is_dir() else \
+        {"documents": None if build is None else build["documents"],
+         "passages": None if build is None else build["passages"]}
+    data["building"] = [f"{s.corpus} ({s.part})" if s.part != "1/1" else s.corpus
+                        for s in manifest.sources if not s.complete]
+    data["bytes"] = _size(folder)
+    data["path"] = str(folder)
+    return data
+
+
+def _index_lines(info: dict[str, Any]) -> list[str]:
+    model, final = info["model"], info["final"]
+    if final is None:
+        state = "not searchable yet"
+    else:
+        counts = final if final["documents"] is not None else info["counts"]  # (an index of before build.json)
+        state = ", ".join(counted(counts.get(what) or 0, what) for what in ("documents", "passages"))
+        if not info["finalized"]:
+            state += " in its last build, searched until documents being added are finalised"
+    lines = [f"index {info['path']} (graphdoc {info['graphdoc_version'] or 'before 0.1'}, created {info['created']})",
+             f"  {state}; {counted(len(info['shards']), 'shards')}, {_mib(info['bytes'])} on disk"]
+    if info["building"]:
+        lines.append(f"  build under way or stopped (rerun the graphdoc index command to finish it): "
+                     f"{', '.join(info['building'])}")
+    lines += _model_settings(model.get("path") or model.get("name"), model, info["dimension"])
+    lines.append(f"  weights: {str(model.get('fingerprint', ''))[:12]}")
+    dense = info.get("dense") or {}
+    lines.append(f"  dense: {info['faiss_factory']}, {info['metric']}, passage weight "
+                 f"{dense.get('passage_weight', 1.0)}; passages {'stored' if info['store_passages'] else 'not stored'}")
+    bm25 = info.get("bm25") or {}
+    lines.append(f"  BM25: {bm25.get('method')} (k1 {bm25.get('k1')}, b {bm25.get('b')}), stop words "
+                 f"{bm25.get('stopwords') or 'none'}, stemmer {bm25.get('stemmer') or 'none'}, "
+                 f"{bm25.get('terms')} terms")
+    fusion = info.get("fusion") or {}
+    lines.append("  fusion: " + (f"rrf (k {fusion.get('rrf_k')})" if fusion.get("method") == "rrf" else
+                                 f"weighted, alpha {fusion.get('alpha')}, {fusion.get('normalization')}"))
+    lines.append("  corpora:")
+    for source in info["sources"]:
+        part = f" part {source['part']}" if source["part"] != "1/1" else ""
+        fields = source.get("fields") or {}
+        named = f"; fields {', '.join(f'{k}={v}' for k, v in fields.items())}" if fields else ""
+        done = "complete" if source["complete"] else "not finished"
+        lines.append(f"    {source['corpus']}{part}: {counted(source['documents_read'], 'documents')} read, "
+                     f"{done}{named}")
+    return lines
+
+
+# ------------------------------------------------------------------ model
+def model_info(folder: Path) -> dict[str, Any]:
+    """The ``config.json`` of the saved model in ``folder``, with its ``path`` and ``bytes`` on disk."""
+    from graphdoc.serialization import CONFIG_NAME
+
+    try:
+        data = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise GraphDocError(f"{folder / CONFIG_NAME}: cannot be read ({err})") from None
+    return {"path": str(folder), **data, "bytes": _size(folder)}
+
+
+def _model_lines(info: dict[str, Any]) -> list[str]:
+    model = info.get("model") or {}
+    encoder = model.get("passage_encoder") or {}
+    made = ", ".join(f"{name.removesuffix('_version')} {info[name]}" for name in
+                     ("graphdoc_version", "torch_version", "transformers_version") if info.get(name))
+    lines = [f"model {info['path']} ({made}); {_mib(info['bytes'])} on disk",
+             f"  backbone: {info.get('backbone', 'graph')}"]
+    lines += _model_settings(encoder.get("model_name_or_path"), model, info.get("dimension"))
+    search = info.get("search")
+    if search:
+        lines.append(f"  search defaults for its indexes: {json.dumps(search, sort_keys=True)}")
+    return lines
+
+
+def _model_settings(name: str | None, model: dict[str, Any], dimension: int | None) -> list[str]:
+    """The lines shared by an index's model and a saved model: encoder, chunker, graph."""
+    chunker, encoder, graph = (model.get(key) or {} for key in ("chunker", "passage_encoder", "graph"))
+    cap = chunker.get("max_passages")
+    version = f" (chunker version {chunker['version']})" if "version" in chunker else ""
+    if graph.get("graph_type") == "flat":
+        shape = f"flat: the encoder alone, document vector {graph.get('document', 'first')}"
+    else:
+        shape = (f"{graph.get('graph_type')} graph, {counted(graph.get('num_layers', 0), 'GAT layers')}, "
+                 f"{counted(graph.get('heads', 0), 'heads')}")
+    return [f"  encoder: {name}, {encoder.get('pooling')} pooling, {encoder.get('max_seq_length')} tokens a passage, "
+            f"dimension {dimension}",
+            f"  passages: {chunker.get('max_words')} words, at most {cap if cap else 'any number of'} a "
+            f"document{version}",
+            f"  graph: {shape}"]
+
+
+# ------------------------------------------------------------------ sizes
+def _size(folder: Path) -> int:
+    """Bytes of the files under ``folder`` (links not followed)."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:  # removed meanwhile (a build running beside)
+                pass
+    return total
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"

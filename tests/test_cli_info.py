@@ -1,0 +1,90 @@
+"""``graphdoc info``: an index folder's and a saved model's description, as lines and as JSON; one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from _retrieval_helpers import cli, error_line, make_docs, manifest_json, write_jsonl
+
+pytestmark = pytest.mark.usefixtures("restore_cli_state")
+
+
+@pytest.fixture(scope="module")
+def index(model_dir, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("info")
+    corpus = write_jsonl(folder / "corpus.jsonl", make_docs(4))
+    assert cli("index", "--corpus", corpus, "--index-dir", folder / "index", "--model", model_dir,
+               "--shard-size", 3, "--bm25-stemmer", "english") == 0
+    return folder / "index"
+
+
+def info(capsys, *argv) -> str:
+    capsys.readouterr()
+    assert cli("info", *argv) == 0
+    return capsys.readouterr().out
+
+
+def test_an_index_is_described(index, model_dir, capsys) -> None:
+    lines = info(capsys, index).splitlines()
+    manifest = manifest_json(index)
+    assert lines[0] == f"index {index} (graphdoc {manifest['graphdoc_version']}, created {manifest['created']})"
+    assert lines[1].startswith("  4 documents, 12 passages; 2 shards, ") and lines[1].endswith(" MiB on disk")
+    assert lines[2:] == [
+        f"  encoder: {model_dir}, mean pooling, 64 tokens a passage, dimension 32",
+        "  passages: 12 words, at most 100 a document (chunker version 2)",
+        "  graph: full graph, 2 GAT layers, 2 heads",
+        f"  weights: {manifest['model']['fingerprint'][:12]}",
+        "  dense: Flat, cosine, passage weight 1.0; passages stored",
+        "  BM25: lucene (k1 1.5, b 0.75), stop words en, stemmer english, unicode terms",
+        "  fusion: weighted, alpha 0.6, zscore",
+        "  corpora:",
+        f"    {index.parent / 'corpus.jsonl'}: 4 documents read, complete"]
+    data = json.loads(info(capsys, index, "--json"))
+    assert data["counts"]["documents"] == 4 and data["final"] == {"documents": 4, "passages": 12}
+    assert data["building"] == [] and data["model"] == manifest["model"] and data["bytes"] > 0
+
+
+def test_a_build_under_way_is_not_searchable_yet(index, tmp_path, capsys) -> None:
+    import shutil
+
+    copy = Path(shutil.copytree(index, tmp_path / "index"))
+    shutil.rmtree(copy / "final")
+    manifest = manifest_json(copy)
+    manifest["sources"][0].update(complete=False, documents_read=3)
+    manifest["finalized"] = False
+    (copy / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    lines = info(capsys, copy).splitlines()
+    assert lines[1].startswith("  not searchable yet; 2 shards, ")
+    assert lines[2] == ("  build under way or stopped (rerun the graphdoc index command to finish it): "
+                        f"{index.parent / 'corpus.jsonl'}")
+    assert lines[-1] == f"    {index.parent / 'corpus.jsonl'}: 3 documents read, not finished"
+
+
+def test_a_saved_model_is_described(model_dir, tiny_bert, capsys) -> None:
+    lines = info(capsys, model_dir).splitlines()
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    assert lines[0].startswith(f"model {model_dir} (graphdoc {config['graphdoc_version']}, torch ")
+    assert lines[1:] == ["  backbone: graph",
+                         f"  encoder: {tiny_bert}, mean pooling, 64 tokens a passage, dimension 32",
+                         "  passages: 12 words, at most 100 a document",
+                         "  graph: full graph, 2 GAT layers, 2 heads"]
+    data = json.loads(info(capsys, model_dir, "--json"))
+    assert data["backbone"] == "graph" and data["dimension"] == 32 and data["path"] == str(model_dir)
+
+
+def test_other_paths_are_one_error_line(tmp_path, capsys) -> None:
+    (tmp_path / "file.txt").write_text("x")
+    for path, message in ((tmp_path / "nowhere", f"{tmp_path / 'nowhere'}: no such file or folder"),
+                          (tmp_path / "file.txt", f"{tmp_path / 'file.txt'} is a file: give an index folder or a "
+                                                  "saved model folder"),
+                          (tmp_path, f"{tmp_path} is neither a graphdoc index (no manifest.json) nor a saved graphdoc "
+                                     "model (no config.json written by graphdoc)")):
+        capsys.readouterr()
+        assert cli("info", path) == 1
+        assert error_line(capsys, "info") == f"graphdoc info: error: {message}"
+    (tmp_path / "manifest.json").write_text("{not json")
+    assert cli("info", tmp_path) == 1
+    assert error_line(capsys, "info").startswith(f"graphdoc info: error: {tmp_path / 'manifest.json'}: unreadable "
+                                                 "manifest (")
