@@ -79,36 +79,55 @@ class Document:
         an error) and the keys it replaces (``sections`` too, for the text) are kept in ``metadata``. Raises
         :class:`InputError` naming the problem.
         """
-        id_keys, text_keys, title_key = _keys(fields)
+        keys = _Keys.of(fields)
+        id_keys, text_keys, title_key = keys.id, keys.text, keys.title
         key = next((k for k in id_keys if record.get(k) not in (None, "")), None)
-        if key is None and default_id is None:
-            raise InputError(f"record has no id field (expected one of {', '.join(id_keys)})" if len(id_keys) > 1
-                             else f"record has no id field {id_keys[0]!r} (the field named for ids)")
+        if key is None and (default_id is None or keys.id_named):
+            raise InputError(f"record has no id field {id_keys[0]!r} (the field named for ids)" if keys.id_named
+                             else f"record has no id field (expected one of {', '.join(id_keys)})")
         doc_id = scalar_id(record[key], key) if key is not None else default_id
-        if fields is not None and fields.title and title_key not in record:  # (null: no title)
+        if keys.title_named and title_key not in record:  # (null: no title)
             raise InputError(f"document {doc_id!r} has no field {title_key!r} (the field named for titles)")
-        title = _optional_string(record.get(title_key), f"document {doc_id!r}: {title_key!r}")
+        title = _optional_string(record.get(title_key), f"document {doc_id!r}: {title_key!r}") if title_key else ""
         text = _text_field(doc_id, record, text_keys)
-        raw_sections = record.get("sections") if text_keys is TEXT_KEYS else None  # a named text: metadata
+        raw_sections = record.get("sections") if keys.sections else None  # a named text: metadata
         sections = None
         if raw_sections:
             text, sections = _sections_from_records(doc_id, raw_sections, text)
         if text is None:
-            expected = (f"expected one of {', '.join(TEXT_KEYS)}" if text_keys is TEXT_KEYS
-                        else f"{text_keys[0]!r} is the field named for the text")
+            expected = (f"{text_keys[0]!r} is the field named for the text" if keys.text_named
+                        else f"expected one of {', '.join(text_keys)}")
             raise InputError(f"document {doc_id!r} has no text field ({expected})")
-        used = {*text_keys, title_key} | ({"sections"} if text_keys is TEXT_KEYS else set())
+        used = {*text_keys, title_key} | ({"sections"} if keys.sections else set())
         extra = {k: v for k, v in record.items()  # an id field other than the one used is kept ("id" beside "_id")
                  if k != key and k not in used and not (k in id_keys and v in (None, ""))}
         return cls(id=doc_id, text=text, title=title, sections=sections, metadata=extra)
 
 
-def _keys(fields: "Fields | None") -> tuple[tuple[str, ...], tuple[str, ...], str]:
-    """The keys read for the id, the text and the title: the named fields, else the defaults."""
-    if fields is None:
-        return ID_KEYS, TEXT_KEYS, "title"
-    return ((fields.id,) if fields.id else ID_KEYS, (fields.text,) if fields.text else TEXT_KEYS,
-            fields.title or "title")
+@dataclass(frozen=True)
+class _Keys:
+    """The record keys read for a document's id, text and title (and whether ``sections`` makes its text): the
+    fields named, else the default keys that no role names (``Fields(title="body")`` reads no text from
+    ``body``)."""
+
+    id: tuple[str, ...]
+    text: tuple[str, ...]
+    title: str | None
+    sections: bool
+    id_named: bool = False
+    text_named: bool = False
+    title_named: bool = False
+
+    @classmethod
+    def of(cls, fields: "Fields | None") -> "_Keys":
+        if fields is None:
+            return cls(ID_KEYS, TEXT_KEYS, "title", True)
+        named = set(fields.named().values())
+        return cls(id=(fields.id,) if fields.id else tuple(k for k in ID_KEYS if k not in named),
+                   text=(fields.text,) if fields.text else tuple(k for k in TEXT_KEYS if k not in named),
+                   title=fields.title or ("title" if "title" not in named else None),
+                   sections=not fields.text and "sections" not in named,
+                   id_named=bool(fields.id), text_named=bool(fields.text), title_named=bool(fields.title))
 
 
 def _text_field(doc_id: str, record: Mapping[str, Any], keys: tuple[str, ...] = TEXT_KEYS) -> str | None:

@@ -173,11 +173,20 @@ def test_txt_queries_one_a_line_are_named_by_their_line(tmp_path):
     assert list(read_queries(path)) == [("q1", "cats"), ("q2", "birds")]
     path.write_text("")
     assert list(read_queries(path)) == []
-    qrels = tmp_path / "qrels.txt"  # TREC qrels given as queries are not searched line by line
+    qrels = tmp_path / "qrels.txt"  # TREC qrels, a run or JSON lines given as queries are not searched as text
     qrels.write_text("1 0 doc7 1\n1 0 doc9 0\n")
-    with pytest.raises(InputError, match=r"qrels\.txt: unknown queries format \(accepted: .*a \.txt file of one "
-                                         r"query a line \(its id: the line number\)"):
+    with pytest.raises(InputError, match=r"qrels\.txt: its first lines look like TREC qrels \(query-id 0 doc-id "
+                                         r"relevance\), not queries \(a \.txt file of queries holds one query a line\)$"):
         list(read_queries(qrels))
+    qrels.write_text("1 Q0 doc7 1 12.5 bm25\n1 Q0 doc9 2 -3e-2 bm25\n1 Q0 doc1 3 -4 bm25\nfourth line\n")
+    with pytest.raises(InputError, match=r"qrels\.txt: its first lines look like a TREC run"):
+        list(read_queries(qrels))
+    qrels.write_text('{"_id": "q1", "text": "cats"}\n')
+    with pytest.raises(InputError, match=r"qrels\.txt: its first line is a JSON object: a JSON lines file of queries "
+                                         r"is read by its name, \.jsonl \(rename it\)"):
+        list(read_queries(qrels))
+    qrels.write_text("top 0 to 60\nbest 0 of 2021\nsecond query\n")  # one line like qrels is a query still
+    assert [text for _, text in read_queries(qrels)] == ["top 0 to 60", "best 0 of 2021", "second query"]
     topics = tmp_path / "topics.txt"
     topics.write_text("<top>\n<num> Number: 301\n<title> International Organized Crime\n</top>\n")
     assert list(read_queries(topics)) == [("301", "International Organized Crime")]

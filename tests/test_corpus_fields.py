@@ -94,6 +94,42 @@ def test_a_record_without_a_named_field_is_one_error_naming_its_line(tmp_path, f
 
 
 # ------------------------------------------------------------------ CSV/TSV, BEIR
+def test_a_default_key_named_for_another_role_is_that_role_only(tmp_path) -> None:
+    """``Fields(title="body")``: ``body`` is the title, not also a text key (which made text and body 'differ');
+    ``Fields(title="sections")``: no section list read from it; a named id never falls back to a default id."""
+    from graphdoc.documents import Document
+
+    doc = Document.from_dict({"_id": "a", "text": "T", "body": "B"}, fields=Fields(title="body"))
+    assert (doc.title, doc.text, doc.metadata) == ("B", "T", {})
+    doc = Document.from_dict({"_id": "a", "text": "T", "sections": "My title"}, fields=Fields(title="sections"))
+    assert (doc.title, doc.text, doc.sections) == ("My title", "T", None)
+    doc = Document.from_dict({"title": "T", "text": "x", "_id": "a"}, fields=Fields(id="title", title="_id"))
+    assert (doc.id, doc.title, doc.metadata) == ("T", "a", {})
+    with pytest.raises(InputError, match=r"^record has no id field 'pid' \(the field named for ids\)$"):
+        Document.from_dict({"abstract": "x"}, default_id="file-name", fields=Fields(id="pid", text="abstract"))
+    table = tmp_path / "t.csv"  # a column named sections is a column like others, and may be named
+    table.write_text("id,sections,body2\n1,S,B\n", encoding="utf-8")
+    assert [(d.id, d.text, d.metadata) for d in read_corpus(table, fields=Fields(text="sections"))] == \
+        [("1", "S", {"body2": "B"})]
+    assert [(d.id, d.text, d.metadata) for d in read_corpus(table, fields=Fields(id="sections", text="body2"))] == \
+        [("S", "B", {"id": "1"})]
+
+
+def test_plot_labels_follow_the_named_fields() -> None:
+    from graphdoc.documents import Document
+    from graphdoc.explain.plot import label_of
+
+    fields = Fields(id="pid", text="abstract", title="headline")
+    doc = Document.from_dict({"pid": "p1", "abstract": "x", "headline": "H", "title": "own", "topic": "t"},
+                             fields=fields)
+    assert [label_of(doc, name, fields) for name in ("pid", "headline", "title", "topic", "_id", "text")] == \
+        ["p1", "H", "own", "t", None, None]
+    with pytest.raises(GraphDocError, match=r"^'abstract' is a document's text, not a label$"):
+        label_of(doc, "abstract", fields)
+    no_title = Document.from_dict({"pid": "p2", "abstract": "y", "headline": "H2"}, fields=fields)
+    assert label_of(no_title, "title", fields) is None  # not the headline: the record has no title of its own
+
+
 def test_csv_and_tsv_columns_are_named_exactly(tmp_path) -> None:
     csv_file = tmp_path / "c.csv"
     csv_file.write_text('paper_id,Abstract,Body,headline\np1,"A, b.",ignored body,Head\n', encoding="utf-8")

@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                              "with --no-frozen-encoder (default: the --model's own if saved, else the config's)")
     rank = parser.add_argument_group("ranking")
     rank.add_argument("--corpus", metavar="PATH", help="documents to rank (JSON lines, BEIR folder, ...)")
-    rank.add_argument("--queries", metavar="PATH", help="queries (queries.jsonl, BEIR folder, TSV, TREC topics)")
+    rank.add_argument("--queries", metavar="PATH", help="queries (queries.jsonl, BEIR folder, TSV, TREC topics, a .txt of one query a line)")
     rank.add_argument("--qrels", metavar="PATH", help="training judgements")
     rank.add_argument("--dev-qrels", metavar="PATH", help="dev judgements: evaluated every epoch, best kept")
     rank.add_argument("--folds", type=int, default=None, metavar="K", help="k-fold cross-validation over queries")

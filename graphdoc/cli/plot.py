@@ -71,11 +71,12 @@ def run_embeddings(args: argparse.Namespace) -> int:
     require_plotting(args.method)
     if args.limit is not None and args.limit < 3:
         raise GraphDocError(f"--limit must be at least 3; got {args.limit}")
-    docs = list(islice(read_corpus(args.corpus, fields=fields_from(args)), args.limit))
+    fields = fields_from(args)
+    docs = list(islice(read_corpus(args.corpus, fields=fields), args.limit))
     if len(docs) < 3:  # before loading the model
         raise GraphDocError(f"a map needs at least 3 documents; {args.corpus} has {len(docs)}")
     field = args.labels_field
-    labels = [label_of(d, field) for d in docs] if field else None
+    labels = [label_of(d, field, fields) for d in docs] if field else None
     if labels is not None and all(label is None for label in labels):
         what = "a title" if field == "title" else f"a {field!r} field"  # a blank title is no title
         raise GraphDocError(f"no document of {args.corpus} has {what}")

@@ -17,7 +17,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("search", help="search an index", description=__doc__)
     parser.add_argument("--index-dir", required=True, type=Path)
     parser.add_argument("query", nargs="?", help="one query (or use --queries)")
-    parser.add_argument("--queries", help="queries file, BEIR folder or dataset name")
+    parser.add_argument("--queries", help="queries: JSON lines, query-id<TAB>text lines, TREC topics, a .txt of "
+                        "one query a line (ids: line numbers), a BEIR folder or a dataset name")
     parser.add_argument("--split", default=None, help="with a BEIR folder: only queries judged in this split")
     parser.add_argument("--mode", choices=("dense", "bm25", "hybrid"), default="hybrid",
                         help="default hybrid: dense and BM25 scores fused")

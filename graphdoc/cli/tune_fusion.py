@@ -20,7 +20,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("tune-fusion", help="pick the fusion weight alpha by cross-validation",
                             description=__doc__)
     parser.add_argument("--index-dir", required=True, type=Path)
-    parser.add_argument("--queries", required=True, help="queries file, BEIR folder or dataset name")
+    parser.add_argument("--queries", required=True, help="queries: JSON lines, query-id<TAB>text lines, TREC "
+                        "topics, a .txt of one query a line (ids: line numbers), a BEIR folder or a dataset name")
     parser.add_argument("--qrels", required=True, help="qrels file, BEIR folder or dataset name")
     parser.add_argument("--split", default=None, help="split of a BEIR folder (queries and qrels)")
     parser.add_argument("--folds", type=int, default=5,

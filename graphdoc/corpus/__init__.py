@@ -166,7 +166,8 @@ def read_queries(source: Source, split: str | None = None) -> Iterator[tuple[str
     """Stream ``(query id, text)`` pairs; for a BEIR folder or named corpus, ``split`` keeps the judged ones.
 
     ``source`` is a BEIR folder, ``queries.jsonl[.gz]``, a ``query-id<TAB>text`` file, a TREC topics file
-    (the title is the query) or a named corpus such as ``robust04/fold1``.
+    (the title is the query), a ``.txt`` file of one query a line (its id: the line number) or a named corpus
+    such as ``robust04/fold1``.
     """
     _check_source(source, "queries")
     named = _named(source, split)

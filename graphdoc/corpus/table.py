@@ -57,6 +57,7 @@ def table_documents(path: Path, warn: bool = True, fields: Fields | None = None)
     """``(line, document)`` for each row of a CSV or TSV file: the line its row starts on (a quoted field may
     span lines), which its errors name too. ``warn=False``: a file read again, whose warning was given.
     ``fields`` names the id, text or title columns (matched exactly); the file must then have a header."""
+    named = set(fields.named().values()) if fields is not None else set()
     tsv = has_suffix(path, *TSV_SUFFIXES)
     kind = "TSV" if tsv else "CSV"
     if csv.field_size_limit() < FIELD_LIMIT:
@@ -98,7 +99,8 @@ def table_documents(path: Path, warn: bool = True, fields: Fields | None = None)
                                "module); %s", path, lineno, _LITERAL_TSV)
                 warned = True
             record = dict(zip(columns, row))
-            sections = record.pop("sections", None)  # a cell holds no list of sections: a column like others
+            # a cell holds no list of sections: a column like others (unless a field is named after it)
+            sections = record.pop("sections", None) if "sections" not in named else None
             try:
                 doc = Document.from_dict(record, fields=fields)
             except InputError as err:

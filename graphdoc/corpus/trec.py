@@ -101,33 +101,70 @@ def read_tsv_queries(path: Path) -> Iterator[tuple[str, str]]:
         yield qid.strip(), text.strip()
 
 
-#: a TREC qrels line: query id, 0 or Q0, document id, relevance
-TREC_QRELS_LINE = re.compile(r"\S+\s+(?:0|Q0)\s+\S+\s+[-+]?\d+")
+#: lines that are no queries: TREC qrels (query id, 0 or Q0, document id, relevance) and TREC runs (query id,
+#: Q0, document id, rank, score, tag)
+NOT_QUERIES = {"TREC qrels (query-id 0 doc-id relevance)": re.compile(r"\S+\s+(?:0|Q0)\s+\S+\s+[-+]?\d+"),
+               "a TREC run (query-id Q0 doc-id rank score tag)":
+                   re.compile(r"\S+\s+Q0\s+\S+\s+\d+\s+[-+]?[\d.]+(?:[eE][-+]?\d+)?\s+\S+")}
+#: how many first lines must all look like one of NOT_QUERIES for a file to be refused (a query may look like one)
+SNIFFED_LINES = 3
 
 
 def read_text_queries(path: Path) -> Iterator[tuple[str, str]]:
     """Yield ``(line number, text)`` from a ``.txt`` file of one query a line (blank lines are skipped, and keep
     the ids of the lines after them). A line holding a tab is an error: the file would be a
-    ``query-id<TAB>text`` file whose first line lacks its tab."""
+    ``query-id<TAB>text`` file whose first line lacks its tab; so is a file whose first lines are all TREC
+    qrels or run lines, or JSON objects."""
+    first: list[str] = []
     for lineno, line in iter_lines(path, lone_cr=True):
         if "\t" in line:
             raise InputError(f"{path}:{lineno}: a tab in a file of one query a line (its first line has none); a "
                              "file of query-id<TAB>text lines has a tab on every line")
-        if line.strip():
-            yield str(lineno), line.strip()
+        if not line.strip():
+            continue
+        if len(first) < SNIFFED_LINES:
+            first.append(line.strip())
+            if len(first) == 1:
+                _check_not_json(path, first[0])
+            if len(first) == SNIFFED_LINES:
+                _check_queries(path, first)
+        yield str(lineno), line.strip()
+    if 0 < len(first) < SNIFFED_LINES:
+        _check_queries(path, first)
+
+
+def _check_not_json(path: Path, line: str) -> None:
+    """Refuse a ``.txt`` whose first line is a JSON object: JSON lines read as text would search their markup."""
+    import json
+
+    if line.startswith("{"):
+        try:
+            is_object = isinstance(json.loads(line), dict)
+        except ValueError:
+            return
+        if is_object:
+            raise InputError(f"{path}: its first line is a JSON object: a JSON lines file of queries is read by its "
+                             "name, .jsonl (rename it); a .txt file holds one query a line")
+
+
+def _check_queries(path: Path, lines: list[str]) -> None:
+    """Refuse a file whose first ``lines`` all look like TREC qrels or a TREC run (given as the queries)."""
+    for what, pattern in NOT_QUERIES.items():
+        if all(pattern.fullmatch(line) for line in lines):
+            raise InputError(f"{path}: its first lines look like {what}, not queries (a .txt file of queries holds "
+                             "one query a line)")
 
 
 def is_text_queries(path: Path) -> bool:
     """Whether ``path`` is a ``.txt`` file of one query a line: its first line holds no tab (else it is a
-    ``query-id<TAB>text`` file) and is no TREC topic or TREC qrels line (``q1 0 doc7 1``: qrels given as
-    queries)."""
+    ``query-id<TAB>text`` file) and is no TREC topic."""
     if not (path.is_file() and path.name.lower().endswith(".txt")):
         return False
     try:
         first = first_line(path)
     except InputError:  # not text: the reader says why
         return True
-    return "\t" not in first and not is_trec_topics(first) and not TREC_QRELS_LINE.fullmatch(first)
+    return "\t" not in first and not is_trec_topics(first)
 
 
 def _query_columns(path: Path, header: str) -> tuple[int, int] | None:

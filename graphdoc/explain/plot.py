@@ -14,7 +14,7 @@ import math
 import numbers
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -24,6 +24,9 @@ from graphdoc.documents import ID_KEYS, TEXT_KEYS, Document, Passage, as_documen
 from graphdoc.errors import GraphDocError
 from graphdoc.explain.compare import check_has_text
 from graphdoc.fileio import atomic_write, check_output_file
+
+if TYPE_CHECKING:
+    from graphdoc.corpus import Fields
 
 logger = logging.getLogger(__name__)
 
@@ -160,16 +163,22 @@ def _label_order(label: str) -> tuple[int, float, str]:
     return (0, value, label) if math.isfinite(value) else (1, 0.0, label)
 
 
-def label_of(document: Document, field: str) -> Any:
+def label_of(document: Document, field: str, fields: "Fields | None" = None) -> Any:
     """``document``'s value of the record field ``field`` (``None`` when it has none): a metadata field,
-    the title (``title``) or the id (``_id``, ``id``, ``docid``, ``doc_id``)."""
+    the title (``title``, or the field ``fields`` names for it) or the id (``_id``, ``id``, ``docid``,
+    ``doc_id``, or the field named for it), as the corpus was read with ``fields``."""
     if field in document.metadata:
         return document.metadata[field]
-    if field in ID_KEYS:
+    if fields is not None and field in fields.named().values():
+        if field == fields.text:
+            raise GraphDocError(f"{field!r} is a document's text, not a label")
+        return document.id if field == fields.id else document.title or None
+    named = fields.named() if fields is not None else {}  # a role named elsewhere: its default keys are metadata
+    if field in ID_KEYS and "id" not in named:
         return document.id
-    if field == "title":
+    if field == "title" and "title" not in named:
         return document.title or None
-    if field in TEXT_KEYS + ("sections",):
+    if field in TEXT_KEYS + ("sections",) and "text" not in named:
         raise GraphDocError(f"{field!r} is a document's text, not a label")
     return None
 

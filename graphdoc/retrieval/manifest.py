@@ -288,8 +288,10 @@ def check_identity(expected: dict[str, Any], actual: dict[str, Any], where: Path
     built, given = (str(identity.get("path") or identity.get("name")) for identity in (expected, actual))
     if name != "fingerprint":
         models = f" (the index's model is {built!r}, this one {given!r})" if built != given else ""
+        cap = (f" (the index's passage cap: give --max-passages {value or 0}, or set it in the model's config)"
+               if name == "chunker.max_passages" else "")
         raise IndexMismatchError(f"index {where} was built with {name}={value!r}, the model has {name}={other!r}"
-                                 f"{models}")
+                                 f"{models}{cap}")
     if built == given:  # the same folder or hub id, other weights: retrained in place, or another revision
         raise IndexMismatchError(
             f"index {where} was built with model {built!r} when its weights were {str(value)[:12]}; they are now "
