@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "embed": "graphdoc.cli.embed",
     "index": "graphdoc.cli.index",
     "merge": "graphdoc.cli.merge",
+    "delete": "graphdoc.cli.delete",
     "search": "graphdoc.cli.search",
     "eval": "graphdoc.cli.eval",
     "tune-fusion": "graphdoc.cli.tune_fusion",
