@@ -310,9 +310,10 @@ def test_search_refuses_an_incomplete_index(own_index, capsys, monkeypatch) -> N
     assert cli("search", "--index-dir", own_index, "zebra", "--mode", "bm25") == 0
     captured = capsys.readouterr()
     assert captured.out == before
-    assert captured.err == (f"WARNING graphdoc.retrieval.searcher: index {own_index} is being finalised after an add, "
-                            f"or its finalising was interrupted: searching the {manifest['counts']['documents']} "
-                            "documents of its last complete build (rerun an interrupted build to finish it)\n")
+    assert captured.err == (f"WARNING graphdoc.retrieval.searcher: index {own_index} is being finalised after an add or a "
+                            f"delete, or its finalising was interrupted: searching the "
+                            f"{manifest['counts']['documents']} documents of its last complete build (rerun an "
+                            "interrupted build or delete to finish it)\n")
     incomplete = (f"graphdoc search: error: index {own_index} is incomplete: rerun the build that was interrupted "
                   "(the same build_index call or graphdoc index command)")
     ids = own_index / "final" / "doc_ids.txt"

@@ -259,6 +259,6 @@ def test_tune_fusion_save_does_not_overwrite_what_another_writer_did(built_index
     with cli_state_restored():
         assert cli(*args) == 1
     assert error_line(capsys, "tune-fusion") == (
-        f"graphdoc tune-fusion: error: {index} changed while the fusion was tuned (documents were added): not "
-        "stored; rerun graphdoc tune-fusion on the index as it is now")
+        f"graphdoc tune-fusion: error: {index} changed while the fusion was tuned (documents were added or "
+        "deleted): not stored; rerun graphdoc tune-fusion on the index as it is now")
     assert manifest_json(index)["fusion"] == HYBRID_DEFAULT.to_dict() and "00001" in manifest_json(index)["shards"]

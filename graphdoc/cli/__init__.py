@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "index": "graphdoc.cli.index",
     "merge": "graphdoc.cli.merge",
     "info": "graphdoc.cli.info",
+    "delete": "graphdoc.cli.delete",
     "search": "graphdoc.cli.search",
     "eval": "graphdoc.cli.eval",
     "tune-fusion": "graphdoc.cli.tune_fusion",

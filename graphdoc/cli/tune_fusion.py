@@ -143,9 +143,10 @@ def _save(searcher, index_dir: Path, result) -> None:
 
     with writer_lock(index_dir):  # not while `graphdoc index` or `merge` writes the folder
         manifest = Manifest.load(index_dir)  # as it is now: only its fusion changes
-        if (manifest.shards, manifest.finalized) != (searcher.manifest.shards, searcher.manifest.finalized):
-            raise GraphDocError(f"{index_dir} changed while the fusion was tuned (documents were added): not stored; "
-                                "rerun graphdoc tune-fusion on the index as it is now")
+        if (manifest.shards, manifest.deleted, manifest.finalized) != \
+                (searcher.manifest.shards, searcher.manifest.deleted, searcher.manifest.finalized):
+            raise GraphDocError(f"{index_dir} changed while the fusion was tuned (documents were added or deleted): "
+                                "not stored; rerun graphdoc tune-fusion on the index as it is now")
         manifest.fusion = new.to_dict()
         manifest.save(index_dir)
     print(f"stored fusion {_describe(new)} in {where} (was {_describe(old)})")

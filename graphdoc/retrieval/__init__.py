@@ -31,7 +31,7 @@ from graphdoc.lazy import lazy_names
 # the index and searcher import FAISS and the model: loaded on first use
 _LAZY = {"Searcher": "graphdoc.retrieval.searcher", "Hit": "graphdoc.retrieval.searcher",
          "build_index": "graphdoc.retrieval.builder", "IndexSettings": "graphdoc.retrieval.builder",
-         "merge_indexes": "graphdoc.retrieval.merge"}
+         "merge_indexes": "graphdoc.retrieval.merge", "delete_documents": "graphdoc.retrieval.deletion"}
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
@@ -41,6 +41,7 @@ __all__ = [
     "IndexSettings",
     "Searcher",
     "build_index",
+    "delete_documents",
     "merge_indexes",
     "DEFAULT_MEASURES",
     "BM25Config",

@@ -13,7 +13,8 @@ A killed run rerun with the same command skips the documents already in shards; 
 left unlisted in the manifest, and temporaries of a killed atomic write, are removed; a corpus that changed
 since such a run is refused (a run resumes by position). A corpus already indexed is not read again (a
 change to it is warned about). Adding a corpus to an existing index appends shards; an id already indexed is refused (``on_duplicate="error"``), skipped, or replaces the
-old document. One process at a time writes a folder (:func:`~graphdoc.fileio.writer_lock`).
+old document (a deleted one, see :mod:`graphdoc.retrieval.deletion`, is not in the index). One process at a time
+writes a folder (:func:`~graphdoc.fileio.writer_lock`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from graphdoc.retrieval.manifest import (MANIFEST_NAME, Manifest, SourceProgress
                                          model_identity, normal_part)
 from graphdoc.retrieval.progress import (Cursor, check_read_part_unchanged, corpus_state, open_corpus, state_changed,
                                          part_documents, report_complete, source_fields)
-from graphdoc.retrieval.shards import read_shard, write_shard
+from graphdoc.retrieval.shards import indexed_ids, write_shard
 from graphdoc.retrieval.finalize import FINAL_DIR, finalize
 from graphdoc.retrieval.searcher import final_problem
 
@@ -472,7 +473,5 @@ def _encode_shard(model, docs: list, index_dir: Path, manifest: Manifest, settin
 
 
 def _known_ids(index_dir: Path, manifest: Manifest) -> set[str]:
-    known: set[str] = set()
-    for name in manifest.shards:
-        known.update(read_shard(index_dir / "shards" / name, ids_only=True))
-    return known
+    """The ids the index holds (a deleted one is not: adding it again is no duplicate)."""
+    return indexed_ids(index_dir, manifest)

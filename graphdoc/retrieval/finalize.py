@@ -24,9 +24,10 @@ FINAL_DIR = "final"
 BUILD_FILE = "build.json"
 
 
-def _kept_rows(ids: list[str]) -> np.ndarray:
-    """Row numbers to keep: the last occurrence of every id (a replaced document's older row goes)."""
-    last = {doc_id: row for row, doc_id in enumerate(ids)}
+def _kept_rows(ids: list[str], deleted: np.ndarray | None = None) -> np.ndarray:
+    """Row numbers to keep: the last occurrence of every id among the rows not ``deleted`` (a replaced document's
+    older row goes, and so do a deleted document's rows)."""
+    last = {doc_id: row for row, doc_id in enumerate(ids) if deleted is None or not deleted[row]}
     return np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
 
 
@@ -34,10 +35,10 @@ def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = Fals
              shown_as: Path | None = None) -> None:
     """Rebuild ``final/`` from every shard (atomically) and mark the manifest finalised; ``shown_as`` names the
     folder in the log when ``index_dir`` is a temporary one (a merge's)."""
-    ids, doc_vectors, passage_vectors, passage_ptr, attention, stores = _gather(index_dir, manifest)
-    if not ids:
+    ids, doc_vectors, passage_vectors, passage_ptr, attention, stores, deleted = _gather(index_dir, manifest)
+    keep = _kept_rows(ids, deleted)
+    if not len(keep):
         raise GraphDocError(f"index {index_dir} has no documents")
-    keep = _kept_rows(ids)
     with atomic_directory(index_dir / FINAL_DIR) as tmp:
         kept_ids = [ids[r] for r in keep]
         (tmp / "doc_ids.txt").write_text("".join(i + "\n" for i in kept_ids), encoding="utf-8")
@@ -61,8 +62,9 @@ def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = Fals
         BM25Index.build(texts, BM25Config.from_stored(manifest.bm25)).save(tmp / "bm25")
         (tmp / BUILD_FILE).write_text(json.dumps(_build_record(manifest, len(keep), n_passages)) + "\n",
                                       encoding="utf-8")
+    gone = {ids[row] for row in np.flatnonzero(deleted).tolist()}.difference(kept_ids)  # (not added again)
     manifest.counts.update({"documents": len(keep), "passages": n_passages, "shards": len(manifest.shards),
-                            "replaced": len(ids) - len(keep)})
+                            "replaced": len(ids) - int(deleted.sum()) - len(keep), "deleted": len(gone)})
     manifest.finalized = True
     manifest.save(index_dir)
     logger.debug("index %s: %d documents, %d passages", shown_as or index_dir, len(keep), n_passages)
@@ -74,6 +76,8 @@ def _build_record(manifest: Manifest, documents: int, passages: int) -> dict:
     of a damaged ``final/`` writes the same bytes."""
     decided_by = [manifest.shards, manifest.metric, manifest.faiss_factory, manifest.bm25, manifest.store_passages,
                   documents, passages]
+    if manifest.deleted:  # (an index without deletions keeps the id it had before they existed)
+        decided_by.append(manifest.deleted)
     digest = hashlib.blake2b(json.dumps(decided_by, sort_keys=True).encode("utf-8"), digest_size=16)
     return {"build": digest.hexdigest(), "documents": documents, "passages": passages}
 
@@ -99,11 +103,14 @@ def read_build(final: Path) -> dict | None:
 
 
 def _gather(index_dir: Path, manifest: Manifest):
-    ids, docs, passages, attention, ptrs, stores = [], [], [], [], [0], []
+    """Every shard's rows, one after the other: ids, document vectors, passage vectors, passage pointers, attention
+    (``None`` when a shard lacks it), docstore paths, and which rows are deleted."""
+    ids, docs, passages, attention, ptrs, stores, deleted = [], [], [], [], [0], [], []
     offset = 0
-    for name in manifest.shards:
+    for number, name in enumerate(manifest.shards):
         s_ids, s_docs, s_passages, s_ptr, s_attention, s_store = read_shard(index_dir / "shards" / name)
         ids.extend(s_ids)
+        deleted.extend(manifest.is_deleted(doc_id, number) for doc_id in s_ids)
         docs.append(s_docs)
         passages.append(s_passages)
         attention.append(s_attention)
@@ -114,7 +121,8 @@ def _gather(index_dir: Path, manifest: Manifest):
     has_attention = bool(attention) and all(a is not None for a in attention)
     return (ids, np.concatenate(docs) if docs else np.zeros((0, dim), np.float32),
             np.concatenate(passages) if passages else np.zeros((0, dim), np.float32),
-            np.asarray(ptrs, dtype=np.int64), np.concatenate(attention) if has_attention else None, stores)
+            np.asarray(ptrs, dtype=np.int64), np.concatenate(attention) if has_attention else None, stores,
+            np.asarray(deleted, dtype=bool))
 
 
 def _select_passages(vectors: np.ndarray, ptr: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -57,6 +57,9 @@ class Manifest:
     shards: list[str] = field(default_factory=list)
     sources: list[SourceProgress] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    #: deleted documents: id -> how many shards the index had when it was deleted (its rows in those shards are
+    #: left out of ``final/``; one added again later, in a later shard, is back). Saved only when not empty.
+    deleted: dict[str, int] = field(default_factory=dict)
     finalized: bool = False
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     graphdoc_version: str = ""
@@ -68,6 +71,8 @@ class Manifest:
         for source in data["sources"]:
             if not source["fields"]:
                 del source["fields"]
+        if not data["deleted"]:  # an index without deletions keeps the manifest an earlier graphdoc reads
+            del data["deleted"]
         with atomic_write(folder / MANIFEST_NAME, "w", encoding="utf-8") as handle:
             json.dump(data, handle, indent=2)
             handle.write("\n")
@@ -115,6 +120,10 @@ class Manifest:
                                                              if k not in encoder}}
         return cls(**data)
 
+    def is_deleted(self, doc_id: str, shard: int) -> bool:
+        """Whether the row of ``doc_id`` in shard number ``shard`` (0, 1, ... in :attr:`shards`) is deleted."""
+        return shard < self.deleted.get(doc_id, 0)
+
     def source(self, corpus: str, part: str) -> SourceProgress | None:
         return next((s for s in self.sources if s.corpus == corpus and s.part == part), None)
 
@@ -148,8 +157,8 @@ def normal_part(part: str) -> str:
 SHARD_NAME = re.compile(r"\d{5,}")
 #: the JSON type of each manifest field (``None`` allowed where the field's default is ``None``)
 _TYPES = {"model": dict, "dimension": int, "metric": str, "faiss_factory": str, "bm25": dict, "fusion": dict,
-          "dense": dict, "store_passages": bool, "shards": list, "sources": list, "counts": dict, "finalized": bool,
-          "created": str, "graphdoc_version": str, "format": str, "format_version": int}
+          "dense": dict, "store_passages": bool, "shards": list, "sources": list, "counts": dict, "deleted": dict,
+          "finalized": bool, "created": str, "graphdoc_version": str, "format": str, "format_version": int}
 _SOURCE_TYPES = {"corpus": str, "part": str, "documents_read": int, "complete": bool, "state": (list, type(None)),
                  "shards": (list, type(None)), "fields": (dict, type(None))}
 _MODEL_TYPES = {"name": (str, type(None)), "path": (str, type(None)), "fingerprint": (str, type(None)),
@@ -180,6 +189,7 @@ def _check_values(path: Path, data: dict[str, Any]) -> None:
         raise GraphDocError(f"{path}: dimension must be at least 1; got {data['dimension']}")
     for name, count in data.get("counts", {}).items():
         _check_type(path, f"counts.{name}", count, (int, float))
+    _check_deleted(path, data.get("deleted", {}), len(data.get("shards", [])))
     shard_lists = [("shards", data.get("shards", []))]
     for source in data.get("sources", []):
         for name, kind in _SOURCE_TYPES.items():
@@ -194,6 +204,14 @@ def _check_values(path: Path, data: dict[str, Any]) -> None:
             if not isinstance(shard, str) or not SHARD_NAME.fullmatch(shard):
                 raise GraphDocError(f"{path}: {name} holds {json.dumps(shard)[:80]}, not a shard name (00000, 00001, "
                                     "...)")
+
+
+def _check_deleted(path: Path, deleted: dict, shards: int) -> None:
+    """Refuse a ``deleted`` entry that is not a shard count the index has (1 to its number of shards)."""
+    for doc_id, count in deleted.items():
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= shards:
+            raise GraphDocError(f"{path}: deleted[{doc_id!r}] must be a number of shards from 1 to {shards} (the "
+                                f"shards the index had when the document was deleted); got {json.dumps(count)[:80]}")
 
 
 def _check_source_fields(path: Path, fields: dict | None) -> None:

@@ -43,7 +43,9 @@ def merge_indexes(output: str | Path, parts: Sequence[str | Path], on_duplicate:
     for path, manifest in zip(parts, manifests):
         for name in manifest.shards:
             check_shard(path / "shards" / name)  # a damaged part: one line naming its file, before any copying
-    _check_duplicates(parts, manifests, on_duplicate)
+    held = [_held_ids(path, manifest) for path, manifest in zip(parts, manifests)]
+    _check_duplicates(parts, held, on_duplicate)
+    _check_deletions(parts, manifests, held)
     if not any(m.shards for m in manifests):
         raise GraphDocError("the parts hold no documents")
     with writer_lock(output):
@@ -168,9 +170,11 @@ def _check_splits(parts: list[Path], manifests: list[Manifest]) -> None:
 
 
 def _copy_parts(folder: Path, parts: list[Path], manifests: list[Manifest]) -> Manifest:
-    merged = replace(manifests[0], shards=[], sources=[], counts={}, finalized=False)
+    merged = replace(manifests[0], shards=[], sources=[], counts={}, deleted={}, finalized=False)
     (folder / "shards").mkdir(parents=True)
     for path, manifest in zip(parts, manifests):
+        for doc_id, shards in manifest.deleted.items():  # the part's shards come after those copied before it
+            merged.deleted[doc_id] = max(merged.deleted.get(doc_id, 0), len(merged.shards) + shards)
         renamed = {}
         for name in manifest.shards:
             renamed[name] = f"{len(merged.shards):05d}"
@@ -186,14 +190,34 @@ def _model_name(manifest: Manifest) -> str:
     return f"{manifest.model.get('name')!r} (weights {str(manifest.model.get('fingerprint'))[:12]})"
 
 
-def _check_duplicates(parts: list[Path], manifests: list[Manifest], on_duplicate: str) -> None:
+def _held_ids(path: Path, manifest: Manifest) -> dict[str, None]:
+    """The ids a part holds (its deleted ones left out), in the order of its shards."""
+    held: dict[str, None] = {}
+    for number, name in enumerate(manifest.shards):
+        held.update((doc_id, None) for doc_id in read_shard(path / "shards" / name, ids_only=True)
+                    if not manifest.is_deleted(doc_id, number))
+    return held
+
+
+def _check_duplicates(parts: list[Path], held: list[dict[str, None]], on_duplicate: str) -> None:
     if on_duplicate != "error":
         return
     seen: dict[str, Path] = {}
-    for path, manifest in zip(parts, manifests):
-        for name in manifest.shards:
-            for doc_id in read_shard(path / "shards" / name, ids_only=True):
-                if doc_id in seen and seen[doc_id] != path:
-                    raise GraphDocError(f"document id {doc_id!r} is in both {seen[doc_id]} and {path}; "
-                                        "to keep the later one, set on_duplicate to replace (--on-duplicate replace)")
-                seen[doc_id] = path
+    for path, ids in zip(parts, held):
+        for doc_id in ids:
+            if doc_id in seen:
+                raise GraphDocError(f"document id {doc_id!r} is in both {seen[doc_id]} and {path}; "
+                                    "to keep the later one, set on_duplicate to replace (--on-duplicate replace)")
+            seen[doc_id] = path
+
+
+def _check_deletions(parts: list[Path], manifests: list[Manifest], held: list[dict[str, None]]) -> None:
+    """Refuse a part that deleted an id an earlier part holds: the merged index records a deletion as the shards
+    before it, which would take the earlier part's document too."""
+    for i, (path, manifest) in enumerate(zip(parts, manifests)):
+        for doc_id in manifest.deleted:
+            earlier = next((parts[j] for j in range(i) if doc_id in held[j]), None)
+            if earlier is not None and doc_id not in held[i]:
+                raise GraphDocError(f"cannot merge {path}: document {doc_id!r} was deleted from it, and {earlier}, "
+                                    f"named before it, holds it: the merged index would lose that one too (delete it "
+                                    f"from {earlier} as well, or name {path} before {earlier})")

@@ -78,9 +78,9 @@ class Searcher:
                 raise GraphDocError(f"index {self.index_dir} was replaced {OPEN_ATTEMPTS} times while it was opened "
                                     "(documents are being added): try again")
             if self.updating:
-                logger.warning("index %s is being finalised after an add, or its finalising was interrupted: "
-                               "searching the %d documents of its last complete build (rerun an interrupted build "
-                               "to finish it)", self.index_dir, len(self.doc_ids))
+                logger.warning("index %s is being finalised after an add or a delete, or its finalising was "
+                               "interrupted: searching the %d documents of its last complete build (rerun an "
+                               "interrupted build or delete to finish it)", self.index_dir, len(self.doc_ids))
             self.fusion = FusionConfig.from_dict(self.manifest.fusion) if self.manifest.fusion else HYBRID_DEFAULT
             if model is not None:
                 self.model = model

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphdoc.errors import GraphDocError, InputError
 from graphdoc.fileio import UnreadableFileError, atomic_directory, reading
 from graphdoc.retrieval import docstore
+
+if TYPE_CHECKING:
+    from graphdoc.retrieval.manifest import Manifest
 
 
 def write_shard(folder: Path, records: list[dict[str, Any]], doc_vectors: np.ndarray,
@@ -48,6 +51,16 @@ def read_shard(folder: Path, ids_only: bool = False, mmap: bool = False):
     if len(ptr) != 1 and (len(ptr) != len(ids) + 1 or ptr[-1] != len(passage_vectors)):
         raise InputError(f"{folder / 'passage_ptr.npy'}: does not match ids.txt and passage_vectors.npy")
     return ids, doc_vectors, passage_vectors, ptr, attention, folder / "docs.jsonl"
+
+
+def indexed_ids(index_dir: Path, manifest: "Manifest") -> set[str]:
+    """The ids of the documents an index holds: those of its shards, less the deleted ones (a deleted id added
+    again later is held)."""
+    held: set[str] = set()
+    for number, name in enumerate(manifest.shards):
+        held.update(doc_id for doc_id in read_shard(index_dir / "shards" / name, ids_only=True)
+                    if not manifest.is_deleted(doc_id, number))
+    return held
 
 
 def check_shard(folder: Path) -> None:
