@@ -88,3 +88,11 @@ def test_other_paths_are_one_error_line(tmp_path, capsys) -> None:
     assert cli("info", tmp_path) == 1
     assert error_line(capsys, "info").startswith(f"graphdoc info: error: {tmp_path / 'manifest.json'}: unreadable "
                                                  "manifest (")
+
+
+def test_deleted_documents_are_counted(index, tmp_path, capsys) -> None:
+    import shutil
+
+    copy = Path(shutil.copytree(index, tmp_path / "index"))
+    assert cli("delete", "--index-dir", copy, "d001") == 0
+    assert info(capsys, copy).splitlines()[1].startswith("  3 documents, 9 passages (1 document deleted); 2 shards, ")
