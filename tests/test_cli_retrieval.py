@@ -114,7 +114,7 @@ def test_search_json_gives_the_hits_of_the_python_api(index, model, capsys) -> N
     assert cli("search", "--index-dir", index, "graph zebra", "--json", "-k", 4) == 0  # hybrid, the index's model
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     hits = [vars(h) for h in Searcher(index, model=model).search("graph zebra", k=4)]
-    assert [sorted(p) for p in printed] == [["doc_id", "passage", "rank", "score", "title"]] * 4
+    assert [sorted(p) for p in printed] == [["doc_id", "metadata", "passage", "rank", "score", "title"]] * 4
     assert [p["doc_id"] for p in printed] == [h["doc_id"] for h in hits]
     for p, h in zip(printed, hits):
         assert p == {**h, "score": pytest.approx(h["score"], abs=1e-6),
@@ -262,7 +262,7 @@ def test_tune_fusion_output_dash_prints_the_run_alone_on_stdout(index, files, tm
 def test_search_errors(index, tmp_path, tiny_roberta, capsys) -> None:
     cases = [
         (["--index-dir", tmp_path / "nowhere", "q"], f"index folder not found: {tmp_path / 'nowhere'}"),
-        (["--index-dir", index], "give either one QUERY or --queries"),
+        (["--index-dir", index], "give one QUERY, --queries or --like"),
         (["--index-dir", index, "q", "--alpha", "2"], "alpha must be between 0 and 1, got 2.0"),
         (["--index-dir", tmp_path, "q"], f"{tmp_path} is not a graphdoc index (no manifest.json)"),
     ]

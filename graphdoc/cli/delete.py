@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _read_ids(path: Path) -> list[str]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # (a BOM is no part of the first id)
     except FileNotFoundError:
         raise GraphDocError(f"--ids {path}: no such file") from None
     except IsADirectoryError:

@@ -16,12 +16,15 @@ from graphdoc.fileio import check_not_an_input, check_output_file, is_stdio
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("search", help="search an index", description=__doc__)
     parser.add_argument("--index-dir", required=True, type=Path)
-    parser.add_argument("query", nargs="?", help="one query (or use --queries)")
+    parser.add_argument("query", nargs="?", help="one query (or use --queries, or --like)")
     parser.add_argument("--queries", help="queries: JSON lines, query-id<TAB>text lines, TREC topics, a .txt of "
                         "one query a line (ids: line numbers), a BEIR folder or a dataset name")
     parser.add_argument("--split", default=None, help="with a BEIR folder: only queries judged in this split")
-    parser.add_argument("--mode", choices=("dense", "bm25", "hybrid"), default="hybrid",
-                        help="default hybrid: dense and BM25 scores fused")
+    parser.add_argument("--like", metavar="DOC_ID", default=None,
+                        help="the documents most like this indexed one (itself left out), by its stored vector: a "
+                             "dense search, no model loaded")
+    parser.add_argument("--mode", choices=("dense", "bm25", "hybrid"), default=None,
+                        help="default hybrid: dense and BM25 scores fused (with --like: dense, the only mode)")
     parser.add_argument("--fusion", choices=("weighted", "rrf"), default=None,
                         help="default: the index's (weighted for a new index, or as tune-fusion --save or a "
                              "fine-tuned model set it)")
@@ -80,7 +83,7 @@ def open_searcher(args: argparse.Namespace):
     """The searcher of ``--index-dir`` with ``--model`` when one is given and used; the caller closes it."""
     from graphdoc.retrieval.searcher import Searcher
 
-    used = args.mode != "bm25" or getattr(args, "explain", None) is not None
+    used = (args.mode != "bm25" and getattr(args, "like", None) is None) or getattr(args, "explain", None) is not None
     searcher = Searcher(args.index_dir, model=args.model if used else None, device=args.device)
     if getattr(args, "nprobe", None) is not None:
         if not searcher.dense.nprobe:
@@ -104,8 +107,16 @@ def check_trec_ids(searcher, hint: str = "") -> None:
 
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse, before any work, options that are missing, out of range, or would be silently ignored."""
-    if (args.query is None) == (args.queries is None):
-        raise GraphDocError("give either one QUERY or --queries")
+    if sum(given is not None for given in (args.query, args.queries, args.like)) != 1:
+        raise GraphDocError("give one QUERY, --queries or --like")
+    if args.like is not None:
+        if args.mode not in (None, "dense"):
+            raise GraphDocError(f"--like searches with the document's dense vector: --mode {args.mode} cannot "
+                                "(leave --mode out)")
+        for flag, value in (("--explain", args.explain), ("--model", args.model), ("--device", args.device)):
+            if value is not None:
+                raise GraphDocError(f"{flag} is not used with --like (the document's stored vector is the query)")
+    args.mode = args.mode or ("dense" if args.like is not None else "hybrid")
     if args.explain is not None and args.query is None:
         raise GraphDocError("--explain works with one QUERY, not with --queries")
     check_at_least_one("-k", args.k)
@@ -113,9 +124,10 @@ def _check_options(args: argparse.Namespace) -> None:
     check_at_least_one("--explain", args.explain)
     batch_only = (("--output", args.output), ("--qrels", args.qrels), ("--measures", args.measures),
                   ("--split", args.split))
-    for flag, value in batch_only if args.query is not None else ():
+    for flag, value in batch_only if args.queries is None else ():
         if value is not None:
-            raise GraphDocError(f"{flag} works with --queries, not with one QUERY")
+            alone = "one QUERY" if args.like is None else "--like"
+            raise GraphDocError(f"{flag} works with --queries, not with {alone}")
     if args.measures is not None and args.qrels is None:
         raise GraphDocError("--measures needs --qrels")
     if args.json and args.queries is not None and ((args.output and not is_stdio(args.output)) or args.qrels):
@@ -167,7 +179,11 @@ def _one_line(text: str) -> str:
 
 
 def _print_hits(searcher, args: argparse.Namespace, fusion) -> None:
-    hits = searcher.search(args.query, k=10 if args.k is None else args.k, mode=args.mode, fusion=fusion)
+    k = 10 if args.k is None else args.k
+    if args.like is not None:
+        hits = searcher.similar(args.like, k=k)
+    else:
+        hits = searcher.search(args.query, k=k, mode=args.mode, fusion=fusion)
     if not hits and not args.json:
         print("no results" + (_no_terms(searcher, args.query) if args.mode == "bm25" else ""))
     explained = _explain(searcher, args, hits)
@@ -220,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
         warn_deeper(judgements.measures, 100 if args.k is None else args.k, "-k", "results a query keeps")
     with open_searcher(args) as searcher:
         fusion = fusion_config(searcher, args)
-        if args.query is not None:
+        if args.queries is None:
             _print_hits(searcher, args, fusion)
         else:
             _search_queries(searcher, args, fusion, judgements, to_stdout)

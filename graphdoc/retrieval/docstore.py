@@ -17,18 +17,23 @@ from graphdoc.fileio import atomic_write
 
 
 def record(document, passages) -> dict[str, Any]:
-    """What the store keeps of a document: text and passage spans ``[start, end, section, title]``."""
-    return {"id": document.id, "title": document.title, "text": document.text,
+    """What the store keeps of a document: text, passage spans ``[start, end, section, title]`` and its metadata
+    (the record's other fields), when it has any."""
+    kept = {"id": document.id, "title": document.title, "text": document.text,
             "passages": [[p.start, p.end, p.section, p.section_title] for p in passages]}
+    if document.metadata:
+        kept["metadata"] = document.metadata
+    return kept
 
 
 def write_store(path: Path, records: Iterable[dict[str, Any]]) -> int:
-    """Write records as JSON lines plus their byte offsets; returns the count."""
+    """Write records as JSON lines plus their byte offsets; returns the count. A metadata value JSON cannot hold
+    (a date, from documents built in Python) is stored as its ``str``."""
     offsets = []
     position = 0
     with atomic_write(path, "wb") as handle:
         for rec in records:
-            line = (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8")
+            line = (json.dumps(rec, ensure_ascii=False, default=str) + "\n").encode("utf-8")
             offsets.append(position)
             handle.write(line)
             position += len(line)

@@ -40,13 +40,15 @@ ATTENTION_FILE = "passage_attention.npy"  # checked here with the others, and ke
 
 @dataclass
 class Hit:
-    """One ranked document, with the passage that matched the query best."""
+    """One ranked document, with the passage that matched the query best and the document's metadata (the
+    fields of its record other than id, title and text; ``{}`` in an index built before graphdoc kept them)."""
 
     rank: int
     doc_id: str
     score: float
     title: str = ""
     passage: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 class Searcher:
@@ -375,8 +377,52 @@ class Searcher:
         for rank, (doc_id, score) in enumerate(run.items(), start=1):
             record = self.record(row_of[doc_id])
             passage = self.best_passage(query, record, row_of[doc_id], None if vector is None else vector[0])
-            hits.append(Hit(rank, doc_id, score, record.get("title", ""), passage))
+            hits.append(Hit(rank, doc_id, score, record.get("title", ""), passage, record.get("metadata", {})))
         return hits
+
+    def similar(self, doc_id: str, k: int = 10) -> list[Hit]:
+        """The ``k`` documents most like the indexed document ``doc_id``, itself left out: its stored vector is the
+        query, scored as a dense search scores one (the document node and, with passages stored, the best passage
+        of each candidate); each hit carries its passage closest to that vector. An id the index does not hold is
+        refused."""
+        self._check_open()
+        check_count("k", k)
+        row = self._row(doc_id)
+        vector = np.asarray(self.dense.doc_vectors[row], dtype=np.float32)
+        rows, scores = self.dense.search(vector[None, :], k + 1, self.name_rank)[0]
+        record = None
+        hits = []
+        for hit_row, score in zip(rows.tolist(), scores.tolist()):
+            if hit_row == row or len(hits) == k:
+                continue
+            if record is None:
+                record = self.record(row)
+            found = self.record(hit_row)
+            passage = self.best_passage(f"{record.get('title', '')} {record['text']}", found, hit_row, vector)
+            hits.append(Hit(len(hits) + 1, self.doc_ids[hit_row], score, found.get("title", ""), passage,
+                            found.get("metadata", {})))
+        return hits
+
+    def document(self, doc_id: str) -> dict[str, Any]:
+        """The stored record of the indexed document ``doc_id``: its ``id``, ``title``, ``text``, metadata and,
+        with passages stored, their ``passages`` spans; an id the index does not hold is refused."""
+        self._check_open()
+        return self.record(self._row(doc_id))
+
+    def _row(self, doc_id: str) -> int:
+        if not isinstance(doc_id, str):
+            raise GraphDocError(f"a document id is a string; got {type(doc_id).__name__} {doc_id!r}")
+        row = self.row_of.get(doc_id)
+        if row is None:
+            raise GraphDocError(f"index {self.index_dir} holds no document {doc_id!r}")
+        return row
+
+    def __len__(self) -> int:
+        """The documents the index holds."""
+        return len(self.doc_ids)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return isinstance(doc_id, str) and doc_id in self.row_of
 
     def best_passage(self, query: str, record: dict[str, Any], row: int, vector: np.ndarray | None) -> dict[str, Any]:
         """The passage closest to the query (dense when a query vector is given, else by shared words)."""
