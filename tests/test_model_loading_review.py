@@ -246,3 +246,20 @@ def test_a_classifier_head_holding_nan_is_one_error_line(tiny_bert: Path, tmp_pa
     name = _poison(tmp_path / "m" / "head.safetensors", lambda k: True)
     with pytest.raises(ModelLoadError, match=rf"^{tmp_path / 'm' / 'head.safetensors'}: weight {name} holds NaN"):
         DocumentClassifier.from_pretrained(tmp_path / "m", device="cpu")
+
+
+def test_a_missing_pooler_named_with_the_base_model_prefix_is_dropped(tiny_bert: Path) -> None:
+    """transformers before 4.50 named a masked-LM checkpoint's missing pooler ``bert.pooler.dense.weight``, which
+    was refused as missing weights (setup.cfg allows those versions)."""
+    from transformers import AutoModel
+
+    from graphdoc.models.passage_encoder import _check_missing_weights
+
+    model = AutoModel.from_pretrained(str(tiny_bert))
+    _check_missing_weights("ckpt", model, [f"{model.base_model_prefix}.pooler.dense.weight",
+                                           f"{model.base_model_prefix}.pooler.dense.bias"])
+    assert model.pooler is None
+    model = AutoModel.from_pretrained(str(tiny_bert))
+    with pytest.raises(ModelLoadError, match=r"^cannot load 'ckpt': its weights file lacks 1 of the BertModel's "
+                                             r"tensors \(encoder\.layer\.0\.output\.dense\.bias\)"):
+        _check_missing_weights("ckpt", model, ["bert.encoder.layer.0.output.dense.bias"])  # not a pooler: refused

@@ -365,10 +365,14 @@ def _load_encoder(name_or_path: str) -> nn.Module:
         model, info = loader.from_pretrained(name_or_path, use_safetensors=True, output_loading_info=True,
                                              trust_remote_code=False, **full_precision())
     except RuntimeError as exc:
-        if "mismatched" not in str(exc):
+        if "mismatched" not in str(exc) and "size mismatch" not in str(exc):  # (transformers 5 / 4.x wording)
             raise
         raise ModelLoadError(f"cannot load local folder {name_or_path!r}: its weights do not have the sizes its "
                              "config.json gives (the config or the weights file is another model's)") from None
+    except TypeError as exc:  # a config value of the wrong type, which transformers before 5 passes on to torch
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelLoadError(f"cannot load {name_or_path!r}: building it from its config.json failed (TypeError: "
+                             f"{reason}): a value there may have the wrong type") from None
     _check_missing_weights(name_or_path, model, info["missing_keys"])
     return model
 
@@ -378,6 +382,8 @@ def _check_missing_weights(name_or_path: str, model: nn.Module, missing) -> None
     fingerprints that change from one load to the next), except a pooler: a masked-LM checkpoint such as
     roberta-base has none, and graphdoc never runs it, so it is dropped. Tied weights are not missing."""
     params = dict(model.named_parameters(remove_duplicate=False))
+    prefix = f"{getattr(model, 'base_model_prefix', '')}."  # transformers before 4.50 named them "roberta.pooler..."
+    missing = [name.removeprefix(prefix) if name.removeprefix(prefix) in params else name for name in missing]
     loaded = {t.data_ptr() for name, t in params.items() if name not in missing}
     missing = sorted(name for name in missing if name not in params or params[name].data_ptr() not in loaded)
     if missing and all(name.startswith("pooler.") for name in missing):  # (its weights: it is model.pooler)
