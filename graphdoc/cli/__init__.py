@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "eval": "graphdoc.cli.eval",
     "tune-fusion": "graphdoc.cli.tune_fusion",
     "compare": "graphdoc.cli.compare",
+    "cluster": "graphdoc.cli.cluster",
     "plot": "graphdoc.cli.plot",
     "pretrain": "graphdoc.cli.pretrain",
     "finetune": "graphdoc.cli.finetune",
