@@ -96,3 +96,13 @@ def test_deleted_documents_are_counted(index, tmp_path, capsys) -> None:
     copy = Path(shutil.copytree(index, tmp_path / "index"))
     assert cli("delete", "--index-dir", copy, "d001") == 0
     assert info(capsys, copy).splitlines()[1].startswith("  3 documents, 9 passages (1 document deleted); 2 shards, ")
+
+
+def test_a_deleted_id_indexed_again_is_not_counted_deleted(index, tmp_path, capsys) -> None:
+    import shutil
+
+    copy = Path(shutil.copytree(index, tmp_path / "index"))
+    assert cli("delete", "--index-dir", copy, "d001") == 0
+    again = write_jsonl(tmp_path / "again.jsonl", [make_docs(2)[1]])
+    assert cli("index", "--corpus", again, "--index-dir", copy) == 0
+    assert info(capsys, copy).splitlines()[1].startswith("  4 documents, 12 passages; 3 shards, ")

@@ -27,17 +27,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphdoc.retrieval.deletion import delete_documents
-    from graphdoc.retrieval.manifest import Manifest
+    from graphdoc.retrieval.deletion import deleting
 
     ids = [*args.ids, *(_read_ids(args.ids_file) if args.ids_file is not None else [])]
     if not ids:
         raise GraphDocError("name the ids to delete (ID ... or --ids FILE)")
-    before = Manifest.load(args.index_dir).counts.get("deleted", 0)
-    manifest = delete_documents(args.index_dir, ids, missing=args.missing, show_progress_bar=not args.quiet)
+    manifest, deleted = deleting(args.index_dir, ids, missing=args.missing, show_progress_bar=not args.quiet)
     counts = manifest.counts
-    deleted = counts.get("deleted", 0) - before  # (an earlier run killed while finalising: its ones too)
-    print(f"{args.index_dir}: {counted(deleted, 'documents')} deleted, "
+    print(f"{args.index_dir}: {counted(len(deleted), 'documents')} deleted, "
           + ", ".join(counted(counts.get(what, 0), what) for what in ("documents", "passages")))
     return 0
 

@@ -78,10 +78,12 @@ def _index_lines(info: dict[str, Any]) -> list[str]:
     else:
         counts = final if final["documents"] is not None else info["counts"]  # (an index of before build.json)
         state = ", ".join(counted(counts.get(what) or 0, what) for what in ("documents", "passages"))
-        if info.get("deleted"):
-            state += f" ({counted(len(info['deleted']), 'documents')} deleted)"
+        deleted = info["counts"].get("deleted") or 0  # (finalize's count: ids added again since are not)
+        if deleted:
+            state += f" ({counted(deleted, 'documents')} deleted)"
         if not info["finalized"]:
-            state += " in its last build, searched until documents being added are finalised"
+            state += (" in its last complete build, searched until an add or a delete under way (or stopped: rerun "
+                      "it) is finalised")
     lines = [f"index {info['path']} (graphdoc {info['graphdoc_version'] or 'before 0.1'}, created {info['created']})",
              f"  {state}; {counted(len(info['shards']), 'shards')}, {_mib(info['bytes'])} on disk"]
     if info["building"]:

@@ -41,6 +41,13 @@ def delete_documents(index_dir: str | os.PathLike, ids: Iterable[str | int], *, 
     an index whose build is still in progress (a corpus only partly read: finish it first). A second process
     writing the folder is refused, as for :func:`~graphdoc.retrieval.builder.build_index`.
     """
+    return deleting(index_dir, ids, missing=missing, show_progress_bar=show_progress_bar)[0]
+
+
+def deleting(index_dir: str | os.PathLike, ids: Iterable[str | int], *, missing: str = "warn",
+             show_progress_bar: bool = False) -> tuple[Manifest, list[str]]:
+    """:func:`delete_documents`, and the ids of ``ids`` it deleted, those an earlier run killed while finalising
+    recorded included (this one finishes their deletion)."""
     if missing not in MISSING_POLICIES:
         raise GraphDocError(f"missing must be one of {', '.join(MISSING_POLICIES)}; got {missing!r}")
     wanted = _requested(ids)
@@ -62,10 +69,11 @@ def delete_documents(index_dir: str | os.PathLike, ids: Iterable[str | int], *, 
         _report_absent(index_dir, absent, len(wanted), missing)
         if not found and manifest.finalized:
             logger.warning("no id given is in %s: nothing was changed", index_dir)
-            return manifest
+            return manifest, []
         _check_remaining(index_dir, manifest, len(held) - len(found), len(found))
         _record(index_dir, manifest, found, show_progress_bar)
-    return manifest
+    done = set(found) | pending
+    return manifest, [i for i in wanted if i in done]
 
 
 def _requested(ids: Iterable[str | int]) -> list[str]:
@@ -127,15 +135,15 @@ def _check_remaining(index_dir: Path, manifest: Manifest, remaining: int, deleti
 
 
 def _record(index_dir: Path, manifest: Manifest, found: list[str], show_progress_bar: bool) -> None:
-    """Save the deletion of ``found`` in the manifest, then rebuild ``final/``; a build that fails (not killed)
-    takes the deletion back."""
+    """Save the deletion of ``found`` in the manifest, then rebuild ``final/``; a build that fails (a full disk, a
+    damaged shard: not a kill or Ctrl-C, which the same call run again finishes) takes the deletion back."""
     before = copy.deepcopy(manifest)
     manifest.deleted.update(dict.fromkeys(found, len(manifest.shards)))
     manifest.finalized = False
     manifest.save(index_dir)
     try:
         finalize(index_dir, manifest, show_progress_bar=show_progress_bar)
-    except GraphDocError:
+    except Exception:
         before.save(index_dir)  # final/ is the previous build still: as it was
         raise
-    logger.info("%s: %d documents deleted", index_dir, len(found))
+    logger.info("%s: %d document%s deleted", index_dir, len(found), "" if len(found) == 1 else "s")
