@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from _retrieval_helpers import RARE, cli, doc_ids, error_line, make_docs, manifest_json, write_jsonl
 
-from graphdoc.errors import GraphDocError
+from graphdoc.errors import GraphDocError, InputError
 from graphdoc.retrieval import builder, delete_documents
 from graphdoc.retrieval import finalize as finalize_module
 from graphdoc.retrieval.builder import IndexSettings, build_index
@@ -306,3 +306,16 @@ def test_a_merge_refuses_a_part_that_deleted_an_id_an_earlier_part_holds(model, 
     assert not (tmp_path / "ab").exists()
     manifest = merge_indexes(tmp_path / "ba", [tmp_path / "b", tmp_path / "a"])  # no duplicate: b no longer holds it
     assert doc_ids(tmp_path / "ba") == ["d003", "d004", "d000", "d001", "d002"] and manifest.deleted == {"d002": 1}
+
+
+@pytest.mark.parametrize("damage", ["cut", "dropped"])
+def test_a_damaged_shard_docstore_is_one_error_and_changes_nothing(index, damage) -> None:
+    store = index / "shards" / "00001" / "docs.jsonl"
+    lines = store.read_bytes().splitlines(keepends=True)
+    store.write_bytes(b"".join(lines[:-1]) + (lines[-1][:20] if damage == "cut" else b""))
+    before = _tree(index)
+    message = (rf"^{store}: cannot be read at record 3 \(" if damage == "cut"
+               else rf"^{store}: 2 records for 3 ids in ids\.txt: the shard is damaged; build the index anew$")
+    with pytest.raises(InputError, match=message):
+        delete_documents(index, ["d001"])
+    assert _tree(index) == before

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphdoc.errors import DamagedIndexError, GraphDocError
+from graphdoc.errors import DamagedIndexError, GraphDocError, InputError
 from graphdoc.fileio import atomic_directory
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config, BM25Index
@@ -134,10 +134,21 @@ def _select_passages(vectors: np.ndarray, ptr: np.ndarray, keep: np.ndarray) -> 
 
 
 def _records(stores: list[Path], keep: np.ndarray):
+    """The records of the rows ``keep``; a shard's ``docs.jsonl`` that cannot be read, or holds another number of
+    records than its ids, is an :class:`InputError` naming it."""
     wanted = set(keep.tolist())
     row = 0
     for store in stores:
-        for rec in docstore.iter_store(store):
-            if row in wanted:
-                yield rec
-            row += 1
+        records = 0
+        try:
+            for rec in docstore.iter_store(store):
+                if row in wanted:
+                    yield rec
+                row, records = row + 1, records + 1
+        except (OSError, ValueError) as exc:  # (json's and UTF-8's errors are ValueErrors)
+            raise InputError(f"{store}: cannot be read at record {records + 1} ({exc}): the shard is damaged; "
+                             "build the index anew") from None
+        ids = len(read_shard(store.parent, ids_only=True))
+        if records != ids:
+            raise InputError(f"{store}: {records} records for {ids} ids in ids.txt: the shard is damaged; build the "
+                             "index anew")
