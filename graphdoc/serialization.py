@@ -20,6 +20,7 @@ from graphdoc.config import ModelConfig
 from graphdoc.default_model import DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_NAME, resolve_model_name
 from graphdoc.errors import ModelLoadError
 from graphdoc.fileio import atomic_directory, atomic_write, check_replaceable, read_safetensors
+from graphdoc.model_card import CARD_NAME, model_card
 from graphdoc.models.passage_encoder import PassageEncoder
 
 if TYPE_CHECKING:
@@ -72,7 +73,8 @@ def is_graphdoc_model(path: Path) -> bool:
 def check_save_target(path: str | Path) -> None:
     """Refuse, in one line, a ``path`` that a model save would not replace: a folder of other files (see
     :func:`graphdoc.fileio.check_replaceable`)."""
-    check_replaceable(path, is_graphdoc_model, "a saved graphdoc model", (CONFIG_NAME, WEIGHTS_NAME, PASSAGE_ENCODER_DIR))
+    check_replaceable(path, is_graphdoc_model, "a saved graphdoc model",
+                      (CONFIG_NAME, WEIGHTS_NAME, PASSAGE_ENCODER_DIR, CARD_NAME))
 
 
 def save(model: "GraphDocEncoder", path: str | Path) -> None:
@@ -90,6 +92,7 @@ def save(model: "GraphDocEncoder", path: str | Path) -> None:
         if getattr(model, "search_defaults", None):
             payload["search"] = model.search_defaults
         (tmp / CONFIG_NAME).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        (tmp / CARD_NAME).write_text(model_card(payload, str(path)), encoding="utf-8")
 
 
 def save_search_defaults(path: str | Path, search: dict) -> None:
@@ -100,6 +103,10 @@ def save_search_defaults(path: str | Path, search: dict) -> None:
     payload["search"] = search
     with atomic_write(config, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(payload, indent=2) + "\n")
+    card = Path(path) / CARD_NAME
+    if card.is_file():  # (a model saved before graphdoc wrote cards has none: none is added)
+        with atomic_write(card, "w", encoding="utf-8") as handle:
+            handle.write(model_card(payload, str(path)))
 
 
 def load(cls: type["GraphDocEncoder"], name_or_path, config: ModelConfig | None, device) -> "GraphDocEncoder":
