@@ -45,6 +45,10 @@ def kmeans(vectors, k: int, *, seed: int = 0, n_init: int = 1, iterations: int =
         raise GraphDocError(f"seed must be an integer from 0 to 2^31 - 1; got {seed!r}")
     if k > len(data):
         raise GraphDocError(f"cannot make {k} clusters of {len(data)} documents")
+    distinct = len(np.unique(data, axis=0))
+    if k > distinct:
+        raise GraphDocError(f"cannot make {k} clusters of {len(data)} documents with only {distinct} distinct "
+                            f"embeddings (documents of the same text): ask for at most {distinct}")
     import faiss
 
     model = faiss.Kmeans(data.shape[1], int(k), niter=int(iterations), nredo=int(n_init), seed=int(seed),
@@ -65,7 +69,7 @@ def kmeans(vectors, k: int, *, seed: int = 0, n_init: int = 1, iterations: int =
     nearest = np.full(k, -1, dtype=np.int64)
     for c in range(k):
         members = np.flatnonzero(assignments == c)
-        if len(members):  # (k-means leaves no cluster empty here; the guard costs nothing)
+        if len(members):  # (a cluster k-means left empty, in a degenerate case, has no nearest document: -1)
             nearest[c] = members[np.argmax(similarity[members, c])]
     return Clustering(assignments.astype(np.int64), centroids, nearest)
 

@@ -43,6 +43,8 @@ def test_equal_sizes_are_numbered_by_their_first_document() -> None:
     (np.ones(3), 2, r"vectors must be a non-empty 2-D array \[documents, dimension\]; got shape \(3,\)"),
     (np.array([[1.0, 0], [np.nan, 1], [0, 1]]), 2, r"vectors hold 1 row\(s\) with NaN or infinite values"),
     (np.array([[1.0, 0], [0, 0], [0, 1]]), 2, "row 1 of the vectors is all zeros: it has no direction"),
+    (np.vstack([np.eye(3)[:2]] * 3), 3, r"cannot make 3 clusters of 6 documents with only 2 distinct embeddings "
+                                        r"\(documents of the same text\): ask for at most 2$"),
 ])
 def test_kmeans_refuses_what_it_cannot_cluster(vectors, k, message) -> None:
     with pytest.raises(GraphDocError, match=rf"^{message}"):
@@ -110,11 +112,35 @@ def test_cli_takes_an_embed_output_of_the_same_corpus(corpus, model_dir, tmp_pat
                                                             "are read, not embedded)"),
     (["-k", "2", "--embeddings", "missing.npy"], "--embeddings: missing.npy not found"),
     (["-k", "2", "--embeddings", "e.txt"], "--embeddings e.txt: name a .npy file written by graphdoc embed"),
+    (["-k", "2", "--embeddings", "flat.npy"], "--embeddings flat.npy: an array of shape (12,), not [documents, "
+                                              "dimension] as graphdoc embed writes"),
+    (["-k", "2", "--n-init", "0"], "--n-init must be at least 1; got 0"),
+    (["-k", "2", "--seed", "-1"], "--seed must be at least 0; got -1"),
 ])
 def test_cli_errors_are_one_line(corpus, model_dir, tmp_path, capsys, monkeypatch, extra, message) -> None:
     path, _ = corpus
     monkeypatch.chdir(tmp_path)
+    np.save(tmp_path / "flat.npy", np.ones(12, dtype=np.float32))
+    (tmp_path / "flat.ids.txt").write_text("".join(f"d{i:03d}\n" for i in range(12)), encoding="utf-8")
     model = [] if "--embeddings" in extra else ["--model", model_dir]
     assert cli("cluster", "--corpus", path, "--output", "c.tsv", *model, *extra) == 1
     assert error_line(capsys, "cluster") == f"graphdoc cluster: error: {message.format(path=path)}"
     assert not (tmp_path / "c.tsv").exists()
+
+
+def test_cli_labels_are_one_cell_each_and_ids_with_tabs_are_refused(model_dir, tmp_path, capsys) -> None:
+    docs = make_docs(4)
+    for doc, label in zip(docs, ["two\nlines", "a\ttab", 7, ["x", "y"]]):
+        doc["label"] = label
+    corpus = write_jsonl(tmp_path / "c.jsonl", docs)
+    assert cli("cluster", "--corpus", corpus, "-k", 2, "--output", tmp_path / "c.tsv", "--model", model_dir,
+               "--labels-field", "label") == 0
+    rows = [line.split("\t") for line in (tmp_path / "c.tsv").read_text(encoding="utf-8").splitlines()]
+    assert [(row[0], row[2]) for row in rows] == [("d000", "two lines"), ("d001", "a tab"), ("d002", "7"),
+                                                  ("d003", '["x", "y"]')]
+    docs[2]["_id"] = "with\ttab"
+    capsys.readouterr()
+    assert cli("cluster", "--corpus", write_jsonl(tmp_path / "t.jsonl", docs), "-k", 2, "--output",
+               tmp_path / "t.tsv", "--model", model_dir) == 1
+    assert error_line(capsys, "cluster") == ("graphdoc cluster: error: document id 'with\\ttab' holds a tab: it "
+                                             "cannot go into id<TAB>cluster lines")

@@ -7,6 +7,7 @@ import datetime
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from _retrieval_helpers import cli, error_line, make_docs, unit, write_jsonl
 
@@ -77,13 +78,16 @@ def test_hits_carry_the_documents_metadata(index) -> None:
 def test_metadata_json_cannot_hold_is_stored_as_text(tmp_path) -> None:
     day = datetime.date(2026, 11, 25)
     docs = [Document("a", "Graph attention over passages. A second sentence here.", metadata={"day": day}),
-            Document("b", "Dense retrieval of long documents. Another sentence.", metadata={"n": [1, 2]})]
+            Document("b", "Dense retrieval of long documents. Another sentence.",
+                     metadata={"n": [1, 2], "score": float("nan"), "top": np.float32(2.5), 3: np.int64(4)})]
     from graphdoc.retrieval import docstore
 
     records = [docstore.record(d, []) for d in docs]
     docstore.write_store(tmp_path / "store.jsonl", records)
     assert [r.get("metadata") for r in docstore.iter_store(tmp_path / "store.jsonl")] == \
-        [{"day": "2026-11-25"}, {"n": [1, 2]}]
+        [{"day": "2026-11-25"}, {"n": [1, 2], "score": "nan", "top": 2.5, "3": 4}]
+    json.loads((tmp_path / "store.jsonl").read_text(encoding="utf-8").splitlines()[1],
+               parse_constant=lambda name: pytest.fail(f"{name} is not strict JSON"))
 
 
 def test_cli_like(index, model, docs, capsys) -> None:

@@ -44,8 +44,11 @@ def run(args: argparse.Namespace) -> int:
     from graphdoc.explain.plot import label_of
     from graphdoc.fileio import atomic_write, check_not_an_input, check_output_file, is_stdio, replacing
 
-    if args.clusters < 2:
-        raise GraphDocError(f"--clusters must be at least 2; got {args.clusters}")
+    for flag, value, low in (("--clusters", args.clusters, 2), ("--n-init", args.n_init, 1), ("--seed", args.seed, 0)):
+        if value < low:
+            raise GraphDocError(f"{flag} must be at least {low}; got {value}")
+    if args.seed >= 2**31:
+        raise GraphDocError(f"--seed must be below 2^31; got {args.seed}")
     to_stdout = is_stdio(args.output)
     if not to_stdout:
         check_output_file(args.output)
@@ -60,12 +63,15 @@ def run(args: argparse.Namespace) -> int:
     docs = list(read_corpus(args.corpus, fields=fields))
     if len(docs) < args.clusters:
         raise GraphDocError(f"cannot make {args.clusters} clusters of the {len(docs)} documents of {args.corpus}")
+    tabbed = next((doc.id for doc in docs if "\t" in doc.id), None)
+    if tabbed is not None:
+        raise GraphDocError(f"document id {tabbed!r} holds a tab: it cannot go into id<TAB>cluster lines")
     labels = None
     if args.labels_field is not None:
         labels = [label_of(doc, args.labels_field, fields) for doc in docs]
         if all(label is None for label in labels):
             raise GraphDocError(f"no document of {args.corpus} has a {args.labels_field!r} field")
-        labels = [None if label is None else str(label) for label in labels]
+        labels = [None if label is None else _label_text(label) for label in labels]
     if args.embeddings is not None:
         vectors = _read_embeddings(args.embeddings, [doc.id for doc in docs])
     else:
@@ -85,18 +91,30 @@ def run(args: argparse.Namespace) -> int:
             print(f"against {args.labels_field}: NMI {scores['NMI']:.4f}  ARI {scores['ARI']:.4f}  "
                   f"purity {scores['purity']:.4f}{left}")
         for cluster, size in enumerate(found.sizes):
+            if not size:  # (k-means left it empty)
+                print(f"cluster {cluster}: 0 documents")
+                continue
             near = docs[found.nearest[cluster]]
             title = f" {' '.join(near.title.split())[:60]!r}" if near.title.strip() else ""
             common = ""
             if labels is not None:
-                counts = Counter(label for label, c in zip(labels, found.assignments) if c == cluster and label)
-                if counts:
+                counts = Counter(label for label, c in zip(labels, found.assignments) if c == cluster
+                                 and label is not None)
+                if counts:  # (the share of its documents that have a label)
                     label, n = counts.most_common(1)[0]
-                    common = f"; most common {args.labels_field}: {label} ({n / size:.0%})"
+                    common = f"; most common {args.labels_field}: {label} ({n / sum(counts.values()):.0%})"
             print(f"cluster {cluster}: {counted(size, 'documents')}; nearest its centre: {near.id}{title}{common}")
     logger.info("wrote the clusters of %s to %s%s", counted(len(docs), "documents"),
                 "standard output" if to_stdout else args.output, note)
     return 0
+
+
+def _label_text(label) -> str:
+    """A label as one TSV cell: a string with its whitespace runs as single spaces (a tab or a line break would
+    break the line), anything else as JSON (``1``, ``true``, ``["a", "b"]``)."""
+    import json
+
+    return " ".join((label if isinstance(label, str) else json.dumps(label, ensure_ascii=False)).split())
 
 
 def _read_embeddings(path: Path, ids: list[str]):
@@ -115,13 +133,16 @@ def _read_embeddings(path: Path, ids: list[str]):
         written = ids_file.read_text(encoding="utf-8").splitlines()
     except (OSError, ValueError, EOFError) as exc:
         raise GraphDocError(f"--embeddings {path}: cannot be read ({exc})") from None
-    if vectors.ndim != 2 or len(vectors) != len(written):
-        raise GraphDocError(f"--embeddings {path}: {vectors.shape[0] if vectors.ndim else 0} rows for the "
-                            f"{len(written)} ids of {ids_file.name}")
+    if vectors.ndim != 2:
+        raise GraphDocError(f"--embeddings {path}: an array of shape {vectors.shape}, not [documents, dimension] "
+                            "as graphdoc embed writes")
+    if len(vectors) != len(written):
+        raise GraphDocError(f"--embeddings {path}: {len(vectors)} rows for the {len(written)} ids of {ids_file.name}")
     if written != ids:
         row = next((i for i, (a, b) in enumerate(zip(written, ids)) if a != b), min(len(written), len(ids)))
-        shown = f"row {row} is {written[row]!r} there, {ids[row]!r} in the corpus" if row < min(len(written), len(ids)) \
-            else f"{len(written)} ids there, {len(ids)} documents in the corpus"
+        both = min(len(written), len(ids))
+        shown = (f"row {row} is {written[row]!r} there, {ids[row]!r} in the corpus" if row < both
+                 else f"{len(written)} ids there, {len(ids)} documents in the corpus")
         raise GraphDocError(f"--embeddings {path} is not of this corpus: {shown} (embed the corpus again, or "
                             "leave --embeddings out)")
     return vectors

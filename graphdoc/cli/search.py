@@ -139,7 +139,8 @@ def _check_options(args: argparse.Namespace) -> None:
         unused += (("--model", args.model), ("--device", args.device), ("--nprobe", args.nprobe))
     for flag, value in unused:
         if value is not None:
-            raise GraphDocError(f"{flag} is not used with --mode {args.mode}")
+            raise GraphDocError(f"{flag} is not used with " + ("--like" if args.like is not None else
+                                                                f"--mode {args.mode}"))
 
 
 def _explain(searcher, args: argparse.Namespace, hits: list) -> list:

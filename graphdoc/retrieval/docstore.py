@@ -1,4 +1,4 @@
-"""The document store of an index: ids, titles, texts and passage spans, one JSON line per document.
+"""The document store of an index: ids, titles, texts, passage spans and metadata, one JSON line per document.
 
 A ``.offsets.npy`` file beside it holds each line's byte offset, so any document is read directly.
 """
@@ -6,6 +6,8 @@ A ``.offsets.npy`` file beside it holds each line's byte offset, so any document
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 import threading
 from pathlib import Path
@@ -22,18 +24,33 @@ def record(document, passages) -> dict[str, Any]:
     kept = {"id": document.id, "title": document.title, "text": document.text,
             "passages": [[p.start, p.end, p.section, p.section_title] for p in passages]}
     if document.metadata:
-        kept["metadata"] = document.metadata
+        kept["metadata"] = json_safe(document.metadata)
     return kept
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` as strict JSON holds it: a NaN or infinite number, or an object JSON has no type for (a date, a
+    set), becomes its ``str``; dict keys become strings."""
+    if isinstance(value, dict):
+        return {str(key): json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, numbers.Integral):  # (numpy's integers too)
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value) if math.isfinite(value) else str(value)
+    return str(value)
+
+
 def write_store(path: Path, records: Iterable[dict[str, Any]]) -> int:
-    """Write records as JSON lines plus their byte offsets; returns the count. A metadata value JSON cannot hold
-    (a date, from documents built in Python) is stored as its ``str``."""
+    """Write records as JSON lines plus their byte offsets; returns the count."""
     offsets = []
     position = 0
     with atomic_write(path, "wb") as handle:
         for rec in records:
-            line = (json.dumps(rec, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+            line = (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8")
             offsets.append(position)
             handle.write(line)
             position += len(line)
