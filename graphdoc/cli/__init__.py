@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "info": "graphdoc.cli.info",
     "delete": "graphdoc.cli.delete",
     "search": "graphdoc.cli.search",
+    "serve": "graphdoc.cli.serve",
     "eval": "graphdoc.cli.eval",
     "tune-fusion": "graphdoc.cli.tune_fusion",
     "compare": "graphdoc.cli.compare",

@@ -1,0 +1,45 @@
+"""``graphdoc serve``: search an index over HTTP (JSON), until Ctrl-C.
+
+``GET /search?q=TEXT&k=10&mode=hybrid``, ``GET /similar?id=DOC_ID``, ``GET /document?id=DOC_ID``, ``GET /info``,
+``GET /health``, and ``POST /search`` with ``{"queries": {...}, "k": 100}`` for many queries at once (see
+graphdoc.retrieval.server). It listens on 127.0.0.1 (this machine only) unless ``--host`` says otherwise; an index
+rebuilt while it serves (documents added or deleted) is served from its next request on.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from graphdoc.cli.common import DEVICE_HELP, logger
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("serve", help="search an index over HTTP", description=__doc__)
+    parser.add_argument("--index-dir", required=True, type=Path)
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every network)")
+    parser.add_argument("--port", type=int, default=8080, help="default 8080; 0: any free port")
+    parser.add_argument("--model", default=None, help="query encoder (default: the index's model)")
+    parser.add_argument("--device", default=None, help=DEVICE_HELP)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphdoc.errors import GraphDocError
+    from graphdoc.retrieval.server import make_server
+
+    if not 0 <= args.port <= 65535:
+        raise GraphDocError(f"--port must be from 0 to 65535; got {args.port}")
+    server = make_server(args.index_dir, args.host, args.port, model=args.model, device=args.device)
+    host, port = server.server_address[:2]
+    documents = len(server.service.searcher.doc_ids)
+    print(f"serving {args.index_dir} ({documents} documents) on http://{host}:{port}/ (Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        logger.info("stopped")
+    finally:
+        server.server_close()
+        server.service.searcher.close()
+    return 0

@@ -1,0 +1,249 @@
+"""Search an index over HTTP: a small JSON service on the standard library's threading HTTP server.
+
+``GET`` endpoints (parameters in the query string; answers are JSON objects, UTF-8):
+
+- ``/search?q=TEXT[&k=10][&mode=hybrid|dense|bm25][&alpha=A][&fusion=weighted|rrf][&normalization=...]``:
+  ``{"query", "mode", "hits": [{rank, doc_id, score, title, passage, metadata}, ...]}``
+- ``/similar?id=DOC_ID[&k=10]``: the documents most like an indexed one (``Searcher.similar``)
+- ``/document?id=DOC_ID``: its stored record (id, title, text, metadata, passage spans)
+- ``/info``: documents and passages held, the model, dense, BM25 and fusion settings
+- ``/health``: ``{"status": "ok", "documents": N}``
+
+``POST /search`` with a JSON body ``{"queries": {id: text, ...} or [text, ...], "k": 100, "mode": ...}`` ranks
+many queries at once: ``{"run": {query id: {doc id: score}}}``. A bad request is answered ``400`` with
+``{"error": "..."}`` (one line, as the command line's errors), an unknown id or path ``404``.
+
+One :class:`~graphdoc.retrieval.searcher.Searcher` serves every thread. When the index is rebuilt (documents
+added or deleted), the next request opens the new build; requests under way finish on the one they began with.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from graphdoc.errors import GraphDocError
+from graphdoc.retrieval.searcher import MODES, Searcher
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY = 16 * 2**20  # bytes of a POST body read at most
+MAX_K = 10_000  # results a request may ask for
+
+
+class NotFound(GraphDocError):
+    """An id the index does not hold, or a path the service does not have: answered 404."""
+
+
+class SearchService:
+    """The searcher of ``index_dir`` (reopened when the index is rebuilt) and the answers to requests."""
+
+    def __init__(self, index_dir: str | Path, model=None, device: str | None = None) -> None:
+        self.index_dir, self.model, self.device = Path(index_dir), model, device
+        self._lock = threading.Lock()
+        self.searcher = self._open()
+
+    def _open(self) -> Searcher:
+        from graphdoc.retrieval.searcher import FINAL_DIR, _identity
+
+        searcher = Searcher(self.index_dir, model=self.model, device=self.device)
+        searcher.served_build = _identity(self.index_dir / FINAL_DIR)
+        return searcher
+
+    def current(self) -> Searcher:
+        """The searcher of the index's latest complete build (a new one when ``final/`` was replaced)."""
+        from graphdoc.retrieval.searcher import FINAL_DIR, _identity
+
+        searcher = self.searcher
+        now = _identity(self.index_dir / FINAL_DIR)
+        if now is None or now == searcher.served_build:
+            return searcher
+        with self._lock:
+            if self.searcher is searcher:  # (another thread may have reopened it meanwhile)
+                fresh = self._open()
+                if self.model is None and searcher._model is not None:  # keep the loaded query encoder
+                    try:
+                        fresh.model = searcher._model
+                    except GraphDocError:  # rebuilt with another model: the new one loads on first use
+                        pass
+                self.searcher = fresh  # (the old one is let go, not closed: requests may still be reading it)
+                logger.info("%s was rebuilt: serving its new build (%d documents)", self.index_dir,
+                            len(fresh.doc_ids))
+            return self.searcher
+
+    # ----------------------------------------------------------------- answers
+    def answer(self, method: str, path: str, params: dict[str, list[str]], body: bytes | None) -> dict[str, Any]:
+        """The JSON answer to one request; raises :class:`GraphDocError` (400) or :class:`NotFound` (404)."""
+        routes = {("GET", "/search"): self._search, ("GET", "/similar"): self._similar,
+                  ("GET", "/document"): self._document, ("GET", "/info"): self._info,
+                  ("GET", "/health"): self._health, ("POST", "/search"): self._batch}
+        route = routes.get((method, path.rstrip("/") or "/"))
+        if route is None:
+            known = sorted({p for _, p in routes})
+            raise NotFound(f"no endpoint {method} {path} (endpoints: {', '.join(known)}; POST /search)")
+        if method == "POST":
+            return route(body or b"")
+        return route(params)
+
+    def _search(self, params) -> dict[str, Any]:
+        query = _one(params, "q")
+        if query is None:
+            raise GraphDocError("give the query as q=...")
+        mode = _one(params, "mode") or "hybrid"
+        fusion = {key: value for key, value in (("method", _one(params, "fusion")),
+                                                ("alpha", _number(params, "alpha", float)),
+                                                ("normalization", _one(params, "normalization")))
+                  if value is not None}
+        if fusion and mode != "hybrid":
+            raise GraphDocError(f"{', '.join(fusion)} applies to mode hybrid, not {mode}")
+        hits = self.current().search(query, k=_k(params, 10), mode=mode, fusion=fusion or None)
+        return {"query": query, "mode": mode, "hits": [vars(hit) for hit in hits]}
+
+    def _similar(self, params) -> dict[str, Any]:
+        doc_id = _required_id(params)
+        searcher = self.current()
+        if doc_id not in searcher:
+            raise NotFound(f"the index holds no document {doc_id!r}")
+        return {"id": doc_id, "hits": [vars(hit) for hit in searcher.similar(doc_id, k=_k(params, 10))]}
+
+    def _document(self, params) -> dict[str, Any]:
+        doc_id = _required_id(params)
+        searcher = self.current()
+        if doc_id not in searcher:
+            raise NotFound(f"the index holds no document {doc_id!r}")
+        return searcher.document(doc_id)
+
+    def _info(self, params) -> dict[str, Any]:
+        searcher = self.current()
+        manifest = searcher.manifest
+        return {"index": str(self.index_dir), "documents": len(searcher.doc_ids),
+                "passages": manifest.counts.get("passages"), "model": manifest.model,
+                "dimension": manifest.dimension, "metric": manifest.metric, "faiss_factory": manifest.faiss_factory,
+                "bm25": manifest.bm25, "fusion": searcher.fusion.to_dict(), "dense": manifest.dense}
+
+    def _health(self, params) -> dict[str, Any]:
+        return {"status": "ok", "documents": len(self.current().doc_ids)}
+
+    def _batch(self, body: bytes) -> dict[str, Any]:
+        try:
+            request = json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise GraphDocError(f"the body is not JSON ({exc})") from None
+        if not isinstance(request, dict) or "queries" not in request:
+            raise GraphDocError('the body must be a JSON object with "queries" (an object {id: text} or a list)')
+        unknown = sorted(set(request) - {"queries", "k", "mode", "fusion"})
+        if unknown:
+            raise GraphDocError(f"unknown field {unknown[0]!r} (valid: queries, k, mode, fusion)")
+        k = request.get("k", 100)
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise GraphDocError(f"k must be an integer from 1 to {MAX_K}; got {k!r}")
+        mode = request.get("mode", "hybrid")
+        if mode not in MODES:
+            raise GraphDocError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+        run = self.current().batch_search(request["queries"], k=k, mode=mode, fusion=request.get("fusion"))
+        return {"run": run}
+
+
+def _one(params: dict[str, list[str]], name: str) -> str | None:
+    values = params.get(name)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise GraphDocError(f"{name} is given {len(values)} times; give it once")
+    return values[0]
+
+
+def _number(params, name: str, kind: type):
+    text = _one(params, name)
+    if text is None:
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        raise GraphDocError(f"{name} must be a number; got {text!r}") from None
+
+
+def _k(params, default: int) -> int:
+    k = _number(params, "k", int)
+    if k is None:
+        return default
+    if not 1 <= k <= MAX_K:
+        raise GraphDocError(f"k must be from 1 to {MAX_K}; got {k}")
+    return k
+
+
+def _required_id(params) -> str:
+    doc_id = _one(params, "id")
+    if not doc_id:
+        raise GraphDocError("give the document id as id=...")
+    return doc_id
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "SearchServer"
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's names)
+        self._respond("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._respond("POST")
+
+    def _respond(self, method: str) -> None:
+        start = time.perf_counter()
+        url = urlsplit(self.path)
+        try:
+            body = None
+            if method == "POST":
+                length = int(self.headers.get("Content-Length") or 0)
+                if length > MAX_BODY:
+                    raise GraphDocError(f"the body is {length} bytes; at most {MAX_BODY}")
+                body = self.rfile.read(length)
+            params = parse_qs(url.query, keep_blank_values=True, strict_parsing=False)
+            status, payload = HTTPStatus.OK, self.server.service.answer(method, url.path, params, body)
+        except NotFound as exc:
+            status, payload = HTTPStatus.NOT_FOUND, {"error": str(exc)}
+        except (GraphDocError, ValueError) as exc:
+            status, payload = HTTPStatus.BAD_REQUEST, {"error": str(exc)}
+        except Exception as exc:  # a bug or a damaged index: the service goes on; the log has the traceback
+            logger.exception("%s %s failed", method, self.path)
+            status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"}
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        logger.info("%s %s %d %.0f ms", method, self.path, status, 1000 * (time.perf_counter() - start))
+
+    def log_message(self, format: str, *args) -> None:  # (http.server's own lines: graphdoc logs one above)
+        logger.debug(format, *args)
+
+
+class SearchServer(ThreadingHTTPServer):
+    """The HTTP server of a :class:`SearchService`; ``server_address`` holds the port it got (0: any free)."""
+
+    daemon_threads = True
+
+    def __init__(self, service: SearchService, host: str = "127.0.0.1", port: int = 8080) -> None:
+        self.service = service
+        super().__init__((host, port), _Handler)
+
+
+def make_server(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080, model=None,
+                device: str | None = None) -> SearchServer:
+    """A server of the index in ``index_dir`` on ``host:port`` (``port`` 0: a free one), not yet serving: call
+    ``serve_forever()`` (and ``shutdown()`` from another thread, ``server_close()`` at the end)."""
+    service = SearchService(index_dir, model=model, device=device)
+    try:
+        return SearchServer(service, host, port)
+    except OSError as exc:
+        service.searcher.close()
+        raise GraphDocError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None

@@ -1,0 +1,130 @@
+"""``graphdoc serve`` (graphdoc.retrieval.server): an index searched over HTTP, answers equal to the Searcher's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from _retrieval_helpers import cli, error_line, make_docs, write_jsonl
+
+from graphdoc.retrieval.builder import IndexSettings, build_index
+from graphdoc.retrieval.searcher import Searcher
+from graphdoc.retrieval.server import make_server
+
+pytestmark = pytest.mark.usefixtures("restore_cli_state")
+
+
+@pytest.fixture(scope="module")
+def built(model, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("serve")
+    docs = make_docs(10)
+    docs[4]["label"] = "four"
+    build_index(model, str(write_jsonl(folder / "corpus.jsonl", docs)), folder / "index", IndexSettings(shard_size=4))
+    return folder / "index"
+
+
+@pytest.fixture
+def served(built, model, tmp_path):
+    index = Path(shutil.copytree(built, tmp_path / "index"))
+    server = make_server(index, port=0, model=model)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield index, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status, json.loads(response.read().decode("utf-8"))
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read().decode("utf-8"))
+
+
+def post(url: str, body: bytes) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+    return get(request)  # type: ignore[arg-type]
+
+
+def test_search_similar_and_document_answer_as_the_searcher(served, model) -> None:
+    index, base = served
+    with Searcher(index, model=model) as searcher:
+        hits = [vars(hit) for hit in searcher.search("zebra fox", k=3)]
+        dense = [vars(hit) for hit in searcher.search("zebra fox", k=2, mode="dense")]
+        like = [vars(hit) for hit in searcher.similar("d004", k=2)]
+        record = searcher.document("d004")
+        run = searcher.batch_search({"a": "graph attention", "b": "lazy dog"}, k=4, mode="bm25")
+    assert get(f"{base}/search?q=zebra+fox&k=3") == (200, {"query": "zebra fox", "mode": "hybrid", "hits": hits})
+    assert get(f"{base}/search?q=zebra%20fox&k=2&mode=dense")[1]["hits"] == dense
+    assert get(f"{base}/similar?id=d004&k=2") == (200, {"id": "d004", "hits": like})
+    assert get(f"{base}/document?id=d004") == (200, record) and record["metadata"] == {"label": "four"}
+    body = json.dumps({"queries": {"a": "graph attention", "b": "lazy dog"}, "k": 4, "mode": "bm25"}).encode()
+    assert post(f"{base}/search", body) == (200, {"run": run})
+    assert get(f"{base}/health") == (200, {"status": "ok", "documents": 10})
+    info = get(f"{base}/info")[1]
+    assert (info["documents"], info["fusion"]["alpha"], info["dimension"]) == (10, 0.6, 32)
+
+
+@pytest.mark.parametrize("path, status, error", [
+    ("/search?k=3", 400, "give the query as q=..."),
+    ("/search?q=+", 400, "the query is empty"),
+    ("/search?q=x&k=0", 400, "k must be from 1 to 10000; got 0"),
+    ("/search?q=x&k=ten", 400, "k must be a number; got 'ten'"),
+    ("/search?q=x&mode=sparse", 400, "unknown mode 'sparse'; valid: dense, bm25, hybrid"),
+    ("/search?q=x&mode=dense&alpha=0.3", 400, "alpha applies to mode hybrid, not dense"),
+    ("/search?q=x&q=y", 400, "q is given 2 times; give it once"),
+    ("/similar?id=nope", 404, "the index holds no document 'nope'"),
+    ("/document", 400, "give the document id as id=..."),
+    ("/nowhere", 404, "no endpoint GET /nowhere (endpoints: /document, /health, /info, /search, /similar; POST "
+                      "/search)"),
+])
+def test_bad_requests_are_one_line_errors(served, path, status, error) -> None:
+    assert get(served[1] + path) == (status, {"error": error})
+
+
+@pytest.mark.parametrize("body, error", [
+    (b"{not json", "the body is not JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
+                   "(char 1))"),
+    (b'{"k": 3}', 'the body must be a JSON object with "queries" (an object {id: text} or a list)'),
+    (b'{"queries": ["x"], "top": 3}', "unknown field 'top' (valid: queries, k, mode, fusion)"),
+    (b'{"queries": ["x"], "k": true}', "k must be an integer from 1 to 10000; got True"),
+])
+def test_bad_batch_bodies_are_400(served, body, error) -> None:
+    assert post(served[1] + "/search", body) == (400, {"error": error})
+
+
+def test_a_rebuilt_index_is_served_from_the_next_request(served, model, tmp_path) -> None:
+    index, base = served
+    assert get(f"{base}/health")[1]["documents"] == 10
+    build_index(model, str(write_jsonl(tmp_path / "more.jsonl", make_docs(2, seed=3, start=10))), index)
+    assert get(f"{base}/health")[1]["documents"] == 12
+    assert get(f"{base}/document?id=d011")[0] == 200
+
+
+def test_cli_refuses_a_bad_port_and_a_missing_index(tmp_path, capsys) -> None:
+    assert cli("serve", "--index-dir", tmp_path, "--port", 70000) == 1
+    assert error_line(capsys, "serve") == "graphdoc serve: error: --port must be from 0 to 65535; got 70000"
+    assert cli("serve", "--index-dir", tmp_path / "none") == 1
+    assert error_line(capsys, "serve") == f"graphdoc serve: error: index folder not found: {tmp_path / 'none'}"
+
+
+def test_cli_serves_until_interrupted(built, monkeypatch, capsys) -> None:
+    from graphdoc.retrieval import server as server_module
+
+    def interrupted(self, poll_interval=0.5):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(server_module.SearchServer, "serve_forever", interrupted)
+    assert cli("serve", "--index-dir", built, "--port", 0) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"serving {built} (10 documents) on http://127.0.0.1:") and out.endswith(
+        "/ (Ctrl-C stops)\n")
+    assert urllib.parse.urlsplit(out.split(" on ")[1].split(" ")[0]).port > 0
