@@ -9,6 +9,17 @@ from typing import Any
 from graphdoc.default_model import DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_NAME
 
 CARD_NAME = "README.md"
+#: the card's last line: a README.md holding it is graphdoc's, replaced when the model is saved again (one
+#: without it is the user's, which a save refuses to replace)
+MARKER = "<!-- written by graphdoc: saving the model again replaces this file (remove this line to keep it) -->"
+
+
+def is_graphdoc_card(path: Path) -> bool:
+    """Whether ``path`` is a card graphdoc wrote (it holds :data:`MARKER`)."""
+    try:
+        return MARKER in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
 
 
 def base_model(encoder: str) -> str | None:
@@ -64,7 +75,7 @@ def model_card(saved: dict[str, Any], name: str) -> str:
                   + ", ".join(f"{key} {value}" for key, value in sorted(_flat(search).items())) + ".", ""]
     made = ", ".join(f"{key.removesuffix('_version')} {saved[key]}" for key in
                      ("graphdoc_version", "torch_version", "transformers_version") if saved.get(key))
-    lines += ["## Settings", "", "```json", _json(model), "```", "", f"Saved with {made}.", ""]
+    lines += ["## Settings", "", "```json", _json(model), "```", "", f"Saved with {made}.", "", MARKER, ""]
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ from graphdoc.config import ModelConfig
 from graphdoc.default_model import DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_NAME, resolve_model_name
 from graphdoc.errors import ModelLoadError
 from graphdoc.fileio import atomic_directory, atomic_write, check_replaceable, read_safetensors
-from graphdoc.model_card import CARD_NAME, model_card
+from graphdoc.model_card import CARD_NAME, is_graphdoc_card, model_card
 from graphdoc.models.passage_encoder import PassageEncoder
 
 if TYPE_CHECKING:
@@ -73,8 +73,10 @@ def is_graphdoc_model(path: Path) -> bool:
 def check_save_target(path: str | Path) -> None:
     """Refuse, in one line, a ``path`` that a model save would not replace: a folder of other files (see
     :func:`graphdoc.fileio.check_replaceable`)."""
+    ours = (CONFIG_NAME, WEIGHTS_NAME, PASSAGE_ENCODER_DIR)  # and a model card graphdoc wrote, not the user's
+    card = Path(path) / CARD_NAME
     check_replaceable(path, is_graphdoc_model, "a saved graphdoc model",
-                      (CONFIG_NAME, WEIGHTS_NAME, PASSAGE_ENCODER_DIR, CARD_NAME))
+                      ours + ((CARD_NAME,) if is_graphdoc_card(card) else ()))
 
 
 def save(model: "GraphDocEncoder", path: str | Path) -> None:
@@ -104,7 +106,7 @@ def save_search_defaults(path: str | Path, search: dict) -> None:
     with atomic_write(config, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(payload, indent=2) + "\n")
     card = Path(path) / CARD_NAME
-    if card.is_file():  # (a model saved before graphdoc wrote cards has none: none is added)
+    if is_graphdoc_card(card):  # (none is added to a model saved before graphdoc wrote cards; a user's is kept)
         with atomic_write(card, "w", encoding="utf-8") as handle:
             handle.write(model_card(payload, str(path)))
 

@@ -96,7 +96,7 @@ def test_save_pretrained_keeps_a_folder_of_other_files(tiny_bert, tmp_path, monk
     monkeypatch.chdir(tmp_path / "empty")
     with pytest.raises(GraphDocError, match="it holds the current working folder"):
         model.save_pretrained(".")
-    assert sorted(p.name for p in (tmp_path / "empty").iterdir()) == ["config.json", "model.safetensors",
+    assert sorted(p.name for p in (tmp_path / "empty").iterdir()) == ["README.md", "config.json", "model.safetensors",
                                                                       "passage_encoder"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "project"]
 
@@ -162,12 +162,13 @@ def test_writes_through_a_symbolic_link_replace_its_target_and_keep_the_link(tin
     model.save_pretrained(tmp_path / "model")  # a saved model behind the link: replaced in place
     assert (tmp_path / "model").is_symlink()
     assert sorted(p.name for p in (tmp_path / "store" / "model").iterdir()) == [
-        "config.json", "model.safetensors", "passage_encoder"]
+        "README.md", "config.json", "model.safetensors", "passage_encoder"]
     assert GraphDocEncoder.from_pretrained(tmp_path / "model", device="cpu").dimension == model.dimension
     assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["model", "run.txt"]  # no temporaries
 
 
 def test_save_pretrained_keeps_files_added_to_a_saved_model(tiny_bert, tmp_path):
+    """A README.md of the user's (the card without graphdoc's last line) is kept, as any file added."""
     model = GraphDocEncoder.from_pretrained(tiny_bert, device="cpu")
     model.save_pretrained(tmp_path / "m")
     (tmp_path / "m" / "README.md").write_text("model card")

@@ -138,7 +138,7 @@ def test_checkpoint_folder_holds_no_pickle(tiny_bert, tmp_path):
     pretrain(corpus, tmp_path / "run", tiny_setup(tiny_bert, max_steps=2, frozen_encoder=True), device="cpu")
     folder = ckpt.list_checkpoints(tmp_path / "run")[-1]
     suffixes = {p.suffix for p in folder.rglob("*") if p.is_file()}
-    assert suffixes <= {".json", ".safetensors", ".txt"}
+    assert suffixes <= {".json", ".safetensors", ".txt", ".md"}  # (.md: the model card)
     state = json.loads((folder / ckpt.STATE_NAME).read_text())
     assert (state["step"], state["epoch"]) == (2, 0) and 8 <= state["offset"] <= 14  # 2 batches of 4 used
     assert load_file(str(folder / "rng.safetensors"))["torch_cpu.rank0"].dtype == torch.uint8
