@@ -8,7 +8,7 @@ their first document), so that a run's numbering does not depend on FAISS's.
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -24,9 +24,12 @@ class Clustering:
     """What :func:`kmeans` found: each document's cluster, the unit-length centroids ``[k, d]``, and each
     cluster's document nearest its centroid (a row number)."""
 
-    assignments: np.ndarray
-    centroids: np.ndarray
-    nearest: np.ndarray
+    assignments: np.ndarray = field(repr=False)
+    centroids: np.ndarray = field(repr=False)
+    nearest: np.ndarray = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"Clustering(k={len(self.centroids)}, documents={len(self.assignments)}, sizes={self.sizes})"
 
     @property
     def sizes(self) -> list[int]:

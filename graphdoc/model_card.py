@@ -9,9 +9,10 @@ from typing import Any
 from graphdoc.default_model import DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_NAME
 
 CARD_NAME = "README.md"
-#: the card's last line: a README.md holding it is graphdoc's, replaced when the model is saved again (one
-#: without it is the user's, which a save refuses to replace)
-MARKER = "<!-- written by graphdoc: saving the model again replaces this file (remove this line to keep it) -->"
+#: the card's last line: a README.md holding it is graphdoc's, written anew when the model is saved again (one
+#: without it is the user's, which a save keeps)
+MARKER = ("<!-- written by graphdoc: saving the model again writes this file anew; remove this line to keep your "
+          "edits -->")
 
 
 def is_graphdoc_card(path: Path) -> bool:

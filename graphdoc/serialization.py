@@ -73,18 +73,20 @@ def is_graphdoc_model(path: Path) -> bool:
 def check_save_target(path: str | Path) -> None:
     """Refuse, in one line, a ``path`` that a model save would not replace: a folder of other files (see
     :func:`graphdoc.fileio.check_replaceable`)."""
-    ours = (CONFIG_NAME, WEIGHTS_NAME, PASSAGE_ENCODER_DIR)  # and a model card graphdoc wrote, not the user's
-    card = Path(path) / CARD_NAME
+    # (a README.md is the model card: graphdoc's is written again, the user's is carried over)
     check_replaceable(path, is_graphdoc_model, "a saved graphdoc model",
-                      ours + ((CARD_NAME,) if is_graphdoc_card(card) else ()))
+                      (CONFIG_NAME, WEIGHTS_NAME, PASSAGE_ENCODER_DIR, CARD_NAME))
 
 
 def save(model: "GraphDocEncoder", path: str | Path) -> None:
     """Write the model folder atomically: an interrupted save leaves any earlier one intact.
 
-    ``path`` must be new, empty, or an earlier saved graphdoc model (it is replaced whole).
+    ``path`` must be new, empty, or an earlier saved graphdoc model (it is replaced whole). Its model card,
+    ``README.md``, is written anew, unless the one there is the user's (it lacks graphdoc's mark): that one is kept.
     """
     check_save_target(path)
+    card = Path(path) / CARD_NAME
+    users_card = card.read_bytes() if card.is_file() and not is_graphdoc_card(card) else None
     with atomic_directory(path) as tmp:
         model.passage_encoder.save(tmp / PASSAGE_ENCODER_DIR)
         tensors = {k: v.detach().cpu().contiguous() for k, v in model.head_state_dict().items()}
@@ -94,7 +96,10 @@ def save(model: "GraphDocEncoder", path: str | Path) -> None:
         if getattr(model, "search_defaults", None):
             payload["search"] = model.search_defaults
         (tmp / CONFIG_NAME).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-        (tmp / CARD_NAME).write_text(model_card(payload, str(path)), encoding="utf-8")
+        if users_card is not None:
+            (tmp / CARD_NAME).write_bytes(users_card)
+        else:
+            (tmp / CARD_NAME).write_text(model_card(payload, str(path)), encoding="utf-8")
 
 
 def save_search_defaults(path: str | Path, search: dict) -> None:

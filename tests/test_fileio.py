@@ -168,14 +168,18 @@ def test_writes_through_a_symbolic_link_replace_its_target_and_keep_the_link(tin
 
 
 def test_save_pretrained_keeps_files_added_to_a_saved_model(tiny_bert, tmp_path):
-    """A README.md of the user's (the card without graphdoc's last line) is kept, as any file added."""
+    """A file added is refused, and kept; a README.md of the user's (a card without graphdoc's mark) is carried
+    over by a save."""
     model = GraphDocEncoder.from_pretrained(tiny_bert, device="cpu")
     model.save_pretrained(tmp_path / "m")
     (tmp_path / "m" / "README.md").write_text("model card")
     (tmp_path / "m" / "extra").mkdir()
-    with pytest.raises(GraphDocError, match=r"m holds README.md, extra besides a saved graphdoc model: saving "
+    with pytest.raises(GraphDocError, match=r"m holds extra besides a saved graphdoc model: saving "
                                             r"replaces the whole folder, so move them out first"):
         model.save_pretrained(tmp_path / "m")
+    assert (tmp_path / "m" / "README.md").read_text() == "model card"
+    (tmp_path / "m" / "extra").rmdir()
+    model.save_pretrained(tmp_path / "m")
     assert (tmp_path / "m" / "README.md").read_text() == "model card"
 
 

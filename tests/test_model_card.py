@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from graphdoc.encoder import GraphDocEncoder
-from graphdoc.errors import GraphDocError
 from graphdoc.model_card import MARKER, base_model
 from graphdoc.serialization import save_search_defaults
 
@@ -39,8 +38,8 @@ def test_a_saved_model_has_a_card_naming_what_it_is(model_dir: Path, tiny_bert: 
     model.save_pretrained(folder)  # saved again into its own folder: the card is its own, replaced with it
     assert card_of(folder) == card and card.endswith(f"\n{MARKER}\n")
     (folder / "README.md").write_text(card.replace(MARKER, "my own notes"), encoding="utf-8")  # the user's now
-    with pytest.raises(GraphDocError, match=r"my-model holds README\.md besides a saved graphdoc model"):
-        model.save_pretrained(folder)
+    model.save_pretrained(folder)  # kept as it is
+    assert card_of(folder) == card.replace(MARKER, "my own notes")
     save_search_defaults(folder, {"fusion": {"alpha": 0.7}})  # the user's card is not rewritten either
     assert "my own notes" in card_of(folder) and "fine-tuned" not in card_of(folder)
 

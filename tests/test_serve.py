@@ -85,6 +85,9 @@ def test_search_similar_and_document_answer_as_the_searcher(served, model) -> No
     ("/document", 400, "give the document id as id=..."),
     ("/nowhere", 404, "no endpoint GET /nowhere (endpoints: /document, /health, /info, /search, /similar; POST "
                       "/search)"),
+    ("/search?q=x&mod=bm25", 400, "unknown parameter 'mod' for GET /search (valid: q, k, mode, alpha, fusion, "
+                                  "normalization)"),
+    ("/health?verbose=1", 400, "unknown parameter 'verbose' for GET /health (it takes none)"),
 ])
 def test_bad_requests_are_one_line_errors(served, path, status, error) -> None:
     assert get(served[1] + path) == (status, {"error": error})
@@ -96,6 +99,7 @@ def test_bad_requests_are_one_line_errors(served, path, status, error) -> None:
     (b'{"k": 3}', 'the body must be a JSON object with "queries" (an object {id: text} or a list)'),
     (b'{"queries": ["x"], "top": 3}', "unknown field 'top' (valid: queries, k, mode, fusion)"),
     (b'{"queries": ["x"], "k": true}', "k must be an integer from 1 to 10000; got True"),
+    (b'{"queries": "DNA"}', '"queries" must be an object {id: text} or a list of texts; got str'),
 ])
 def test_bad_batch_bodies_are_400(served, body, error) -> None:
     assert post(served[1] + "/search", body) == (400, {"error": error})

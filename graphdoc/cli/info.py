@@ -101,7 +101,7 @@ def _index_lines(info: dict[str, Any]) -> list[str]:
     fusion = info.get("fusion") or {}
     lines.append("  fusion: " + (f"rrf (k {fusion.get('rrf_k')})" if fusion.get("method") == "rrf" else
                                  f"weighted, alpha {fusion.get('alpha')}, {fusion.get('normalization')}"))
-    lines.append("  corpora:")
+    lines.append("  corpora:" if info["sources"] else "  corpora: none read yet")
     for source in info["sources"]:
         part = f" part {source['part']}" if source["part"] != "1/1" else ""
         fields = source.get("fields") or {}

@@ -36,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 MAX_BODY = 16 * 2**20  # bytes of a POST body read at most
 MAX_K = 10_000  # results a request may ask for
+#: the query parameters of each GET endpoint
+PARAMETERS = {"/search": ("q", "k", "mode", "alpha", "fusion", "normalization"), "/similar": ("id", "k"),
+              "/document": ("id",)}
 
 
 class NotFound(GraphDocError):
@@ -84,10 +87,16 @@ class SearchService:
         routes = {("GET", "/search"): self._search, ("GET", "/similar"): self._similar,
                   ("GET", "/document"): self._document, ("GET", "/info"): self._info,
                   ("GET", "/health"): self._health, ("POST", "/search"): self._batch}
-        route = routes.get((method, path.rstrip("/") or "/"))
+        path = path.rstrip("/") or "/"
+        route = routes.get((method, path))
         if route is None:
             known = sorted({p for _, p in routes})
             raise NotFound(f"no endpoint {method} {path} (endpoints: {', '.join(known)}; POST /search)")
+        allowed = PARAMETERS.get(path, ()) if method == "GET" else ()
+        unknown = sorted(set(params) - set(allowed))
+        if unknown:  # (a typo, mod=bm25, would be passed over)
+            valid = f"valid: {', '.join(allowed)}" if allowed else "it takes none"
+            raise GraphDocError(f"unknown parameter {unknown[0]!r} for {method} {path} ({valid})")
         if method == "POST":
             return route(body or b"")
         return route(params)
@@ -147,7 +156,11 @@ class SearchService:
         mode = request.get("mode", "hybrid")
         if mode not in MODES:
             raise GraphDocError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
-        run = self.current().batch_search(request["queries"], k=k, mode=mode, fusion=request.get("fusion"))
+        queries = request["queries"]
+        if not isinstance(queries, (dict, list)):
+            raise GraphDocError(f'"queries" must be an object {{id: text}} or a list of texts; got '
+                                f"{type(queries).__name__}")
+        run = self.current().batch_search(queries, k=k, mode=mode, fusion=request.get("fusion"))
         return {"run": run}
 
 
