@@ -73,6 +73,17 @@ def doc_ids(index_dir: Path) -> list[str]:
     return (index_dir / "final" / "doc_ids.txt").read_text(encoding="utf-8").splitlines()
 
 
+def records(index_dir: Path) -> list[dict]:
+    """The records of an index's document store (final/docstore.jsonl), in row order."""
+    from graphdoc.retrieval.docstore import DocStore
+
+    store = DocStore(index_dir / "final" / "docstore.jsonl")
+    try:
+        return [store[i] for i in range(len(store))]
+    finally:
+        store.close()
+
+
 def manifest_json(index_dir: Path) -> dict:
     return json.loads((index_dir / "manifest.json").read_text(encoding="utf-8"))
 

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _retrieval_helpers import cli, doc_ids, error_line, make_docs, manifest_json, write_jsonl
+from _retrieval_helpers import cli, doc_ids, error_line, make_docs, manifest_json, records, write_jsonl
 
 from graphdoc.corpus import Fields, read_corpus
 from graphdoc.errors import GraphDocError, InputError
 from graphdoc.retrieval import builder
 from graphdoc.retrieval.builder import IndexSettings, build_index
-from graphdoc.retrieval.docstore import DocStore
 from graphdoc.retrieval.manifest import Manifest
 
 PAPERS = [{"paper_id": "p1", "abstract": "Graphs of passages.", "text": "The full text one.", "headline": "One",
@@ -210,14 +209,6 @@ def test_embed_refuses_the_same_field_twice(tiny_bert, tmp_path, restored, capsy
 
 
 # ------------------------------------------------------------------ indexes
-def records(index_dir: Path) -> list[dict]:
-    store = DocStore(index_dir / "final" / "docstore.jsonl")
-    try:
-        return [store[i] for i in range(len(store))]
-    finally:
-        store.close()
-
-
 def renamed(docs: list[dict]) -> list[dict]:
     """The toy documents with their fields named otherwise (and a decoy ``text``)."""
     return [{"paper_id": d["_id"], "abstract": d["text"], "headline": d["title"], "text": "decoy"} for d in docs]

@@ -25,6 +25,7 @@ from _retrieval_helpers import (
     error_line,
     make_docs,
     manifest_json,
+    records,
     save_model,
     unit,
     write_jsonl,
@@ -35,7 +36,6 @@ from graphdoc.errors import GraphDocError, IndexMismatchError
 from graphdoc.retrieval.bm25 import BM25Config
 from graphdoc.retrieval import builder, progress
 from graphdoc.retrieval.builder import IndexSettings, build_index
-from graphdoc.retrieval.docstore import DocStore
 from graphdoc.retrieval.manifest import Manifest, SourceProgress, model_fingerprint
 from graphdoc.retrieval.merge import merge_indexes
 from graphdoc.retrieval.searcher import Searcher
@@ -51,14 +51,6 @@ def final_vectors(index_dir: Path) -> dict[str, np.ndarray]:
     ids = doc_ids(index_dir)
     assert len(ids) == len(set(ids)), ids
     return dict(zip(ids, np.load(index_dir / "final" / "doc_vectors.npy")))
-
-
-def records(index_dir: Path) -> list[dict]:
-    store = DocStore(index_dir / "final" / "docstore.jsonl")
-    try:
-        return [store[i] for i in range(len(store))]
-    finally:
-        store.close()
 
 
 def assert_vectors_match(index_dir: Path, model, docs: list[dict]) -> None:
