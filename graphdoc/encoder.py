@@ -278,9 +278,11 @@ class GraphDocEncoder(nn.Module):
         check_config_type(cls, config)
         return load_pretrained(cls, config.passage_encoder.model_name_or_path, config, device)
 
-    def save_pretrained(self, path: str | Path) -> None:
-        """Write ``config.json``, ``model.safetensors`` and ``passage_encoder/`` into ``path``."""
-        serialization.save(self, path)
+    def save_pretrained(self, path: str | Path, *, shown_as: str | Path | None = None) -> None:
+        """Write ``config.json``, ``model.safetensors``, ``passage_encoder/`` and a ``README.md`` model card into
+        ``path``; ``shown_as`` is the folder the card names (default ``path``: a caller saving into a temporary
+        folder renamed afterwards names the final one)."""
+        serialization.save(self, path, shown_as=shown_as)
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
         """The weights graphdoc adds on top of the passage encoder (projection and GAT layers)."""

@@ -3,6 +3,7 @@ shows a model card (its YAML header names the library, the base encoder and the 
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,7 @@ def model_card(saved: dict[str, Any], name: str) -> str:
                       '"text": "..."}]}])',
                       'queries = model.encode_queries(["what is ..."])',
                       "scores = model.similarity(queries, vectors)", "```", "", "```bash",
-                      f"graphdoc index --corpus corpus.jsonl --index-dir idx --model {name}",
+                      f"graphdoc index --corpus corpus.jsonl --index-dir idx --model {shlex.quote(name)}",
                       'graphdoc search --index-dir idx "a query"', "```", ""]
     search = saved.get("search")
     if search:

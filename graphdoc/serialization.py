@@ -78,7 +78,7 @@ def check_save_target(path: str | Path) -> None:
                       (CONFIG_NAME, WEIGHTS_NAME, PASSAGE_ENCODER_DIR, CARD_NAME))
 
 
-def save(model: "GraphDocEncoder", path: str | Path) -> None:
+def save(model: "GraphDocEncoder", path: str | Path, shown_as: str | Path | None = None) -> None:
     """Write the model folder atomically: an interrupted save leaves any earlier one intact.
 
     ``path`` must be new, empty, or an earlier saved graphdoc model (it is replaced whole). Its model card,
@@ -99,7 +99,7 @@ def save(model: "GraphDocEncoder", path: str | Path) -> None:
         if users_card is not None:
             (tmp / CARD_NAME).write_bytes(users_card)
         else:
-            (tmp / CARD_NAME).write_text(model_card(payload, str(path)), encoding="utf-8")
+            (tmp / CARD_NAME).write_text(model_card(payload, str(shown_as or path)), encoding="utf-8")
 
 
 def save_search_defaults(path: str | Path, search: dict) -> None:

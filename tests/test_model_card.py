@@ -72,3 +72,17 @@ def test_a_flat_model_card(tiny_bert: Path, tmp_path: Path) -> None:
 ])
 def test_base_model_is_a_hub_id_or_none(encoder, expected) -> None:
     assert base_model(encoder) == expected
+
+
+def test_a_card_names_the_final_folder_and_quotes_it_for_the_shell(model_dir: Path, tmp_path: Path) -> None:
+    import torch
+
+    from graphdoc.training import checkpoint
+
+    model = GraphDocEncoder.from_pretrained(str(model_dir), device="cpu")
+    folder = tmp_path / "run" / "checkpoint 1"
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    checkpoint.save_checkpoint(folder, model, optimizer, scheduler, {}, {"step": 1})
+    card = card_of(folder / checkpoint.MODEL_DIR)
+    assert ".tmp" not in card and f"--model '{folder / checkpoint.MODEL_DIR}'" in card

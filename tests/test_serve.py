@@ -132,3 +132,77 @@ def test_cli_serves_until_interrupted(built, monkeypatch, capsys) -> None:
     assert out.startswith(f"serving {built} (10 documents) on http://127.0.0.1:") and out.endswith(
         "/ (Ctrl-C stops)\n")
     assert urllib.parse.urlsplit(out.split(" on ")[1].split(" ")[0]).port > 0
+
+
+def raw(base: str, data: bytes) -> bytes:
+    """Send ``data`` on one connection and read until the server closes it (or 10 s pass)."""
+    import socket
+
+    port = urllib.parse.urlsplit(base).port
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except TimeoutError:
+            pass
+    return received
+
+
+def test_a_body_not_read_closes_the_connection(served) -> None:
+    """Bytes of a body the server did not read are not taken as the next request (keep-alive)."""
+    smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    for head in (b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n",
+                 b"GET /info HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(smuggled)):
+        answer = raw(served[1], head + smuggled)
+        assert answer.count(b"HTTP/1.1 ") == 1 and b"Connection: close" in answer
+    answer = raw(served[1], b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400 ") and b'"Content-Length \'-1\' is not a size in bytes"' in answer
+
+
+def test_other_methods_and_garbage_get_one_json_error(served) -> None:
+    answer = raw(served[1], b"PUT /search HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 501 ") and b"application/json" in answer
+    assert answer.endswith(b'{"error": "method PUT is not supported: GET or POST"}')
+    answer = raw(served[1], b"GARBAGE\r\n\r\n")  # (no HTTP version: answered as HTTP/0.9, the body alone)
+    assert answer.endswith(b'{"error": "Bad request syntax (\'GARBAGE\')"}')
+
+
+def test_a_build_finalised_after_the_searcher_opened_it_is_noticed(built, model, tmp_path) -> None:
+    """Opened while a build was being finalised (final/ in place, the manifest not yet saved): the manifest saved
+    afterwards is a new build to open; a manifest saved by a build still under way is not."""
+    from graphdoc.retrieval.searcher import build_changed
+
+    index = Path(shutil.copytree(built, tmp_path / "index"))
+    manifest = json.loads((index / "manifest.json").read_text(encoding="utf-8"))
+    (index / "manifest.json").write_text(json.dumps({**manifest, "finalized": False}), encoding="utf-8")
+    with Searcher(index, model=model) as searcher:
+        assert searcher.updating and not build_changed(searcher)
+        (index / "manifest.json").write_text(json.dumps({**manifest, "finalized": False, "created": "x"}),
+                                             encoding="utf-8")
+        assert not build_changed(searcher) and not build_changed(searcher)  # still under way
+        (index / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+        assert build_changed(searcher)
+    with Searcher(index, model=model) as searcher:
+        assert not searcher.updating and not build_changed(searcher)
+        build_index(model, str(write_jsonl(tmp_path / "more.jsonl", make_docs(1, seed=4, start=20))), index)
+        assert build_changed(searcher)
+
+
+def test_a_model_named_by_a_string_is_loaded_once(built, model_dir, monkeypatch, tmp_path) -> None:
+    import graphdoc.backbones as backbones
+
+    loads = []
+    load_model = backbones.load_model
+    monkeypatch.setattr(backbones, "load_model", lambda *a, **k: loads.append(a) or load_model(*a, **k))
+    index = Path(shutil.copytree(built, tmp_path / "index"))
+    service = make_server(index, port=0, model=str(model_dir))
+    try:
+        assert service.service.answer("GET", "/health", {}, None)["documents"] == 10
+        build_index(service.service.model, str(write_jsonl(tmp_path / "m.jsonl", make_docs(1, seed=5, start=30))),
+                    index)
+        assert service.service.answer("GET", "/health", {}, None)["documents"] == 11
+        assert len(loads) == 1
+    finally:
+        service.server_close()

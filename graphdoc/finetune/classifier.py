@@ -94,11 +94,12 @@ class DocumentClassifier(nn.Module):
         check_replaceable(path, lambda p: (p / HEAD_WEIGHTS).is_file(), "a saved classifier",
                           (ENCODER_DIR, HEAD_WEIGHTS, HEAD_CONFIG, LABELS))
 
-    def save_pretrained(self, path: str | Path) -> None:
-        """Write the classifier folder atomically; ``path`` must be new, empty or an earlier classifier."""
+    def save_pretrained(self, path: str | Path, *, shown_as: str | Path | None = None) -> None:
+        """Write the classifier folder atomically; ``path`` must be new, empty or an earlier classifier
+        (``shown_as``: the folder its encoder's model card names, as :meth:`GraphDocEncoder.save_pretrained`)."""
         self.check_save_target(path)
         with atomic_directory(path) as tmp:
-            self.encoder.save_pretrained(tmp / ENCODER_DIR)
+            self.encoder.save_pretrained(tmp / ENCODER_DIR, shown_as=Path(shown_as or path) / ENCODER_DIR)
             save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
                       str(tmp / HEAD_WEIGHTS))
             head = {"in_channels": self.head.in_channels, "num_classes": self.head.num_classes,

@@ -24,7 +24,7 @@ from graphdoc.retrieval.dense_searcher import DenseSearcher, DenseSettings
 from graphdoc.retrieval.docstore import DocStore, offsets_path
 from graphdoc.retrieval.finalize import FINAL_DIR, read_build
 from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig, fuse_arrays
-from graphdoc.retrieval.manifest import Manifest, check_identity, model_identity
+from graphdoc.retrieval.manifest import MANIFEST_NAME, Manifest, check_identity, model_identity
 from graphdoc.retrieval.queries import check_query, split_queries
 from graphdoc.retrieval.runs import id_ranks
 
@@ -95,6 +95,7 @@ class Searcher:
     def _open(self) -> bool:
         """Read the manifest and open ``final/``; False when ``final/`` was replaced while its files were opened,
         so that they may belong to two builds (one's ids with the other's BM25 rows, say)."""
+        manifest_seen = _stat(self.index_dir / MANIFEST_NAME)  # (before reading it: a save after the read shows)
         self.manifest = Manifest.load(self.index_dir)
         final = self.index_dir / FINAL_DIR
         if self.manifest.finalized and not self.manifest.shards:
@@ -117,6 +118,8 @@ class Searcher:
             if _identity(final) != before or (not final.is_dir() and _wait_for_swap(self.index_dir)):
                 return False
             raise
+        #: the build opened (``final/``'s identity) and the manifest read, as :func:`build_changed` compares them
+        self.opened = (before, manifest_seen)
         return _identity(final) == before
 
     def _open_final(self, final: Path) -> None:
@@ -467,6 +470,37 @@ def _wait_for_swap(index_dir: Path) -> bool:
                                 "build_index call or graphdoc index command)")
         time.sleep(0.01)
     return True
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    """A file's inode and modification time (``None`` when missing): another after it was replaced."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
+
+
+def build_changed(searcher: "Searcher") -> bool:
+    """Whether the index of ``searcher`` has a newer build than the one it opened: ``final/`` was replaced (an add
+    or a delete finalised), or it was opened while a build was being finalised and the manifest has changed since
+    (the manifest's own fields, its counts and fusion, are saved after ``final/``) and says it is finalised now.
+    A manifest saved by a build still under way is noted as seen, so that it is not read again until it changes."""
+    final_then, manifest_then = searcher.opened
+    if _identity(searcher.index_dir / FINAL_DIR) not in (final_then, None):
+        return True
+    if not searcher.updating:
+        return False
+    manifest_now = _stat(searcher.index_dir / MANIFEST_NAME)
+    if manifest_now == manifest_then:
+        return False
+    try:
+        finalized = Manifest.load(searcher.index_dir).finalized
+    except GraphDocError:  # being replaced, or damaged: the next request looks again
+        return False
+    if not finalized:
+        searcher.opened = (final_then, manifest_now)
+    return finalized
 
 
 def _identity(folder: Path) -> tuple[int, int, str | None] | None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from graphdoc.errors import GraphDocError
+from graphdoc.errors import DamagedIndexError, GraphDocError, ModelLoadError
 from graphdoc.retrieval.searcher import MODES, Searcher
 
 logger = logging.getLogger(__name__)
@@ -49,28 +49,22 @@ class SearchService:
     """The searcher of ``index_dir`` (reopened when the index is rebuilt) and the answers to requests."""
 
     def __init__(self, index_dir: str | Path, model=None, device: str | None = None) -> None:
-        self.index_dir, self.model, self.device = Path(index_dir), model, device
+        self.index_dir, self.device = Path(index_dir), device
         self._lock = threading.Lock()
-        self.searcher = self._open()
-
-    def _open(self) -> Searcher:
-        from graphdoc.retrieval.searcher import FINAL_DIR, _identity
-
-        searcher = Searcher(self.index_dir, model=self.model, device=self.device)
-        searcher.served_build = _identity(self.index_dir / FINAL_DIR)
-        return searcher
+        self.searcher = Searcher(self.index_dir, model=model, device=device)
+        # a model named by a string is loaded once, here: a rebuild reuses it (it is checked against the index)
+        self.model = self.searcher.model if model is not None else None
 
     def current(self) -> Searcher:
-        """The searcher of the index's latest complete build (a new one when ``final/`` was replaced)."""
-        from graphdoc.retrieval.searcher import FINAL_DIR, _identity
+        """The searcher of the index's latest complete build (a new one when an add or a delete was finalised)."""
+        from graphdoc.retrieval.searcher import build_changed
 
         searcher = self.searcher
-        now = _identity(self.index_dir / FINAL_DIR)
-        if now is None or now == searcher.served_build:
+        if not build_changed(searcher):
             return searcher
         with self._lock:
             if self.searcher is searcher:  # (another thread may have reopened it meanwhile)
-                fresh = self._open()
+                fresh = Searcher(self.index_dir, model=self.model, device=self.device)
                 if self.model is None and searcher._model is not None:  # keep the loaded query encoder
                     try:
                         fresh.model = searcher._model
@@ -202,6 +196,7 @@ def _required_id(params) -> str:
 class _Handler(BaseHTTPRequestHandler):
     server: "SearchServer"
     protocol_version = "HTTP/1.1"
+    timeout = 60  # seconds a connection may stay silent (a client that sends less than it announced)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's names)
         self._respond("GET")
@@ -213,28 +208,67 @@ class _Handler(BaseHTTPRequestHandler):
         start = time.perf_counter()
         url = urlsplit(self.path)
         try:
-            body = None
-            if method == "POST":
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_BODY:
-                    raise GraphDocError(f"the body is {length} bytes; at most {MAX_BODY}")
-                body = self.rfile.read(length)
+            body = self._body(method)
             params = parse_qs(url.query, keep_blank_values=True, strict_parsing=False)
             status, payload = HTTPStatus.OK, self.server.service.answer(method, url.path, params, body)
         except NotFound as exc:
             status, payload = HTTPStatus.NOT_FOUND, {"error": str(exc)}
+        except DamagedIndexError as exc:
+            status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)}
+        except ModelLoadError as exc:
+            status, payload = HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)}
         except (GraphDocError, ValueError) as exc:
             status, payload = HTTPStatus.BAD_REQUEST, {"error": str(exc)}
-        except Exception as exc:  # a bug or a damaged index: the service goes on; the log has the traceback
+        except Exception as exc:  # a bug: the service goes on; the log has the traceback
             logger.exception("%s %s failed", method, self.path)
             status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"}
+        self._send(status, payload)
+        logger.info("%s %s %d %.0f ms", method, self.path, status, 1000 * (time.perf_counter() - start))
+
+    def _body(self, method: str) -> bytes | None:
+        """The request's body (POST); a body this cannot read whole closes the connection after the answer (its
+        bytes would be read as the next request)."""
+        announced = self.headers.get("Content-Length")
+        if method != "POST":
+            if announced not in (None, "0"):
+                self.close_connection = True  # (a GET's body is not read)
+            return None
+        try:
+            length = int(announced) if announced is not None else None
+        except ValueError:
+            length = -1
+        if length is None or length < 0:
+            self.close_connection = True
+            raise GraphDocError("a POST needs a Content-Length header giving the body's size in bytes"
+                                if length is None else f"Content-Length {announced!r} is not a size in bytes")
+        if length > MAX_BODY:
+            self.close_connection = True
+            raise GraphDocError(f"the body is {length} bytes; at most {MAX_BODY}")
+        return self.rfile.read(length)
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
-        logger.info("%s %s %d %.0f ms", method, self.path, status, 1000 * (time.perf_counter() - start))
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own errors (an unsupported method, a malformed request line) as one JSON line too."""
+        self.close_connection = True
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = ""
+        error = message or phrase
+        if code == HTTPStatus.NOT_IMPLEMENTED and getattr(self, "command", None):
+            error = f"method {self.command} is not supported: GET or POST"
+        self._send(code, {"error": error})
+        logger.info("%s %s %d (%s)", getattr(self, "command", None) or "-", getattr(self, "path", "") or "-", code,
+                    error)
 
     def log_message(self, format: str, *args) -> None:  # (http.server's own lines: graphdoc logs one above)
         logger.debug(format, *args)
@@ -244,6 +278,16 @@ class SearchServer(ThreadingHTTPServer):
     """The HTTP server of a :class:`SearchService`; ``server_address`` holds the port it got (0: any free)."""
 
     daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A client gone mid-answer is a DEBUG line, not socketserver's traceback on stderr."""
+        import sys
+
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            logger.debug("%s: %s", client_address[0], error)
+        else:
+            logger.exception("request from %s failed", client_address[0])
 
     def __init__(self, service: SearchService, host: str = "127.0.0.1", port: int = 8080) -> None:
         self.service = service

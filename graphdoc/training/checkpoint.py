@@ -105,7 +105,7 @@ def save_checkpoint(folder: Path, model, optimizer: torch.optim.Optimizer, sched
     """Write one checkpoint folder atomically (``rng_states``: name -> uint8 tensor, per process;
     ``extra``: name -> weights trained beside the model, written as ``NAME.safetensors``)."""
     with atomic_directory(folder) as tmp:
-        model.save_pretrained(tmp / MODEL_DIR)
+        model.save_pretrained(tmp / MODEL_DIR, shown_as=folder / MODEL_DIR)
         for name, tensors in (extra or {}).items():
             save_file(tensors, str(tmp / f"{name}.safetensors"))
         tensors, meta = optimizer_files(optimizer)
