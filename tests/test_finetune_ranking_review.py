@@ -24,11 +24,11 @@ def test_a_kill_between_checkpoint_and_model_save_resumes_to_the_last_epochs_mod
     finetune_ranking(*args, tmp_path / "whole", config=RankingConfig(**BASE), model=str(tiny_bert))
     real_save, saves = GraphDocEncoder.save_pretrained, []
 
-    def killed_on_the_third_save(self, path):
+    def killed_on_the_third_save(self, path, **kwargs):
         saves.extend([path] if path == tmp_path / "killed" / "model" else [])  # not a checkpoint's own copy
         if len(saves) == 3:  # the last epoch's: in the old order its checkpoint was written already
             raise KeyboardInterrupt
-        return real_save(self, path)
+        return real_save(self, path, **kwargs)
 
     with monkeypatch.context() as patch:
         patch.setattr(GraphDocEncoder, "save_pretrained", killed_on_the_third_save)
