@@ -73,9 +73,11 @@ def is_graphdoc_model(path: Path) -> bool:
 def check_save_target(path: str | Path) -> None:
     """Refuse, in one line, a ``path`` that a model save would not replace: a folder of other files (see
     :func:`graphdoc.fileio.check_replaceable`)."""
-    # (a README.md is the model card: graphdoc's is written again, the user's is carried over)
-    check_replaceable(path, is_graphdoc_model, "a saved graphdoc model",
-                      (CONFIG_NAME, WEIGHTS_NAME, PASSAGE_ENCODER_DIR, CARD_NAME))
+    # (a README.md file is the model card: graphdoc's is written again, the user's is carried over; a folder of
+    # that name is the user's, and refused as any other)
+    card = Path(path) / CARD_NAME
+    ours = (CONFIG_NAME, WEIGHTS_NAME, PASSAGE_ENCODER_DIR) + ((CARD_NAME,) if card.is_file() else ())
+    check_replaceable(path, is_graphdoc_model, "a saved graphdoc model", ours)
 
 
 def save(model: "GraphDocEncoder", path: str | Path, shown_as: str | Path | None = None) -> None:
@@ -85,7 +87,7 @@ def save(model: "GraphDocEncoder", path: str | Path, shown_as: str | Path | None
     ``README.md``, is written anew, unless the one there is the user's (it lacks graphdoc's mark): that one is kept.
     """
     check_save_target(path)
-    card = Path(path) / CARD_NAME
+    card = Path(shown_as or path) / CARD_NAME  # (where the model ends up: a classifier saves its encoder elsewhere)
     users_card = card.read_bytes() if card.is_file() and not is_graphdoc_card(card) else None
     with atomic_directory(path) as tmp:
         model.passage_encoder.save(tmp / PASSAGE_ENCODER_DIR)

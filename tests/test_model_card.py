@@ -86,3 +86,23 @@ def test_a_card_names_the_final_folder_and_quotes_it_for_the_shell(model_dir: Pa
     checkpoint.save_checkpoint(folder, model, optimizer, scheduler, {}, {"step": 1})
     card = card_of(folder / checkpoint.MODEL_DIR)
     assert ".tmp" not in card and f"--model '{folder / checkpoint.MODEL_DIR}'" in card
+
+
+def test_a_readme_folder_is_refused_and_a_classifiers_user_card_kept(model_dir: Path, tmp_path: Path) -> None:
+    from graphdoc.errors import GraphDocError
+    from graphdoc.finetune.classifier import DocumentClassifier
+
+    model = GraphDocEncoder.from_pretrained(str(model_dir), device="cpu")
+    folder = tmp_path / "m"
+    model.save_pretrained(folder)
+    (folder / "README.md").unlink()
+    (folder / "README.md").mkdir()
+    (folder / "README.md" / "notes.txt").write_text("precious")
+    with pytest.raises(GraphDocError, match=r"m holds README\.md besides a saved graphdoc model"):
+        model.save_pretrained(folder)
+    assert (folder / "README.md" / "notes.txt").read_text() == "precious"
+    classifier = DocumentClassifier(model, ["a", "b"])
+    classifier.save_pretrained(tmp_path / "c")
+    (tmp_path / "c" / "encoder" / "README.md").write_text("# my card\n")
+    classifier.save_pretrained(tmp_path / "c")
+    assert (tmp_path / "c" / "encoder" / "README.md").read_text() == "# my card\n"

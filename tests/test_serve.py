@@ -206,3 +206,12 @@ def test_a_model_named_by_a_string_is_loaded_once(built, model_dir, monkeypatch,
         assert len(loads) == 1
     finally:
         service.server_close()
+
+
+def test_a_body_that_does_not_arrive_is_one_400_and_closes(served, monkeypatch) -> None:
+    from graphdoc.retrieval import server as server_module
+
+    monkeypatch.setattr(server_module._Handler, "timeout", 1)
+    answer = raw(served[1], b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{}")
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"Connection: close" in answer
+    assert b'"the 100 bytes of the body did not arrive (timed out)"' in answer

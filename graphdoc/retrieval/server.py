@@ -244,7 +244,15 @@ class _Handler(BaseHTTPRequestHandler):
         if length > MAX_BODY:
             self.close_connection = True
             raise GraphDocError(f"the body is {length} bytes; at most {MAX_BODY}")
-        return self.rfile.read(length)
+        try:
+            body = self.rfile.read(length)
+        except (TimeoutError, ConnectionError, OSError) as exc:
+            self.close_connection = True
+            raise GraphDocError(f"the {length} bytes of the body did not arrive ({exc})") from None
+        if len(body) < length:  # the client closed the connection early
+            self.close_connection = True
+            raise GraphDocError(f"the body ended after {len(body)} of the {length} bytes Content-Length gave")
+        return body
 
     def _send(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
