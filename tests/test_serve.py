@@ -100,6 +100,7 @@ def test_bad_requests_are_one_line_errors(served, path, status, error) -> None:
     (b'{"queries": ["x"], "top": 3}', "unknown field 'top' (valid: queries, k, mode, fusion)"),
     (b'{"queries": ["x"], "k": true}', "k must be an integer from 1 to 10000; got True"),
     (b'{"queries": "DNA"}', '"queries" must be an object {id: text} or a list of texts; got str'),
+    (b'{"queries": ["x"], "mode": "bm25", "fusion": {"alpha": 0.3}}', "fusion applies to mode hybrid, not bm25"),
 ])
 def test_bad_batch_bodies_are_400(served, body, error) -> None:
     assert post(served[1] + "/search", body) == (400, {"error": error})

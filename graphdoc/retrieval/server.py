@@ -150,6 +150,8 @@ class SearchService:
         mode = request.get("mode", "hybrid")
         if mode not in MODES:
             raise GraphDocError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+        if request.get("fusion") is not None and mode != "hybrid":
+            raise GraphDocError(f"fusion applies to mode hybrid, not {mode}")
         queries = request["queries"]
         if not isinstance(queries, (dict, list)):
             raise GraphDocError(f'"queries" must be an object {{id: text}} or a list of texts; got '
