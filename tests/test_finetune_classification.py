@@ -240,6 +240,29 @@ def test_a_csv_row_without_a_label_is_named_by_its_line(tmp_path):
     assert str(err.value) == f"{path}:5: document 'c' has no 'label'"
 
 
+def test_the_label_field_can_be_named(tmp_path):
+    from graphdoc.corpus import Fields
+    from graphdoc.errors import GraphDocError, InputError
+    from graphdoc.finetune.classification import read_labelled
+
+    path = write_jsonl(tmp_path / "t.jsonl", [{"_id": "a", "text": "one", "newsgroup": "sci", "label": "old"},
+                                              {"_id": "b", "text": "two", "newsgroup": 3}])
+    docs = read_labelled(path, "train", label_field="newsgroup")
+    assert [(d.id, d.metadata["label"], d.metadata["newsgroup"]) for d in docs] == [("train/a", "sci", "sci"),
+                                                                                    ("train/b", 3, 3)]
+    with pytest.raises(InputError) as err:
+        read_labelled(path, "train")  # the default field: b has none
+    assert str(err.value) == (f"{path}:2: document 'b' has no 'label' field (a label field of another name: "
+                              "label_field, --label-field)")
+    table = tmp_path / "t.csv"
+    table.write_text("post_id,body,newsgroup\np1,one,sci\np2,two,\n", encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        read_labelled(table, "dev", fields=Fields(id="post_id", text="body"), label_field="newsgroup")
+    assert str(err.value) == f"{table}:3: document 'p2' has no 'newsgroup'"
+    with pytest.raises(GraphDocError, match=r"^field 'body' is named for the documents' text, not their label$"):
+        read_labelled(table, "dev", fields=Fields(id="post_id", text="body"), label_field="body")
+
+
 def test_predict_proba_can_show_a_bar(tiny_bert, monkeypatch):
     """(stop 32: graphdoc predict ran silently, however many documents)"""
     import io

@@ -31,6 +31,22 @@ def test_finetune_classification_then_predict(tiny_bert, tmp_path, capsys):
     assert len((tmp_path / "p.jsonl").read_text().splitlines()) == 12
 
 
+def test_finetune_classification_with_a_label_field_of_another_name(tiny_bert, tmp_path, capsys):
+    files = labelled_files(tmp_path)
+    for split in ("train", "dev"):
+        records = [json.loads(line) for line in files[split].read_text().splitlines()]
+        renamed = [{"post": r.pop("_id"), "newsgroup": r.pop("label"), **r} for r in records]
+        files[split].write_text("".join(json.dumps(r) + "\n" for r in renamed))
+    args = ["-q", "finetune", "--task", "classification", "--train", str(files["train"]), "--dev", str(files["dev"]),
+            "--output", str(tmp_path / "run"), "--model", str(tiny_bert), "--epochs", "1", "--id-field", "post"]
+    assert main(args) == 1
+    assert "has no 'label' field (a label field of another name: label_field, --label-field)" in \
+        capsys.readouterr().err
+    assert main([*args, "--label-field", "newsgroup"]) == 0
+    summary = json.loads((tmp_path / "run" / "finetune.json").read_text())
+    assert summary["epochs"] == 1 and "dev_scores" in summary
+
+
 def test_finetune_ranking_cli(tiny_bert, tmp_path):
     files = ranking_files(tmp_path)
     assert main(["-q", "finetune", "--task", "ranking", "--corpus", str(files["corpus"]), "--queries",

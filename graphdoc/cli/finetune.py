@@ -19,7 +19,8 @@ from graphdoc.errors import GraphDocError
 NEEDS = {"ranking": ("corpus", "queries", "qrels"), "classification": ("train", "dev")}
 #: each task's own options: giving one to the other task is an error
 OPTIONS = {"ranking": ("corpus", "queries", "qrels", "dev_qrels", "folds", "negative_pool"),
-           "classification": ("train", "dev", "test", "few_shot", "repeats", "objective", "temperature")}
+           "classification": ("train", "dev", "test", "few_shot", "repeats", "objective", "temperature",
+                              "label_field")}
 SCORE_NAMES = {"macro_f1": "macro-F1"}  # as the closing line spells the scores of finetune.json
 
 
@@ -48,6 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                      "records have a label")
     cls.add_argument("--dev", metavar="PATH", help="labelled dev documents")
     cls.add_argument("--test", metavar="PATH", help="labelled test documents (scored with the best model)")
+    cls.add_argument("--label-field", default=None, metavar="FIELD",
+                     help="the record field (CSV/TSV column) holding each document's class (default: label)")
     cls.add_argument("--few-shot", type=int, default=None, metavar="K", help="K examples per class")
     cls.add_argument("--repeats", type=int, default=None, metavar="N",
                      help="few-shot seeds, with --few-shot (default: the config's, 10)")
@@ -124,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
         result = finetune_classification(args.train, args.dev, output, test=args.test, config=config,
                                          model=args.model, model_config=model_config, resume=args.resume,
                                          device=args.device, precision=args.precision, backbone=args.backbone,
-                                         show_progress_bar=not args.quiet, fields=fields)
+                                         show_progress_bar=not args.quiet, fields=fields,
+                                         label_field=args.label_field or "label")
     _report(result, f"{config.eval_mode} {config.eval_measure}" if args.task == "ranking" else "accuracy", output)
     return 0
 

@@ -233,7 +233,7 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
                             model: Any = None, model_config=None, resume: bool = False,
                             device: str | None = None, precision: str | None = None,
                             backbone: str | None = None, show_progress_bar: bool | None = None,
-                            fields=None) -> dict:
+                            fields=None, label_field: str = "label") -> dict:
     """Fine-tune a linear head (and the graph layers; the encoder too unless frozen) on labelled documents.
 
     ``config.objective``: ``cross_entropy`` through the head, or ``supcon`` (supervised contrastive over
@@ -243,8 +243,8 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     frozen flat model trains the head alone, over document vectors computed once. ``precision``: the
     passage encoder's arithmetic, replacing the model's own (``None`` keeps it).
 
-    ``train``/``dev``/``test``: JSON lines with a ``label`` field (``fields``: the record fields of their ids,
-    texts and titles, :class:`graphdoc.corpus.Fields`). With ``config.shots`` set, few-shot mode:
+    ``train``/``dev``/``test``: JSON lines (or CSV/TSV) with a ``label`` field (``label_field`` names another;
+    ``fields``: the record fields of their ids, texts and titles, :class:`graphdoc.corpus.Fields`). With ``config.shots`` set, few-shot mode:
     ``shots`` examples per class, ``repeats`` seeds, scored on ``test`` (default ``dev``).
     ``show_progress_bar``: a bar per epoch (default: when the ``graphdoc`` logger shows INFO).
     Returns the summary (``output/finetune.json``, or ``output/fewshot.json``), with dev/test scores.
@@ -271,9 +271,10 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     config = config or ClassificationConfig()
     seed_everything(config.seed)  # the new graph layers and head start the same in every run
     output = _output_folder(output, config.cache_dir, (train, dev, test))
-    splits = {"train": read_labelled(train, "train", fields), "dev": read_labelled(dev, "dev", fields)}
+    splits = {"train": read_labelled(train, "train", fields, label_field),
+              "dev": read_labelled(dev, "dev", fields, label_field)}
     if test is not None:
-        splits["test"] = read_labelled(test, "test", fields)
+        splits["test"] = read_labelled(test, "test", fields, label_field)
     classes = _check_labels(splits, {"train": train, "dev": dev, "test": test}, config)
     check_run_folder(output, run_kind("classification", shots=config.shots), resume)
     if config.shots is None:  # the run ends by saving there: a folder of the user's is refused now

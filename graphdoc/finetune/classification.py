@@ -38,37 +38,48 @@ SUPCON_NEEDS_LAYERS = ("objective supcon trains layers over sub-documents, and a
                        "has none: use frozen_encoder false (--no-frozen-encoder) or a graph model")
 
 
-def read_labelled(source: str | Path, split: str, fields=None) -> list[Document]:
-    """Documents with a ``label`` field (JSON lines); ids become ``split/id`` so splits never collide.
+def read_labelled(source: str | Path, split: str, fields=None, label_field: str = "label") -> list[Document]:
+    """Documents with a label field (``label_field``, default ``label``); ids become ``split/id`` so splits never
+    collide, and the label is the document's ``metadata["label"]`` whatever field held it.
 
     A label is a string or an integer (``0`` is the class ``"0"``); anything else is refused. ``fields``: the
     record fields of the ids, texts and titles (:class:`graphdoc.corpus.Fields`).
     """
+    if not isinstance(label_field, str) or not label_field.strip():
+        raise GraphDocError(f"the label field must be a field's name; got {label_field!r}")
+    if fields is not None and label_field in fields.named().values():
+        raise GraphDocError(f"field {label_field!r} is named for the documents' "
+                            f"{next(r for r, n in fields.named().items() if n == label_field)}, not their label")
     docs = []
     for doc in read_corpus(source, fields=fields):
-        problem = label_problem(doc.metadata.get("label"))
+        label = doc.metadata.get(label_field)
+        problem = label_problem(label, label_field)
+        if problem and label_field == "label" and "label" not in doc.metadata:  # (the field, not its value)
+            problem += " field (a label field of another name: label_field, --label-field)"
         if problem:
             raise InputError(f"{_where(source, doc.id, fields)}: document {doc.id!r} {problem}")
-        docs.append(dataclasses.replace(doc, id=f"{split}/{doc.id}"))
+        metadata = doc.metadata if label_field == "label" else {**doc.metadata, "label": label}
+        docs.append(dataclasses.replace(doc, id=f"{split}/{doc.id}", metadata=metadata))
     if not docs:
         raise GraphDocError(f"{source} holds no labelled document")
     return docs
 
 
-def label_problem(label) -> str | None:
-    """Why ``label`` cannot be a class label (``None`` when it can: a non-empty string or an integer)."""
+def label_problem(label, field: str = "label") -> str | None:
+    """Why ``label`` (the record's ``field``) cannot be a class label (``None`` when it can: a non-empty string or
+    an integer)."""
     if label is None or (isinstance(label, str) and not label.strip()):
-        return "has no 'label'"
+        return f"has no {field!r}"
     if isinstance(label, str):
         surrogate = lone_surrogate(label)
-        return f"has a 'label' that is not valid Unicode (lone surrogate {surrogate})" if surrogate else None
+        return f"has a {field!r} that is not valid Unicode (lone surrogate {surrogate})" if surrogate else None
     if isinstance(label, int) and not isinstance(label, bool):
         return None
     if isinstance(label, float):  # pandas writes a whole-number column holding a null as floats: 1.0
         hint = f" (write {int(label)}, not {label!r})" if label.is_integer() else ""
-        return f"has a 'label' that is a JSON float (2.0, 1e3); a label is a string or an integer{hint}"
+        return f"has a {field!r} that is a JSON float (2.0, 1e3); a label is a string or an integer{hint}"
     kind = {**JSON_TYPE_NAMES, dict: "an object"}.get(type(label), type(label).__name__)
-    return f"has a 'label' that is {kind}; a label is a string or an integer"
+    return f"has a {field!r} that is {kind}; a label is a string or an integer"
 
 
 def _where(source: str | Path, doc_id: str, fields=None) -> str:
