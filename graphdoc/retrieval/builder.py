@@ -42,7 +42,7 @@ from graphdoc.retrieval.dense_searcher import DenseSettings
 from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig
 from graphdoc.retrieval.dense import METRICS, TrainingError, new_faiss_index, training_minimum
 from graphdoc.retrieval.manifest import (MANIFEST_NAME, Manifest, SourceProgress, check_identity, chunker_version,
-                                         model_identity, normal_part)
+                                         model_identity, normal_part, split_of)
 from graphdoc.retrieval.progress import (Cursor, check_read_part_unchanged, corpus_state, open_corpus, state_changed,
                                          part_documents, report_complete, source_fields)
 from graphdoc.retrieval.shards import indexed_ids, write_shard
@@ -271,6 +271,7 @@ def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, setting
     if key != str(corpus) and manifest.source(key, part) is None and not manifest.whole(key) \
             and (manifest.source(str(corpus), part) or manifest.whole(str(corpus))):
         key = str(corpus)  # named with its split by an index built before stop 28: resumed under that name
+    _check_same_split(index_dir, manifest, key, corpus, part)
     fields = _corpus_fields(manifest, key, corpus, index_dir, as_fields(fields))
     source = manifest.source(key, part) or SourceProgress(corpus=key, part=part, fields=fields.to_dict() or None)
     if not source.complete and not manifest.whole(key):  # a corpus already indexed is not read again
@@ -302,6 +303,21 @@ def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, setting
                 logger.warning("%s part %s is only partly in the index (%d documents read): rerun its build to "
                                "add the rest", other.corpus, other.part, other.documents_read)
     return manifest
+
+
+def _check_same_split(index_dir: Path, manifest: Manifest, key: str, corpus, part: str) -> None:
+    """Refuse reading ``corpus`` as ``part`` into an index that holds it read in a split of another number of
+    parts (a ``--shard 1/2`` run resumed without ``--shard``: every document of its part would be a duplicate)."""
+    if manifest.source(key, part) is not None or manifest.whole(key):
+        return
+    other = next((s for s in manifest.sources if s.corpus == key and split_of(s.part) != split_of(part)), None)
+    if other is None:
+        return
+    given = "no --shard" if part == "1/1" else f"--shard {part}"
+    wanted = "no --shard" if other.part == "1/1" else f"--shard {other.part}"
+    raise GraphDocError(f"{index_dir} holds {corpus} read as part {other.part} ({wanted}), not with {given}: run "
+                        f"the same command again with {wanted} to go on with it, or index {corpus} into another "
+                        "folder")
 
 
 def _corpus_fields(manifest: Manifest, key: str, corpus, index_dir: Path, fields: Fields | None) -> Fields:
