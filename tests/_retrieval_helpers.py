@@ -84,6 +84,22 @@ def records(index_dir: Path) -> list[dict]:
         store.close()
 
 
+def kill_on_shard(monkeypatch, number: int = 2) -> None:
+    """Make the index builder raise KeyboardInterrupt (a kill) as it starts encoding its ``number``-th shard;
+    ``monkeypatch.undo()`` lets a rerun finish."""
+    from graphdoc.retrieval import builder
+
+    encode_shard, calls = builder._encode_shard, []
+
+    def killed(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == number:
+            raise KeyboardInterrupt
+        encode_shard(*args, **kwargs)
+
+    monkeypatch.setattr(builder, "_encode_shard", killed)
+
+
 def manifest_json(index_dir: Path) -> dict:
     return json.loads((index_dir / "manifest.json").read_text(encoding="utf-8"))
 

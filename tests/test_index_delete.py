@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _retrieval_helpers import RARE, cli, doc_ids, error_line, make_docs, manifest_json, write_jsonl
+from _retrieval_helpers import RARE, cli, doc_ids, error_line, kill_on_shard, make_docs, manifest_json, write_jsonl
 
 from graphdoc.errors import GraphDocError, InputError
-from graphdoc.retrieval import builder, delete_documents
+from graphdoc.retrieval import delete_documents
 from graphdoc.retrieval import finalize as finalize_module
 from graphdoc.retrieval.builder import IndexSettings, build_index
 from graphdoc.retrieval.manifest import Manifest
@@ -259,16 +259,8 @@ def test_a_finalising_that_fails_takes_the_deletion_back(index, monkeypatch, err
 
 
 def test_an_index_whose_build_is_in_progress_is_refused(model, tmp_path, monkeypatch) -> None:
-    encode_shard, calls = builder._encode_shard, []
-
-    def crash_on_second_shard(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        encode_shard(*args, **kwargs)
-
     corpus = write_jsonl(tmp_path / "c.jsonl", make_docs(6))
-    monkeypatch.setattr(builder, "_encode_shard", crash_on_second_shard)
+    kill_on_shard(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         build_index(model, str(corpus), tmp_path / "idx", IndexSettings(shard_size=3))
     monkeypatch.undo()

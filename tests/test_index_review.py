@@ -591,21 +591,12 @@ def test_a_faiss_factory_faiss_would_crash_on_is_refused_before_encoding(corpus,
 
 def test_a_part_resumed_without_its_shard_is_told_to_give_it(model, tmp_path, monkeypatch) -> None:
     """(a --shard 1/2 run resumed without --shard said its first document was already in the index)"""
-    from _retrieval_helpers import make_docs, manifest_json, write_jsonl
+    from _retrieval_helpers import kill_on_shard, make_docs, manifest_json, write_jsonl
 
-    from graphdoc.retrieval import builder
     from graphdoc.retrieval.builder import IndexSettings, build_index
 
     corpus = str(write_jsonl(tmp_path / "c.jsonl", make_docs(8)))
-    encode_shard, calls = builder._encode_shard, []
-
-    def killed_on_the_second_shard(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        encode_shard(*args, **kwargs)
-
-    monkeypatch.setattr(builder, "_encode_shard", killed_on_the_second_shard)
+    kill_on_shard(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         build_index(model, corpus, tmp_path / "p", IndexSettings(shard_size=1), part="1/2")
     monkeypatch.undo()
