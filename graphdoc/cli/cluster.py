@@ -121,9 +121,11 @@ def _read_embeddings(path: Path, ids: list[str]):
     """The vectors of ``path`` (a graphdoc embed output), checked against the corpus's document ``ids``."""
     import numpy as np
 
-    ids_file = path.with_name(path.name.removesuffix(".npy") + ".ids.txt")
+    from graphdoc.cli.embed import ids_path
+
     if path.suffix != ".npy":
         raise GraphDocError(f"--embeddings {path}: name a .npy file written by graphdoc embed")
+    ids_file = ids_path(path)
     for file in (path, ids_file):
         if not file.is_file():
             raise GraphDocError(f"--embeddings: {file} not found" + (" (graphdoc embed writes it beside the .npy)"

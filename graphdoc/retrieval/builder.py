@@ -489,5 +489,6 @@ def _encode_shard(model, docs: list, index_dir: Path, manifest: Manifest, settin
 
 
 def _known_ids(index_dir: Path, manifest: Manifest) -> set[str]:
-    """The ids the index holds (a deleted one is not: adding it again is no duplicate)."""
-    return indexed_ids(index_dir, manifest)
+    """The ids the index holds (a deleted one is not: adding it again is no duplicate), as a set the build adds
+    to."""
+    return set(indexed_ids(index_dir, manifest))

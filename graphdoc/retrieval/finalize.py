@@ -104,7 +104,7 @@ def read_build(final: Path) -> dict | None:
 
 def _gather(index_dir: Path, manifest: Manifest):
     """Every shard's rows, one after the other: ids, document vectors, passage vectors, passage pointers, attention
-    (``None`` when a shard lacks it), docstore paths, and which rows are deleted."""
+    (``None`` when a shard lacks it), docstore paths with their shard's row count, and which rows are deleted."""
     ids, docs, passages, attention, ptrs, stores, deleted = [], [], [], [], [0], [], []
     offset = 0
     for number, name in enumerate(manifest.shards):
@@ -116,7 +116,7 @@ def _gather(index_dir: Path, manifest: Manifest):
         attention.append(s_attention)
         ptrs.extend((s_ptr[1:] + offset).tolist())
         offset += len(s_passages)
-        stores.append(s_store)
+        stores.append((s_store, len(s_ids)))
     dim = manifest.dimension
     has_attention = bool(attention) and all(a is not None for a in attention)
     return (ids, np.concatenate(docs) if docs else np.zeros((0, dim), np.float32),
@@ -133,12 +133,12 @@ def _select_passages(vectors: np.ndarray, ptr: np.ndarray, keep: np.ndarray) -> 
     return vectors[rows], np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
 
-def _records(stores: list[Path], keep: np.ndarray):
+def _records(stores: list[tuple[Path, int]], keep: np.ndarray):
     """The records of the rows ``keep``; a shard's ``docs.jsonl`` that cannot be read, or holds another number of
     records than its ids, is an :class:`InputError` naming it."""
     wanted = set(keep.tolist())
     row = 0
-    for store in stores:
+    for store, ids in stores:
         records = 0
         try:
             for rec in docstore.iter_store(store):
@@ -148,7 +148,6 @@ def _records(stores: list[Path], keep: np.ndarray):
         except (OSError, ValueError) as exc:  # (json's and UTF-8's errors are ValueErrors)
             raise InputError(f"{store}: cannot be read at record {records + 1} ({exc}): the shard is damaged; "
                              "build the index anew") from None
-        ids = len(read_shard(store.parent, ids_only=True))
         if records != ids:
             raise InputError(f"{store}: {records} records for {ids} ids in ids.txt: the shard is damaged; build the "
                              "index anew")

@@ -24,7 +24,7 @@ from graphdoc.retrieval.manifest import (
     part_number,
     split_of,
 )
-from graphdoc.retrieval.shards import check_shard, read_shard
+from graphdoc.retrieval.shards import check_shard, indexed_ids
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def merge_indexes(output: str | Path, parts: Sequence[str | Path], on_duplicate:
     for path, manifest in zip(parts, manifests):
         for name in manifest.shards:
             check_shard(path / "shards" / name)  # a damaged part: one line naming its file, before any copying
-    held = [_held_ids(path, manifest) for path, manifest in zip(parts, manifests)]
+    held = [indexed_ids(path, manifest) for path, manifest in zip(parts, manifests)]
     _check_duplicates(parts, held, on_duplicate)
     _check_deletions(parts, manifests, held)
     if not any(m.shards for m in manifests):
@@ -188,15 +188,6 @@ def _copy_parts(folder: Path, parts: list[Path], manifests: list[Manifest]) -> M
 
 def _model_name(manifest: Manifest) -> str:
     return f"{manifest.model.get('name')!r} (weights {str(manifest.model.get('fingerprint'))[:12]})"
-
-
-def _held_ids(path: Path, manifest: Manifest) -> dict[str, None]:
-    """The ids a part holds (its deleted ones left out), in the order of its shards."""
-    held: dict[str, None] = {}
-    for number, name in enumerate(manifest.shards):
-        held.update((doc_id, None) for doc_id in read_shard(path / "shards" / name, ids_only=True)
-                    if not manifest.is_deleted(doc_id, number))
-    return held
 
 
 def _check_duplicates(parts: list[Path], held: list[dict[str, None]], on_duplicate: str) -> None:

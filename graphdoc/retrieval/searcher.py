@@ -289,13 +289,9 @@ class Searcher:
         if query_vectors is not None:
             query_vectors = self._query_vectors(query_vectors, len(texts))
         run: dict[str, dict[str, float]] = {}
-        with progress_bar(total=len(texts), desc="Searching", unit="query", disable=not show_progress_bar) as bar, \
-                logs_beside_bars(show_progress_bar):
-            for start in range(0, len(texts), QUERY_BLOCK):
-                block = slice(start, start + QUERY_BLOCK)
-                vectors = None if query_vectors is None else query_vectors[block]
-                run.update(self._search_block(qids[block], texts[block], vectors, k, mode, fusion, depth))
-                bar.update(len(qids[block]))
+        for block in _query_blocks(len(texts), show_progress_bar):
+            vectors = None if query_vectors is None else query_vectors[block]
+            run.update(self._search_block(qids[block], texts[block], vectors, k, mode, fusion, depth))
         return run
 
     def _search_block(self, qids: list[str], texts: list[str], vectors: np.ndarray | None, k: int, mode: str,
@@ -323,16 +319,12 @@ class Searcher:
         check_count("depth", depth)
         qids, texts = split_queries(queries)
         dense_run, sparse_run = {}, {}
-        with progress_bar(total=len(texts), desc="Searching", unit="query", disable=not show_progress_bar) as bar, \
-                logs_beside_bars(show_progress_bar):
-            for start in range(0, len(texts), QUERY_BLOCK):
-                block_ids, block_texts = qids[start:start + QUERY_BLOCK], texts[start:start + QUERY_BLOCK]
-                components = self._components(block_texts, self.encode_queries(block_texts), depth)
-                for qid, (union, dense_scores, sparse_scores) in zip(block_ids, components):
-                    names = [self.doc_ids[r] for r in union.tolist()]
-                    dense_run[qid] = dict(zip(names, dense_scores.tolist()))
-                    sparse_run[qid] = dict(zip(names, sparse_scores.tolist()))
-                bar.update(len(block_ids))
+        for block in _query_blocks(len(texts), show_progress_bar):
+            components = self._components(texts[block], self.encode_queries(texts[block]), depth)
+            for qid, (union, dense_scores, sparse_scores) in zip(qids[block], components):
+                names = [self.doc_ids[r] for r in union.tolist()]
+                dense_run[qid] = dict(zip(names, dense_scores.tolist()))
+                sparse_run[qid] = dict(zip(names, sparse_scores.tolist()))
         return dense_run, sparse_run
 
     def _components(self, texts: list[str], vectors: np.ndarray,
@@ -470,6 +462,15 @@ def _wait_for_swap(index_dir: Path) -> bool:
                                 "build_index call or graphdoc index command)")
         time.sleep(0.01)
     return True
+
+
+def _query_blocks(queries: int, show_progress_bar: bool) -> Iterator[slice]:
+    """Slices of :data:`QUERY_BLOCK` queries, under a "Searching" bar that moves as each is done."""
+    with progress_bar(total=queries, desc="Searching", unit="query", disable=not show_progress_bar) as bar, \
+            logs_beside_bars(show_progress_bar):
+        for start in range(0, queries, QUERY_BLOCK):
+            yield slice(start, start + QUERY_BLOCK)
+            bar.update(min(QUERY_BLOCK, queries - start))
 
 
 def _stat(path: Path) -> tuple[int, int] | None:

@@ -53,12 +53,12 @@ def read_shard(folder: Path, ids_only: bool = False, mmap: bool = False):
     return ids, doc_vectors, passage_vectors, ptr, attention, folder / "docs.jsonl"
 
 
-def indexed_ids(index_dir: Path, manifest: "Manifest") -> set[str]:
-    """The ids of the documents an index holds: those of its shards, less the deleted ones (a deleted id added
-    again later is held)."""
-    held: set[str] = set()
+def indexed_ids(index_dir: Path, manifest: "Manifest") -> dict[str, None]:
+    """The ids of the documents an index holds, in the order of its shards (a dict used as an ordered set): those
+    of its shards, less the deleted ones (a deleted id added again later is held)."""
+    held: dict[str, None] = {}
     for number, name in enumerate(manifest.shards):
-        held.update(doc_id for doc_id in read_shard(index_dir / "shards" / name, ids_only=True)
+        held.update((doc_id, None) for doc_id in read_shard(index_dir / "shards" / name, ids_only=True)
                     if not manifest.is_deleted(doc_id, number))
     return held
 
