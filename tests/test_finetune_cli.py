@@ -57,6 +57,30 @@ def test_finetune_ranking_cli(tiny_bert, tmp_path):
     assert saved["negative_pool"] == "judged" and (tmp_path / "r" / "negatives" / "bm25-judged.json").is_file()
 
 
+def test_seed_flag_sets_the_runs_seed_and_its_weights(tiny_bert, tmp_path, capsys):
+    files = ranking_files(tmp_path)
+
+    def run(out: str, *extra: str) -> dict:
+        assert main(["-q", "finetune", "--task", "ranking", "--corpus", str(files["corpus"]), "--queries",
+                     str(files["queries"]), "--qrels", str(files["qrels"]), "--output", str(tmp_path / out),
+                     "--model", str(tiny_bert), "--epochs", "1", "--batch-size", "4", *extra]) == 0
+        from safetensors.torch import load_file
+        return load_file(tmp_path / out / "model" / "model.safetensors")
+
+    seven, again, default = run("a", "--seed", "7"), run("b", "--seed", "7"), run("c")
+    assert json.loads((tmp_path / "a" / "finetune_config.json").read_text())["ranking"]["seed"] == 7
+    assert json.loads((tmp_path / "c" / "finetune_config.json").read_text())["ranking"]["seed"] == 42
+    assert all(torch.equal(seven[k], again[k]) for k in seven)
+    assert not all(torch.equal(seven[k], default[k]) for k in seven)
+    capsys.readouterr()
+    assert main(["-q", "finetune", "--task", "ranking", "--corpus", str(files["corpus"]), "--queries",
+                 str(files["queries"]), "--qrels", str(files["qrels"]), "--output", str(tmp_path / "d"),
+                 "--model", str(tiny_bert), "--seed", "-1"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "seed" in err[0], err
+    assert not (tmp_path / "d").exists()
+
+
 def test_error_lines(tiny_bert, tmp_path, capsys):
     assert main(["finetune", "--task", "ranking", "--output", str(tmp_path / "x")]) == 1
     assert capsys.readouterr().err.strip() == \

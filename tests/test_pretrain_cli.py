@@ -156,6 +156,29 @@ def test_bad_config_is_one_line(tmp_path, corpus, capsys, config, message):
     assert message in error_line(capsys)
 
 
+def test_seed_flag_sets_the_runs_seed_and_its_weights(tiny_bert, corpus, tmp_path, capsys):
+    config = write_config(tmp_path / "c.yaml", tiny_bert)
+
+    def layer(out: Path, *extra: str):
+        assert pretrain_cli("--corpus", str(corpus), "--output", str(out), "--config", str(config),
+                            "--max-steps", "2", "--frozen-encoder", "--device", "cpu", *extra) == 0
+        return GraphDocEncoder.from_pretrained(out / "model", device="cpu").graph.layers[0].out.weight
+
+    seven, again, default = layer(tmp_path / "a", "--seed", "7"), layer(tmp_path / "b", "--seed", "7"), \
+        layer(tmp_path / "c")
+    assert json.loads((tmp_path / "a" / "pretrain_config.json").read_text())["pretrain"]["seed"] == 7
+    assert json.loads((tmp_path / "c" / "pretrain_config.json").read_text())["pretrain"]["seed"] == 42
+    assert (seven == again).all() and not (seven == default).all()
+    capsys.readouterr()
+    assert pretrain_cli("--corpus", str(corpus), "--output", str(tmp_path / "a"), "--config", str(config),
+                        "--max-steps", "2", "--frozen-encoder", "--device", "cpu", "--seed", "8", "--resume") == 1
+    assert "seed" in error_line(capsys)
+    assert pretrain_cli("--corpus", str(corpus), "--output", str(tmp_path / "d"), "--config", str(config),
+                        "--seed", "-1") == 1
+    assert "pretrain.seed must be in [0, " in error_line(capsys)
+    assert not (tmp_path / "d").exists()
+
+
 def test_user_errors_are_one_line(tiny_bert, corpus, tmp_path, capsys):
     config = write_config(tmp_path / "c.yaml", tiny_bert)
     base = ["--output", str(tmp_path / "run"), "--config", str(config), "--device", "cpu"]

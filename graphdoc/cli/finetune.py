@@ -70,6 +70,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--batch-size", type=int, default=None, metavar="N",
                        help=_default_help("examples per optimiser step", "batch_size"))
     train.add_argument("--lr", type=float, default=None, help=_default_help("learning rate of the model", "lr"))
+    train.add_argument("--seed", type=int, default=None, metavar="N",
+                       help=_default_help("seeds the new weights, the example order and the negatives drawn", "seed"))
     train.add_argument("--max-passages", type=int, default=None, metavar="N",
                        help=_default_help("passages kept per document (its first ones)", "max_passages"))
     train.add_argument("--cache-dir", default=None, metavar="DIR",
@@ -106,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if output.exists() and not output.is_dir():
         raise GraphDocError(f"--output {output} exists and is not a folder")
     common = {"frozen_encoder": args.frozen_encoder, "epochs": args.epochs, "batch_size": args.batch_size,
-              "lr": args.lr, "max_passages": args.max_passages, "cache_dir": args.cache_dir}
+              "lr": args.lr, "seed": args.seed, "max_passages": args.max_passages, "cache_dir": args.cache_dir}
     setup = load_finetune_setup(args.config, args.backbone or saved_backbone(args.model))
     _warn_of_the_other_tasks_section(args)
     if args.backbone is not None:

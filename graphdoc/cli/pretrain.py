@@ -47,6 +47,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, default=None, metavar="N",
                         help="documents per step over all processes (overrides the config)")
     parser.add_argument("--epochs", type=int, default=None, metavar="N", help="overrides the config")
+    parser.add_argument("--seed", type=int, default=None, metavar="N",
+                        help="seeds the new weights, the shuffle and the sub-documents drawn (overrides the "
+                             "config; default 42)")
     parser.add_argument("--cache-dir", default=None, metavar="DIR",
                         help="passage vector cache of the frozen mode (default DIR/passage_cache)")
     add_field_arguments(parser, recorded="with --resume, those the run recorded")
@@ -70,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     setup = setup.with_overrides(
         objective=args.objective, frozen_encoder=args.frozen_encoder, max_steps=args.max_steps,
         max_seconds=args.max_seconds,
-        batch_size=args.batch_size, epochs=args.epochs, cache_dir=args.cache_dir)
+        batch_size=args.batch_size, epochs=args.epochs, seed=args.seed, cache_dir=args.cache_dir)
     if not args.output.strip():  # Path("") is the working folder
         raise GraphDocError("--output is empty: name the run's folder")
     args.output = Path(args.output)
