@@ -132,11 +132,11 @@ def test_a_run_none_of_whose_queries_is_judged_is_warned_about(caplog) -> None:
 
 
 # ------------------------------------------------------------------ 3. natural inputs
-def test_build_index_refuses_documents_in_memory(model, tmp_path) -> None:
-    with pytest.raises(GraphDocError) as info:
-        build_index(model, make_docs(3), tmp_path / "i")
-    assert str(info.value) == ("corpus must be the path or name of a corpus; got a list: write the documents to a "
-                               "JSONL file and index that")
+def test_build_index_refuses_a_corpus_of_another_type(model, tmp_path) -> None:
+    with pytest.raises(GraphDocError) as info:  # (a list of documents is indexed: tests/test_index_memory.py)
+        build_index(model, {d["_id"]: d["text"] for d in make_docs(3)}, tmp_path / "i")
+    assert str(info.value) == ("corpus must be the path or name of a corpus, or a list of documents (dicts or "
+                               "graphdoc.Document); got a dict")
     with pytest.raises(GraphDocError, match="^settings must be an IndexSettings; got dict$"):
         build_index(model, "corpus.jsonl", tmp_path / "i", settings={})
     assert not (tmp_path / "i").exists()

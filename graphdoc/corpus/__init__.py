@@ -2,7 +2,8 @@
 
 Everything streams: documents and queries are yielded one at a time, never read into memory at once.
 A ``source`` is a path (JSON lines, a BEIR folder, a folder of .txt/.md/.markdown files, a MediaWiki XML dump,
-TREC topics or qrels) or the name of a corpus fetched by an optional package (``robust04``, ...). A JSON lines,
+TREC topics or qrels) or the name of a corpus fetched by an optional package (``robust04``, ...); a corpus may
+also be documents held in memory, a :class:`~graphdoc.corpus.memory.MemoryCorpus`. A JSON lines,
 BEIR or CSV/TSV corpus whose records name their id, text or title otherwise is read with :class:`Fields`.
 Problems with the source (missing, unknown format) are raised at the call; problems inside it
 (a broken line, a duplicate id) when the reader reaches them, as one :class:`InputError` line.
@@ -19,14 +20,15 @@ from graphdoc.errors import InputError
 from graphdoc.corpus.fields import APPLIES_TO, Fields, as_fields
 from graphdoc.corpus.formats import CORPUS_FORMATS, QRELS_FORMATS, QUERY_FORMATS, detect
 from graphdoc.corpus.markup import markdown_sections, wikitext_sections
+from graphdoc.corpus.memory import MemoryCorpus
 from graphdoc.corpus.named import NAMED_CORPORA, NamedCorpus, resolve
 from graphdoc.corpus.stats import ReadStats, skip_empty
 
 Source = Union[str, "os.PathLike[str]"]
 Qrels = dict[str, dict[str, int]]
 
-__all__ = ["Fields", "NAMED_CORPORA", "Qrels", "ReadStats", "check_outside_corpus", "corpus_files", "markdown_sections",
-           "read_corpus", "read_qrels", "read_queries", "source_key", "wikitext_sections"]
+__all__ = ["Fields", "MemoryCorpus", "NAMED_CORPORA", "Qrels", "ReadStats", "check_outside_corpus", "corpus_files",
+           "markdown_sections", "read_corpus", "read_qrels", "read_queries", "source_key", "wikitext_sections"]
 
 
 def _check_source(source: Source, what: str) -> None:
@@ -43,10 +45,13 @@ def _named(source: Source, split: str | None = None) -> tuple[NamedCorpus, str |
     return None
 
 
-def source_key(source: Source) -> str:
+def source_key(source: Source | MemoryCorpus) -> str:
     """How an index or a training run names a corpus it reads: an existing path resolved, a named corpus by its
     name without a split (a split picks queries and qrels only: ``wikir/en59k/test`` holds the documents of
-    ``wikir/en59k``), anything else as given."""
+    ``wikir/en59k``), documents in memory by the hash of their records (``memory:sha256:...``), anything else as
+    given."""
+    if isinstance(source, MemoryCorpus):
+        return source.key
     if os.path.exists(source):
         return str(Path(source).resolve())
     try:
@@ -75,11 +80,14 @@ def check_outside_corpus(source, path: Source | None, flag: str, written: str) -
                              "read as documents")
 
 
-def corpus_files(source: Source) -> list[Path]:
+def corpus_files(source: Source | MemoryCorpus) -> list[Path]:
     """The files a local corpus is read from: a BEIR folder's corpus file (not its queries or qrels), a
-    folder's text files, or the file itself; ``[]`` for a named corpus. What a change to the corpus means."""
+    folder's text files, or the file itself; ``[]`` for a named corpus or documents in memory. What a change to
+    the corpus means."""
     from graphdoc.corpus import beir, textdir
 
+    if isinstance(source, MemoryCorpus):
+        return []
     _check_source(source, "corpus")
     path = Path(source)
     if not path.exists():
@@ -90,12 +98,12 @@ def corpus_files(source: Source) -> list[Path]:
     return [corpus] if corpus is not None else textdir.text_files(path)
 
 
-def data_files(source: Source) -> list[Path]:
+def data_files(source: Source | MemoryCorpus) -> list[Path]:
     """Every file of a local corpus, queries or qrels source that a command could read: :func:`corpus_files`,
     and a BEIR folder's queries and qrels files too; what an output must not replace."""
     from graphdoc.corpus import beir
 
-    if isinstance(source, str) and not source.strip():
+    if isinstance(source, MemoryCorpus) or isinstance(source, str) and not source.strip():
         return []  # the reader says what is wrong with it
     path = Path(source)
     if not beir.is_beir_folder(path):
@@ -108,15 +116,18 @@ def data_files(source: Source) -> list[Path]:
 COUNT_LIMIT = 2 * 2**30
 
 
-def document_count(source: Source) -> int | None:
+def document_count(source: Source | MemoryCorpus) -> int | None:
     """About how many documents a local corpus holds, for a progress bar's total and time left: a plain JSON
-    lines file's lines (a BEIR folder's ``corpus.jsonl`` too; blank lines are counted) or a folder's text files;
+    lines file's lines (a BEIR folder's ``corpus.jsonl`` too; blank lines are counted), a folder's text files or
+    the records in memory (empty ones too);
     ``None`` where telling means decompressing or parsing (compressed files, CSV rows that may span lines, XML
     dumps, named corpora) or a file over :data:`COUNT_LIMIT`, and on any error (the reader reports it)."""
     from graphdoc.corpus import beir
     from graphdoc.corpus.files import has_suffix
     from graphdoc.corpus.formats import JSONL_SUFFIXES
 
+    if isinstance(source, MemoryCorpus):
+        return len(source)
     try:
         path = Path(source)
         if _named(source) is not None or not path.exists():
@@ -136,15 +147,19 @@ def document_count(source: Source) -> int | None:
         return None
 
 
-def read_corpus(source: Source, *, stats: ReadStats | None = None, fields: Fields | None = None) -> Iterator[Document]:
+def read_corpus(source: Source | MemoryCorpus, *, stats: ReadStats | None = None,
+                fields: Fields | None = None) -> Iterator[Document]:
     """Stream the documents of ``source``, skipping empty ones (blank title and text; counted in ``stats``,
     logged at INFO).
 
     ``fields`` names the record fields that hold the id, text and title (:class:`Fields`) of a JSON lines file,
-    a BEIR folder or a CSV/TSV table; any other source given a mapping is an :class:`InputError`.
+    a BEIR folder, a CSV/TSV table or the dict records of a :class:`MemoryCorpus` (whose records are all checked
+    at the call); any other source given a mapping is an :class:`InputError`.
     """
     _check_source(source, "corpus")
     fields = as_fields(fields)
+    if isinstance(source, MemoryCorpus):
+        return skip_empty(source.documents(fields), stats if stats is not None else ReadStats(), str(source))
     mapped = fields is not None and not fields.is_default
     if mapped and isinstance(source, str) and not os.path.exists(source) \
             and any(source == name or source.startswith(name + "/") for name in NAMED_CORPORA):

@@ -26,13 +26,15 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from graphdoc.config import check_count
 from graphdoc.corpus import Fields, ReadStats, check_outside_corpus, document_count, source_key
 from graphdoc.corpus.fields import as_fields
+from graphdoc.corpus.memory import corpus_argument
+from graphdoc.documents import Document
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import LOCK_NAME, remove_stale_temporaries, writer_lock
 from graphdoc.progress import complete, logs_beside_bars, progress_bar
@@ -232,28 +234,31 @@ def remove_orphans(index_dir: Path, manifest: Manifest) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
 
 
-def build_index(model, corpus: str | os.PathLike, index_dir: str | Path, settings: IndexSettings | None = None,
-                part: str = "1/1", batch_size: int = 32, show_progress_bar: bool = False,
-                fields: Fields | None = None) -> Manifest:
+def build_index(model, corpus: str | os.PathLike | Sequence[dict | Document], index_dir: str | Path,
+                settings: IndexSettings | None = None, part: str = "1/1", batch_size: int = 32,
+                show_progress_bar: bool = False, fields: Fields | None = None) -> Manifest:
     """Index (or resume indexing, or add) a corpus; returns the manifest of the finalised index.
 
     ``model`` is a loaded model, or the name or folder of one (loaded with :func:`graphdoc.load_model`).
     ``corpus`` is a corpus file or folder, or a dataset name, as :func:`graphdoc.corpus.read_corpus` reads it:
-    the index records how far it got in it, to resume. Documents in memory go into a JSONL file first.
+    the index records how far it got in it, to resume. It may also be documents in memory, a list (any sequence)
+    of dicts (``{"_id"/"id", "title", "text"/"sections", ...}``, one JSON lines record each) or of
+    :class:`graphdoc.Document`: the index names them by a hash of their records (``memory:sha256:...``), so the
+    same list given again resumes a stopped build or adds nothing, and another list adds its documents. A
+    generator (read only once) and plain strings (no ids) are refused.
     ``fields`` (:class:`graphdoc.corpus.Fields`) names the record fields of its id, text and title; the index
     records them with the corpus's progress, so that ``None`` resumes (or reads another part) with the recorded
     ones, and other ones are refused for a corpus the index holds (they would index other text under its ids).
 
     Everything that can be checked is checked before the folder is touched: arguments and settings, the model
-    against an existing index, the corpus (opened and its first document read), and whether a FAISS factory
-    that needs training will have enough documents. A second process writing the same folder is refused.
+    against an existing index, the corpus (opened and its first document read; every record of documents in
+    memory), and whether a FAISS factory that needs training will have enough documents. A second process writing
+    the same folder is refused.
     """
     settings = IndexSettings() if settings is None else settings
     if not isinstance(settings, IndexSettings):
         raise GraphDocError(f"settings must be an IndexSettings; got {type(settings).__name__}")
-    if not isinstance(corpus, (str, os.PathLike)):
-        raise GraphDocError(f"corpus must be the path or name of a corpus; got a {type(corpus).__name__}: write "
-                            "the documents to a JSONL file and index that")
+    corpus = corpus_argument(corpus)  # documents in memory: a MemoryCorpus, every record's type checked
     check_count("batch_size", batch_size)
     index_dir = Path(index_dir)
     part_no, parts = parse_part(part)

@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 from typing import Iterator
 
-from graphdoc.corpus import Fields, ReadStats, corpus_files, read_corpus
+from graphdoc.corpus import Fields, MemoryCorpus, ReadStats, corpus_files, read_corpus
 from graphdoc.errors import GraphDocError, InputError
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.manifest import Manifest, SourceProgress
@@ -104,8 +104,11 @@ def corpus_state(corpus: str) -> list[int] | None:
     (48 bits) is of every file's path in the corpus, size and modification time, so that a file renamed or moved
     (its name is its document id), or restored with an older time, changes the state too.
 
-    Kept in the manifest when a corpus is indexed, to notice on a rerun that it changed without reading it.
+    Kept in the manifest when a corpus is indexed, to notice on a rerun that it changed without reading it
+    (documents in memory, a :class:`~graphdoc.corpus.MemoryCorpus`, are named by their content: ``None``).
     """
+    if isinstance(corpus, MemoryCorpus):
+        return None
     root = Path(corpus)
     if not root.exists():
         return None
