@@ -57,7 +57,8 @@ def test_a_build_under_way_is_not_searchable_yet(index, tmp_path, capsys) -> Non
     (copy / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     lines = info(capsys, copy).splitlines()
     assert lines[1].startswith("  not searchable yet; 2 shards, ")
-    assert lines[2] == ("  build under way or stopped (rerun the graphdoc index command to finish it): "
+    assert lines[2] == ("  build under way or stopped (rerun the graphdoc index command, or build_index with the same "
+                        "documents, to finish it): "
                         f"{index.parent / 'corpus.jsonl'}")
     assert lines[-1] == f"    {index.parent / 'corpus.jsonl'}: 3 documents read, not finished"
 

@@ -87,7 +87,8 @@ def _index_lines(info: dict[str, Any]) -> list[str]:
     lines = [f"index {info['path']} (graphdoc {info['graphdoc_version'] or 'before 0.1'}, created {info['created']})",
              f"  {state}; {counted(len(info['shards']), 'shards')}, {_mib(info['bytes'])} on disk"]
     if info["building"]:
-        lines.append(f"  build under way or stopped (rerun the graphdoc index command to finish it): "
+        lines.append(f"  build under way or stopped (rerun the graphdoc index command, or build_index with the same "
+                     f"documents, to finish it): "
                      f"{', '.join(info['building'])}")
     lines += _model_settings(model.get("path") or model.get("name"), model, info["dimension"])
     lines.append(f"  weights: {str(model.get('fingerprint', ''))[:12]}")
