@@ -79,6 +79,17 @@ def test_counts_are_summed_as_ir_measures_sums_them():
     assert evaluate(run, qrels, names) == pytest.approx({str(m): v for m, v in reference.items()})
 
 
+def test_a_query_the_run_lacks_counts_in_numq_and_numrel_as_trec_eval_c_counts_it():
+    qrels = {"q1": {"d1": 1}, "q2": {"d2": 2, "d4": 1, "d5": 0}, "q3": {"d6": 0}}
+    run = {"q1": {"d1": 2.0, "d3": 1.0}}
+    names = ["NumQ", "NumRet", "NumRel", "NumRelRet", "nDCG@10"]
+    assert evaluate(run, qrels, names) == {"NumQ": 3.0, "NumRet": 2.0, "NumRel": 3.0, "NumRet(rel=1)": 1.0,
+                                           "nDCG@10": 1 / 3}
+    assert evaluate_per_query(run, qrels, names)["q2"] == {"NumQ": 1.0, "NumRet": 0.0, "NumRel": 2.0,
+                                                           "NumRet(rel=1)": 0.0, "nDCG@10": 0.0}
+    assert evaluate({}, qrels, ["NumQ", "NumRel"]) == {"NumQ": 3.0, "NumRel": 3.0}
+
+
 @pytest.mark.parametrize("name, reason", [("alpha_nDCG@10", "no installed ir_measures provider computes it"),
                                           ("RBP(p=0.8)", "no installed ir_measures provider computes it"),
                                           ("INST", "invalid param max_rel=(not given)"),

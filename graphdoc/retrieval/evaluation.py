@@ -150,13 +150,14 @@ def _rank_scores(run: Run) -> dict[str, dict[str, float]]:
 
 
 def evaluate_per_query(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEFAULT_MEASURES) -> dict[str, dict[str, float]]:
-    """``{qid: {measure: value}}`` for every query in `qrels` (0.0 where the run has no results)."""
+    """``{qid: {measure: value}}`` for every query in `qrels` (0.0 where the run has no results, but ``NumQ`` and
+    ``NumRel``, which count the qrels)."""
     import ir_measures
 
     parsed = parse_measures(measures)
     names = [str(m) for m in parsed]
     qrels_plain = _plain_qrels(qrels)
-    results: dict[str, dict[str, float]] = {q: dict.fromkeys(names, 0.0) for q in qrels_plain}
+    results = {q: _without_results(parsed, judged) for q, judged in qrels_plain.items()}
     run_plain = {q: docs for q, docs in _rank_scores(_plain_run(run)).items() if q in qrels_plain and docs}
     if run_plain:
         gdeval = _gdeval_measures(parsed)
@@ -166,11 +167,19 @@ def evaluate_per_query(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEF
         try:  # gdeval.pl, a perl script, writes to descriptor 2: held back (the other providers print nothing)
             with _captured_stderr() if gdeval else contextlib.nullcontext([""]) as captured:
                 for metric in ir_measures.iter_calc(parsed, qrels_plain, run_plain):
-                    results[metric.query_id][str(metric.measure)] = float(metric.value)
+                    if metric.query_id in run_plain:  # (it gives the others 0 for every measure, NumQ too)
+                        results[metric.query_id][str(metric.measure)] = float(metric.value)
         except (*_CALC_ERRORS, TypeError) as err:  # (what check_computable finds first, for the commands)
             raise GraphDocError(f"ir_measures cannot compute {', '.join(names)}: {_reason(err)}") from None
         sys.stderr.write(captured[0])  # what the tools said, when they succeeded: not theirs to lose
     return results
+
+
+def _without_results(measures: Sequence[Any], judged: Mapping[str, int]) -> dict[str, float]:
+    """A query's values while the run has no results for it: 0, but for the measures that count its qrels, as
+    trec_eval -c gives them (``NumQ`` 1, ``NumRel`` its documents judged relevant)."""
+    counts = {"NumQ": 1.0, "NumRel": float(sum(rel >= 1 for rel in judged.values()))}
+    return {str(m): counts.get(getattr(m, "NAME", ""), 0.0) for m in measures}
 
 
 _NUMBER = re.compile(r"[0-9]+")
