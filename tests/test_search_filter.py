@@ -181,6 +181,19 @@ def test_metadata_read_once_and_a_damaged_store_is_reported(index, model, tmp_pa
             searcher.filter_mask({"source": "acl"})
 
 
+def test_threads_share_the_metadata_read_once(index, model, monkeypatch) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    reads, read = [], MetadataTable.read.__func__
+    monkeypatch.setattr(MetadataTable, "read", classmethod(lambda cls, *args: reads.append(1) or read(cls, *args)))
+    filters = [{"source": "arxiv"}, {"year": 2020}, {"tags": "graph"}, {"open": [True, None]}] * 4
+    with Searcher(index, model=model) as fresh, ThreadPoolExecutor(4) as pool:
+        found = list(pool.map(lambda f: kept(fresh, f), filters))
+    assert len(reads) == 1
+    assert found[:4] == [ARXIV, YEAR_2020, {"d000", "d003"}, {"d000", "d001", "d002", "d003", "d008"}]
+    assert found == found[:4] * 4
+
+
 # ------------------------------------------------------------------ rankings
 def restricted(run: dict[str, float], allowed: set[str], k: int = 100) -> dict[str, float]:
     return dict(list({doc_id: s for doc_id, s in run.items() if doc_id in allowed}.items())[:k])
