@@ -86,24 +86,50 @@ def test_search_similar_and_document_answer_as_the_searcher(served, model) -> No
     ("/nowhere", 404, "no endpoint GET /nowhere (endpoints: /document, /health, /info, /search, /similar; POST "
                       "/search)"),
     ("/search?q=x&mod=bm25", 400, "unknown parameter 'mod' for GET /search (valid: q, k, mode, alpha, fusion, "
-                                  "normalization)"),
+                                  "normalization, filter)"),
+    ("/search?q=x&filter=label", 400, "filter takes FIELD=VALUE (split at the first =); got 'label'"),
+    ("/similar?id=d001&filter=lable=four", 400, "unknown filter field 'lable' (did you mean 'label'?): no document "
+                                                "of index {index} has it; fields: label"),
     ("/health?verbose=1", 400, "unknown parameter 'verbose' for GET /health (it takes none)"),
 ])
 def test_bad_requests_are_one_line_errors(served, path, status, error) -> None:
-    assert get(served[1] + path) == (status, {"error": error})
+    assert get(served[1] + path) == (status, {"error": error.format(index=served[0])})
 
 
 @pytest.mark.parametrize("body, error", [
     (b"{not json", "the body is not JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
                    "(char 1))"),
     (b'{"k": 3}', 'the body must be a JSON object with "queries" (an object {id: text} or a list)'),
-    (b'{"queries": ["x"], "top": 3}', "unknown field 'top' (valid: queries, k, mode, fusion)"),
+    (b'{"queries": ["x"], "top": 3}', "unknown field 'top' (valid: queries, k, mode, fusion, filter)"),
     (b'{"queries": ["x"], "k": true}', "k must be an integer from 1 to 10000; got True"),
     (b'{"queries": "DNA"}', '"queries" must be an object {id: text} or a list of texts; got str'),
     (b'{"queries": ["x"], "mode": "bm25", "fusion": {"alpha": 0.3}}', "fusion applies to mode hybrid, not bm25"),
+    (b'{"queries": ["x"], "filter": ["label=four"]}', "a filter is a mapping {field: value or [values]}; got list"),
+    (b'{"queries": ["x"], "filter": {"label": []}}', "filter field 'label' has an empty list of values; give at "
+                                                     "least one"),
 ])
 def test_bad_batch_bodies_are_400(served, body, error) -> None:
     assert post(served[1] + "/search", body) == (400, {"error": error})
+
+
+def test_search_and_similar_filter_by_metadata(served, model, tmp_path) -> None:
+    index, base = served
+    with Searcher(index, model=model) as searcher:
+        hits = [vars(hit) for hit in searcher.search("zebra fox", k=3, filter={"label": "four"})]
+        like = [vars(hit) for hit in searcher.similar("d001", k=3, filter={"label": ["four", "five"]})]
+        run = searcher.batch_search({"a": "graph attention"}, k=4, mode="dense", filter={"label": "four"})
+    assert [hit["doc_id"] for hit in hits] == [hit["doc_id"] for hit in like] == ["d004"] and list(run["a"]) == ["d004"]
+    assert get(f"{base}/search?q=zebra+fox&k=3&filter=label=four") == (200, {"query": "zebra fox", "mode": "hybrid",
+                                                                           "hits": hits})
+    assert get(f"{base}/similar?id=d001&k=3&filter=label%3Dfour&filter=label=five") == (200, {"id": "d001",
+                                                                                            "hits": like})
+    body = {"queries": {"a": "graph attention"}, "k": 4, "mode": "dense", "filter": {"label": "four"}}
+    assert post(f"{base}/search", json.dumps(body).encode()) == (200, {"run": run})
+    assert get(f"{base}/search?q=zebra&filter=label=five")[1]["hits"] == []
+    more = make_docs(2, seed=3, start=10)
+    more[1]["label"] = "five"  # the rebuilt index's metadata, not the first build's, is filtered
+    build_index(model, str(write_jsonl(tmp_path / "more.jsonl", more)), index)
+    assert [hit["doc_id"] for hit in get(f"{base}/search?q=zebra&filter=label=five")[1]["hits"]] == ["d011"]
 
 
 def test_a_rebuilt_index_is_served_from_the_next_request(served, model, tmp_path) -> None:

@@ -36,6 +36,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                              "index's: zscore for a new index, unless a fine-tuned model set another; with zscore, "
                              "hybrid scores can be above 1 or below 0)")
     parser.add_argument("-k", type=int, default=None, help="results per query (default 10 for one query, 100 for many)")
+    parser.add_argument("--filter", action="append", default=None, metavar="FIELD=VALUE",
+                        help="only documents whose metadata FIELD is VALUE (a number matches its digits; a list, "
+                             "when it holds VALUE); repeatable: the same field again takes either value, other "
+                             "fields must match too")
     parser.add_argument("--output", type=Path, help="with --queries: write the run to this TREC file (-: print "
                         "it; without --output or --qrels the run is printed as TREC lines)")
     parser.add_argument("--qrels", help="with --queries: evaluate the run against these qrels")
@@ -179,12 +183,20 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _warn_no_match(searcher, filter) -> None:
+    """Say so when ``--filter`` keeps no document (an unknown field is an error before this)."""
+    mask = searcher.filter_mask(filter)
+    if mask is not None and not mask.any():
+        shown = " ".join(f"{field}={value}" for field, values in filter.items() for value in values)
+        logger.warning("no document of %s matches --filter %s: nothing is found", searcher.index_dir, shown)
+
+
 def _print_hits(searcher, args: argparse.Namespace, fusion) -> None:
     k = 10 if args.k is None else args.k
     if args.like is not None:
-        hits = searcher.similar(args.like, k=k)
+        hits = searcher.similar(args.like, k=k, filter=args.filter)
     else:
-        hits = searcher.search(args.query, k=k, mode=args.mode, fusion=fusion)
+        hits = searcher.search(args.query, k=k, mode=args.mode, fusion=fusion, filter=args.filter)
     if not hits and not args.json:
         print("no results" + (_no_terms(searcher, args.query) if args.mode == "bm25" else ""))
     explained = _explain(searcher, args, hits)
@@ -223,7 +235,10 @@ def warn_deeper(measures, k: int, flag: str, kept: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from graphdoc.retrieval.filters import filter_from_pairs
+
     _check_options(args)
+    args.filter = filter_from_pairs(args.filter)
     to_stdout = is_stdio(args.output)  # --output -: the run is printed
     if to_stdout:
         args.output = None
@@ -237,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
         warn_deeper(judgements.measures, 100 if args.k is None else args.k, "-k", "results a query keeps")
     with open_searcher(args) as searcher:
         fusion = fusion_config(searcher, args)
+        _warn_no_match(searcher, args.filter)
         if args.queries is None:
             _print_hits(searcher, args, fusion)
         else:
@@ -254,7 +270,7 @@ def _search_queries(searcher, args: argparse.Namespace, fusion, judgements, to_s
     if args.output is not None or ((judgements is None or to_stdout) and not args.json):
         check_trec_ids(searcher, "" if args.output is not None else ", or print the run with --json")
     run_ = searcher.batch_search(queries, k=100 if args.k is None else args.k, mode=args.mode, fusion=fusion,
-                                 show_progress_bar=not args.quiet)
+                                 show_progress_bar=not args.quiet, filter=args.filter)
     _warn_empty(searcher, args, queries, run_)
     if args.output is not None:
         from graphdoc.fileio import replacing

@@ -274,21 +274,22 @@ class BM25Index:
             return np.zeros(self.num_docs, dtype=np.float32)
         return np.asarray(self.backend.scores(query_tokens), dtype=np.float32)
 
-    def search(self, queries: list[str], k: int = 10, n_threads: int = 1,
-               tie_rank: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: list[str], k: int = 10, n_threads: int = 1, tie_rank: np.ndarray | None = None,
+               allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-`k` rows per query, best first (ties in the order of ``tie_rank[row]``, else by row), `k` clipped
-        to the corpus size.
+        to the corpus size; only rows where ``allowed`` (bool ``[num_docs]``) is true, when given.
 
         Documents that hold no query term (score 0) are left out; rows with fewer than `k`
         matches are padded with index -1 and score 0.0.
 
         Shapes: -> (indices int64 [q, k], scores float32 [q, k]).
         """
-        indices, scores, _ = self.search_scoring(queries, k, None, n_threads, tie_rank)
+        indices, scores, _ = self.search_scoring(queries, k, None, n_threads, tie_rank, allowed)
         return indices, scores
 
     def search_scoring(self, queries: list[str], k: int, rows: Sequence[np.ndarray] | None, n_threads: int = 1,
-                       tie_rank: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+                       tie_rank: np.ndarray | None = None, allowed: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """:meth:`search`, and each query's scores of its ``rows`` (e.g. another retriever's candidates) from
         the same scoring of the corpus: ``(indices, scores, [float32 [len(rows[i])], ...])``."""
         if isinstance(queries, str):
@@ -300,7 +301,8 @@ class BM25Index:
         def one(item) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
             tokens, rows_i = item
             scores = self._scores(tokens)
-            return (*top_k_array(scores, k, tie_rank), None if rows_i is None else scores[rows_i])
+            ranked = scores if allowed is None else np.where(allowed, scores, 0)  # 0: "no match", left out
+            return (*top_k_array(ranked, k, tie_rank), None if rows_i is None else scores[rows_i])
 
         if n_threads > 1 and len(query_tokens) > 1:
             with ThreadPoolExecutor(max_workers=n_threads) as pool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 from pathlib import Path
@@ -114,6 +115,38 @@ def default_nprobe(nlist: int) -> int:
     return min(nlist, max(16, min(nlist // 8, MAX_DEFAULT_NPROBE)))
 
 
+class RowSelection:
+    """The rows a filtered search may return: a bool ``mask`` over all rows, and what searches make of it (its
+    ``count``, its ``rows``, a FAISS selector, the selection of the passages of selected documents)."""
+
+    def __init__(self, mask: np.ndarray) -> None:
+        self.mask = np.asarray(mask, dtype=bool)
+        self.count = int(self.mask.sum())
+        self._passages: RowSelection | None = None
+
+    @functools.cached_property
+    def rows(self) -> np.ndarray:
+        """The selected rows, ascending (int64)."""
+        return np.flatnonzero(self.mask)
+
+    @functools.cached_property
+    def selector(self):
+        """A FAISS ``IDSelectorBitmap`` of the mask (holding its bits: FAISS reads them in place)."""
+        import faiss
+
+        bits = np.packbits(self.mask, bitorder="little")
+        selector = faiss.IDSelectorBitmap(len(self.mask), faiss.swig_ptr(bits))
+        selector.referenced_objects = [bits]  # (as FAISS's own Python wrappers keep what an object points into)
+        return selector
+
+    def of_passages(self, ptr: np.ndarray) -> RowSelection:
+        """The passages of the selected documents, document ``i``'s being rows ``ptr[i]:ptr[i + 1]`` (made
+        once)."""
+        if self._passages is None:
+            self._passages = RowSelection(np.repeat(self.mask, np.diff(ptr)))
+        return self._passages
+
+
 class DenseIndex:
     """A FAISS inner-product index over row-ordered vectors (row ``i`` is the ``i``-th document)."""
 
@@ -177,8 +210,12 @@ class DenseIndex:
                                 f"{str(exc).strip().splitlines()[-1]}") from None
         return cls(index, metric, factory)
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` rows per query: ``(scores [q, k], rows [q, k])``, row -1 where fewer exist."""
+    def search(self, queries: np.ndarray, k: int,
+               allowed: RowSelection | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` rows per query: ``(scores [q, k], rows [q, k])``, row -1 where fewer exist; only rows of
+        ``allowed`` when given (at least one)."""
+        if allowed is not None:
+            return self._search_allowed(queries, k, allowed)
         k = max(1, min(k, self.size))
         # FAISS's GPU indexes take k and nprobe up to 2,048: a deeper search (-k 1000 reads 4,000 passages) runs on
         # the CPU index
@@ -187,27 +224,68 @@ class DenseIndex:
             scores, rows = index.search(prepare_vectors(queries, self.metric), k)
         return scores, rows
 
-    def search_ties(self, queries: np.ndarray, k: int) -> list[np.ndarray]:
+    def search_ties(self, queries: np.ndarray, k: int, allowed: RowSelection | None = None) -> list[np.ndarray]:
         """The rows of :meth:`search` per query (valid ones), and every further row whose score equals the last
         one's: FAISS cuts equal scores at ``k`` in its own order (the order the rows were indexed in), and the
         caller orders ties by document id, whichever of them FAISS returned first."""
-        k = max(1, min(k, self.size))
-        scores, rows = self.search(queries, min(k + 1, self.size))  # one more: does the row past the cut tie?
+        size = self.size if allowed is None else allowed.count
+        k = max(1, min(k, size))
+        scores, rows = self.search(queries, min(k + 1, size), allowed)  # one more: does the row past the cut tie?
         found = []
         for i in range(len(rows)):
             s, r = scores[i], rows[i]
             cut = s[k - 1]
             if len(r) > k and r[k] >= 0 and s[k] >= cut:
                 depth = len(r)
-                while depth < self.size and r[-1] >= 0 and s[-1] >= cut:  # the tie goes on past what was read
-                    depth = min(2 * depth, self.size)
-                    s, r = (x[0] for x in self.search(queries[i:i + 1], depth))
+                while depth < size and r[-1] >= 0 and s[-1] >= cut:  # the tie goes on past what was read
+                    depth = min(2 * depth, size)
+                    s, r = (x[0] for x in self.search(queries[i:i + 1], depth, allowed))
                 keep = (r >= 0) & (s >= cut)
                 keep[:k] = r[:k] >= 0
                 found.append(r[keep])
             else:
                 found.append(r[:k][r[:k] >= 0])
         return found
+
+    def _search_allowed(self, queries: np.ndarray, k: int, allowed: RowSelection) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` among the rows of ``allowed``: FAISS skips the others (on the CPU index). An IVF index
+        whose probed lists hold fewer than ``k`` of them for a query searches all its lists for it; an index type
+        FAISS cannot restrict (PQ, NSG, a refined index) is searched deeper, its other rows dropped. (An HNSW
+        graph's walk may still find fewer than ``k``: :class:`DenseSearcher` tops its candidates up.)"""
+        import faiss
+
+        k = max(1, min(k, allowed.count))
+        prepared = prepare_vectors(queries, self.metric)
+        params = faiss.SearchParametersIVF(sel=allowed.selector, nprobe=self.nprobe) if self._ivf is not None \
+            else faiss.SearchParameters(sel=allowed.selector)
+        try:
+            with _threads_for(len(queries)):
+                scores, rows = self.index.search(prepared, k, params=params)
+        except RuntimeError:  # "params have incorrect type" / "not supported"
+            return self._post_filtered(queries, k, allowed)
+        short = np.flatnonzero((rows >= 0).sum(axis=1) < k)
+        if len(short) and self._ivf is not None and self.nprobe < self.nlist:
+            params = faiss.SearchParametersIVF(sel=allowed.selector, nprobe=self.nlist)
+            with _threads_for(len(short)):
+                scores[short], rows[short] = self.index.search(prepared[short], k, params=params)
+        return scores, rows
+
+    def _post_filtered(self, queries: np.ndarray, k: int, allowed: RowSelection) -> tuple[np.ndarray, np.ndarray]:
+        """The best ``k`` allowed rows of an unrestricted search, deepened until each query has them (or the
+        whole index was searched)."""
+        depth = k
+        while True:
+            depth = min(self.size, max(2 * depth, -(-k * self.size // allowed.count)))
+            scores, rows = self.search(queries, depth)
+            keep = (rows >= 0) & allowed.mask[np.maximum(rows, 0)]
+            if depth >= self.size or (keep.sum(axis=1) >= k).all():
+                break
+        out_scores = np.full((len(rows), k), np.finfo(np.float32).min, dtype=np.float32)
+        out_rows = np.full((len(rows), k), -1, dtype=np.int64)
+        for i, kept in enumerate(keep):
+            found = rows[i][kept][:k]
+            out_rows[i, :len(found)], out_scores[i, :len(found)] = found, scores[i][kept][:k]
+        return out_scores, out_rows
 
     def _search_index(self):
         """The index searches run on: the GPU copy (made now, the first time) or the CPU index."""

@@ -16,7 +16,7 @@ import numpy as np
 
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import reading
-from graphdoc.retrieval.dense import DenseIndex, prepare_vectors
+from graphdoc.retrieval.dense import DenseIndex, RowSelection, prepare_vectors
 
 
 PASSAGE_DEPTH_FACTOR = 4
@@ -25,6 +25,8 @@ FULL_PRODUCT_SHARE = 0.25
 #: the most memory those scores take for a block of queries, and the most queries in a block
 FULL_PRODUCT_BYTES = 64 * 2**20
 QUERY_BLOCK = 256
+#: a filter that keeps at most this many documents makes every one of them a candidate, scored exactly, without FAISS
+EXACT_ROWS = 2048
 
 
 @dataclass
@@ -93,17 +95,33 @@ class DenseSearcher:
                     return f"{name} holds {size} passages, not {passages} (passage_ptr.npy)"
         return None
 
-    def candidates(self, queries: np.ndarray, depth: int) -> list[np.ndarray]:
+    def candidates(self, queries: np.ndarray, depth: int, allowed: RowSelection | None = None) -> list[np.ndarray]:
         """Candidate document rows per query: FAISS top ``depth`` documents and passages' documents (with any
-        rows tied with the last of each)."""
-        found = self.doc_index.search_ties(queries, depth)  # a tie at the cut whole: ties rank by document id
+        rows tied with the last of each); only rows of ``allowed`` when given (every one of them when they are
+        few: see :data:`EXACT_ROWS`)."""
+        if allowed is not None and allowed.count <= EXACT_ROWS:
+            return [allowed.rows] * len(queries)
+        found = self.doc_index.search_ties(queries, depth, allowed)  # a tie at the cut whole: ties rank by id
+        for i in range(len(found) if allowed is not None else 0):
+            if len(found[i]) < min(depth, allowed.count):  # an HNSW graph's walk reached too few allowed rows
+                found[i] = np.union1d(found[i], self._nearest_allowed(queries[i], depth, allowed))
         if self.has_passages and self.settings.passage_weight > 0:
             # several passages of one document can crowd the top: look deeper to reach ``depth`` documents
-            p_rows = self.passage_index.search_ties(queries, depth * PASSAGE_DEPTH_FACTOR)
+            passages = None if allowed is None else allowed.of_passages(self.passage_ptr)
+            p_rows = self.passage_index.search_ties(queries, depth * PASSAGE_DEPTH_FACTOR, passages)
             for i, pr in enumerate(p_rows):
                 docs = np.searchsorted(self.passage_ptr, pr, side="right") - 1
                 found[i] = np.unique(np.concatenate([found[i], docs]))
         return found
+
+    def _nearest_allowed(self, query: np.ndarray, depth: int, allowed: RowSelection) -> np.ndarray:
+        """The ``depth`` allowed documents whose vectors score best for one prepared query, by brute force
+        (:data:`QUERY_BLOCK` thousand rows at a time)."""
+        step = QUERY_BLOCK * 1024
+        scores = np.concatenate([self.doc_vectors[allowed.rows[start:start + step]] @ query
+                                 for start in range(0, allowed.count, step)])
+        best = np.argpartition(-scores, depth - 1)[:depth] if depth < len(scores) else np.arange(len(scores))
+        return allowed.rows[best]
 
     def score(self, query: np.ndarray, rows: np.ndarray, all_passages: np.ndarray | None = None) -> np.ndarray:
         """Exact dense scores of one ``[d]`` query (already prepared) against document ``rows``; ``all_passages``:
@@ -148,7 +166,8 @@ class DenseSearcher:
         """How many queries' scores of every passage fit in :data:`FULL_PRODUCT_BYTES` (at least one)."""
         return max(1, FULL_PRODUCT_BYTES // max(4 * len(self.passage_vectors), 1)) if self.has_passages else 1
 
-    def search_blocks(self, queries: np.ndarray, depth: int, tie_rank: np.ndarray | None = None
+    def search_blocks(self, queries: np.ndarray, depth: int, tie_rank: np.ndarray | None = None,
+                      allowed: RowSelection | None = None
                       ) -> Iterator[list[tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], np.ndarray]]]]:
         """:meth:`search` a block of queries at a time: per query ``(rows, scores, score_more)``, where
         ``score_more(rows)`` scores other documents for that query as its candidates were (from its scores of all
@@ -158,7 +177,7 @@ class DenseSearcher:
         most = self.full_block
         for start in range(0, len(prepared), QUERY_BLOCK):
             block = prepared[start:start + QUERY_BLOCK]
-            candidates = self.candidates(block, depth)
+            candidates = self.candidates(block, depth, allowed)
             needs = self._needs_all_passages(candidates)
             cuts, held = [0], 0  # sub-blocks of at most `most` queries that need all their passages' scores
             for i in np.flatnonzero(needs).tolist():
@@ -185,11 +204,13 @@ class DenseSearcher:
             return np.zeros(0)
         return np.asarray(self.passage_vectors[self.passage_ptr[row]:self.passage_ptr[row + 1]] @ query)
 
-    def search(self, queries: np.ndarray, depth: int,
-               tie_rank: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    def search(self, queries: np.ndarray, depth: int, tie_rank: np.ndarray | None = None,
+               allowed: RowSelection | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per query, ``(rows, scores)`` of its candidates, best first, at most ``depth``; equal scores in the
-        order of ``tie_rank[row]`` (the rank of each row's document id), else by row."""
-        return [(rows, scores) for block in self.search_blocks(queries, depth, tie_rank) for rows, scores, _ in block]
+        order of ``tie_rank[row]`` (the rank of each row's document id), else by row; only rows of ``allowed``
+        when given (at least one)."""
+        blocks = self.search_blocks(queries, depth, tie_rank, allowed)
+        return [(rows, scores) for block in blocks for rows, scores, _ in block]
 
 
 def _load_array(path: Path, mmap: bool = True) -> np.ndarray:

@@ -17,11 +17,12 @@ import numpy as np
 from graphdoc.config import check_count
 from graphdoc.errors import DamagedIndexError, GraphDocError
 from graphdoc.retrieval.bm25 import BM25Index
-from graphdoc.retrieval.dense import prepare_vectors
+from graphdoc.retrieval.dense import RowSelection, prepare_vectors
 from graphdoc.fileio import UnreadableFileError, hidden_prefix, reading
 from graphdoc.progress import logs_beside_bars, progress_bar
 from graphdoc.retrieval.dense_searcher import DenseSearcher, DenseSettings
 from graphdoc.retrieval.docstore import DocStore, offsets_path
+from graphdoc.retrieval.filters import MetadataFilters
 from graphdoc.retrieval.finalize import FINAL_DIR, read_build
 from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig, fuse_arrays
 from graphdoc.retrieval.manifest import MANIFEST_NAME, Manifest, check_identity, model_identity
@@ -59,11 +60,23 @@ class Searcher:
     It is checked against the index: a different model or setting is refused.
 
     The document store stays open until :meth:`close`; ``with Searcher(index_dir) as searcher:`` closes it.
+
+    ``filter`` (of :meth:`search`, :meth:`batch_search`, :meth:`similar`) keeps the documents whose metadata match
+    a mapping ``{field: value or [values]}``: for every field named, the document's value equals one of the values
+    (AND across fields, OR within a field's list). Values compare as text: a string as itself, ``None`` as
+    ``"null"``, booleans as ``"true"``/``"false"``, a number as its decimal form (``2020``, ``2020.0`` and
+    ``"2020"`` are one value; ``0.5`` is ``"0.5"``), so a value typed on a command line matches a number; a list in
+    the metadata matches when one of its elements does. A document without the field never matches; a field no
+    document has is an error listing the fields there are (a typo would find nothing); a filter no document
+    matches finds nothing. ``id``, ``title`` and ``text`` are no metadata fields (``id`` names a metadata field
+    only where the corpus had one besides the id field it named). The index's metadata is read from its document
+    store on the first filter (once per searcher: a rebuilt index is a new searcher's).
     """
 
     def __init__(self, index_dir: str | Path, model=None, device: str | None = None) -> None:
         self.index_dir = Path(index_dir)
         self.docstore: DocStore | None = None
+        self.filters: MetadataFilters | None = None
         if not self.index_dir.is_dir():
             raise GraphDocError(f"{self.index_dir} is a file, not an index folder" if self.index_dir.exists()
                                 else f"index folder not found: {self.index_dir}")
@@ -89,7 +102,7 @@ class Searcher:
         except BaseException as exc:
             self.close()
             if isinstance(exc, UnreadableFileError):
-                raise self._damaged(f"{exc.path.relative_to(self.index_dir)} cannot be read ({exc.reason})") from exc
+                raise self._unreadable(exc) from exc
             raise
 
     def _open(self) -> bool:
@@ -135,6 +148,7 @@ class Searcher:
             offsets = np.load(offsets_path(store), mmap_mode="r", allow_pickle=False)
         with reading(store):
             self.docstore = DocStore(store, offsets)
+        self.filters = MetadataFilters(store, len(offsets), f"index {self.index_dir}")
         self.dense = DenseSearcher(final, self.manifest.metric, self.manifest.faiss_factory,
                                    DenseSettings(**self.manifest.dense), device=self.device)
         with reading(final / "bm25"):
@@ -170,13 +184,16 @@ class Searcher:
     def _damaged(self, problem: str) -> DamagedIndexError:
         return DamagedIndexError(self.index_dir, problem)
 
+    def _unreadable(self, exc: UnreadableFileError) -> DamagedIndexError:
+        return self._damaged(f"{exc.path.relative_to(self.index_dir)} cannot be read ({exc.reason})")
+
     def close(self) -> None:
         """Close the document store file and let go of the index's vectors, FAISS indexes and BM25 matrices (their
         memory maps close once nothing else holds them): searching, :meth:`record` and explanations refuse to run
         afterwards. Closing twice is harmless."""
         if self.docstore is not None:
             self.docstore.close()
-        self.dense = self.bm25 = self.passage_attention = None
+        self.dense = self.bm25 = self.passage_attention = self.filters = None
 
     def __enter__(self) -> Searcher:
         return self
@@ -195,7 +212,7 @@ class Searcher:
             with reading(self.docstore.path):
                 return self.docstore[row]
         except UnreadableFileError as exc:
-            raise self._damaged(f"{exc.path.relative_to(self.index_dir)} cannot be read ({exc.reason})") from exc
+            raise self._unreadable(exc) from exc
 
     @functools.cached_property
     def row_of(self) -> dict[str, int]:
@@ -266,7 +283,8 @@ class Searcher:
     # ----------------------------------------------------------------- ranking
     def batch_search(self, queries: Mapping[str, str] | Sequence[str], k: int = 100, mode: str = "hybrid",
                      fusion: FusionConfig | Mapping[str, Any] | None = None, query_vectors: np.ndarray | None = None,
-                     depth: int | None = None, show_progress_bar: bool = False) -> dict[str, dict[str, float]]:
+                     depth: int | None = None, show_progress_bar: bool = False,
+                     filter: Mapping[str, Any] | None = None) -> dict[str, dict[str, float]]:
         """Rank documents for many queries: ``{query id: {doc id: score}}``, best first.
 
         ``queries`` is a dict ``{query id: text}`` or a list of texts (query ids ``"0"``, ``"1"``, ...); one str
@@ -275,7 +293,9 @@ class Searcher:
         index's. ``query_vectors``, ``[queries, dimension]``, replaces encoding the queries with the model.
         Hybrid scores both retrievers over the union of their top ``depth`` (default ``max(k, 100)``).
         The queries are encoded and searched :data:`QUERY_BLOCK` at a time, under a "Searching" bar with
-        ``show_progress_bar``.
+        ``show_progress_bar``. ``filter`` keeps the documents whose metadata match (see the class doc): their dense
+        and BM25 scores are those of the same search without it, and hybrid fuses them over the matching candidates
+        (its normalisation and ranks see only those).
         """
         self._check_open()
         if mode not in MODES:
@@ -286,30 +306,49 @@ class Searcher:
         qids, texts = split_queries(queries)
         depth = max(k, depth or 100)
         fusion = self._fusion(fusion)
+        allowed = self._allowed(filter)
         if query_vectors is not None:
             query_vectors = self._query_vectors(query_vectors, len(texts))
+        if allowed is not None and not allowed.count:
+            return {qid: {} for qid in qids}
         run: dict[str, dict[str, float]] = {}
         for block in _query_blocks(len(texts), show_progress_bar):
             vectors = None if query_vectors is None else query_vectors[block]
-            run.update(self._search_block(qids[block], texts[block], vectors, k, mode, fusion, depth))
+            run.update(self._search_block(qids[block], texts[block], vectors, k, mode, fusion, depth, allowed))
         return run
 
     def _search_block(self, qids: list[str], texts: list[str], vectors: np.ndarray | None, k: int, mode: str,
-                      fusion: FusionConfig, depth: int) -> dict[str, dict[str, float]]:
+                      fusion: FusionConfig, depth: int, allowed: RowSelection | None) -> dict[str, dict[str, float]]:
         """:meth:`batch_search` of a block of queries (``vectors`` their given vectors, or ``None``)."""
         if mode == "hybrid":
             vectors = self.encode_queries(texts) if vectors is None else vectors
             run = {}
-            for qid, (union, dense_scores, sparse_scores) in zip(qids, self._components(texts, vectors, depth)):
+            components = self._components(texts, vectors, depth, allowed)
+            for qid, (union, dense_scores, sparse_scores) in zip(qids, components):
                 order, fused = fuse_arrays(dense_scores, sparse_scores, fusion, self.name_rank[union], k)
                 run[qid] = self._named(union[order], fused, k)
             return run
         if mode == "dense":
             vectors = self.encode_queries(texts) if vectors is None else vectors
-            ranked = self.dense.search(np.asarray(vectors), depth, self.name_rank)
+            ranked = self.dense.search(np.asarray(vectors), depth, self.name_rank, allowed)
         else:
-            ranked = zip(*self.bm25.search(texts, depth, tie_rank=self.name_rank))
+            mask = None if allowed is None else allowed.mask
+            ranked = zip(*self.bm25.search(texts, depth, tie_rank=self.name_rank, allowed=mask))
         return {qid: self._named(rows, scores, k) for qid, (rows, scores) in zip(qids, ranked)}
+
+    def filter_mask(self, filter: Mapping[str, Any] | None) -> np.ndarray | None:
+        """Which documents ``filter`` keeps: bool ``[documents]`` in the order of :attr:`doc_ids` (see the class
+        doc); ``None`` for no filter (``None`` or ``{}``)."""
+        allowed = self._allowed(filter)
+        return None if allowed is None else allowed.mask.copy()
+
+    def _allowed(self, filter: Mapping[str, Any] | None) -> RowSelection | None:
+        """The rows ``filter`` keeps (read from the document store's metadata on the first filter)."""
+        self._check_open()
+        try:
+            return self.filters.selection(filter)
+        except UnreadableFileError as exc:
+            raise self._unreadable(exc) from exc
 
     def component_runs(self, queries: Mapping[str, str], depth: int = 100,
                        show_progress_bar: bool = False) -> tuple[dict, dict]:
@@ -327,16 +366,18 @@ class Searcher:
                 sparse_run[qid] = dict(zip(names, sparse_scores.tolist()))
         return dense_run, sparse_run
 
-    def _components(self, texts: list[str], vectors: np.ndarray,
-                    depth: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def _components(self, texts: list[str], vectors: np.ndarray, depth: int, allowed: RowSelection | None = None
+                    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per query, the union of both retrievers' top ``depth`` (rows, ascending) and both scores of each: the
         dense search's scores of its own candidates and BM25's of the corpus, each computed once; only the BM25
-        candidates the dense top missed are scored densely on their own (a block of queries at a time)."""
+        candidates the dense top missed are scored densely on their own (a block of queries at a time). Both
+        retrievers return only rows of ``allowed``, when given."""
         start = 0
-        for block in self.dense.search_blocks(np.asarray(vectors), depth, self.name_rank):
+        mask = None if allowed is None else allowed.mask
+        for block in self.dense.search_blocks(np.asarray(vectors), depth, self.name_rank, allowed):
             rows, scores, at_dense = self.bm25.search_scoring(texts[start:start + len(block)], depth,
                                                               [d_rows for d_rows, _, _ in block],
-                                                              tie_rank=self.name_rank)
+                                                              tie_rank=self.name_rank, allowed=mask)
             start += len(block)
             for i, (d_rows, d_scores, score_more) in enumerate(block):
                 found = rows[i] >= 0
@@ -356,17 +397,22 @@ class Searcher:
 
     # ----------------------------------------------------------------- readable hits
     def search(self, query: str, k: int = 10, mode: str = "hybrid",
-               fusion: FusionConfig | Mapping[str, Any] | None = None) -> list[Hit]:
+               fusion: FusionConfig | Mapping[str, Any] | None = None,
+               filter: Mapping[str, Any] | None = None) -> list[Hit]:
         """Rank documents for one query, with titles and each hit's best passage (``fusion`` as in
-        :meth:`batch_search`); a blank or non-str query is refused."""
+        :meth:`batch_search`; ``filter`` keeps the documents whose metadata match, see the class doc); a blank or
+        non-str query is refused."""
         self._check_open()
         check_query(query)
         check_count("k", k)
         if mode not in MODES:
             raise GraphDocError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
         fusion = self._fusion(fusion)
+        allowed = self._allowed(filter)  # (a bad filter is refused before the model loads)
+        if allowed is not None and not allowed.count:
+            return []
         vector = self.encode_queries([query]) if mode != "bm25" else None
-        run = self.batch_search({"q": query}, k, mode, fusion, query_vectors=vector)["q"]
+        run = self.batch_search({"q": query}, k, mode, fusion, query_vectors=vector, filter=filter)["q"]
         row_of = self.row_of
         hits = []
         for rank, (doc_id, score) in enumerate(run.items(), start=1):
@@ -375,16 +421,19 @@ class Searcher:
             hits.append(Hit(rank, doc_id, score, record.get("title", ""), passage, record.get("metadata", {})))
         return hits
 
-    def similar(self, doc_id: str, k: int = 10) -> list[Hit]:
+    def similar(self, doc_id: str, k: int = 10, filter: Mapping[str, Any] | None = None) -> list[Hit]:
         """The ``k`` documents most like the indexed document ``doc_id``, itself left out: its stored vector is the
         query, scored as a dense search scores one (the document node and, with passages stored, the best passage
         of each candidate); each hit carries its passage closest to that vector. An id the index does not hold is
-        refused."""
+        refused. ``filter`` keeps the documents whose metadata match (see the class doc; ``doc_id`` need not)."""
         self._check_open()
         check_count("k", k)
         row = self._row(doc_id)
+        allowed = self._allowed(filter)
+        if allowed is not None and not allowed.count:
+            return []
         vector = np.asarray(self.dense.doc_vectors[row], dtype=np.float32)
-        rows, scores = self.dense.search(vector[None, :], k + 1, self.name_rank)[0]
+        rows, scores = self.dense.search(vector[None, :], k + 1, self.name_rank, allowed)[0]
         record = None
         hits = []
         for hit_row, score in zip(rows.tolist(), scores.tolist()):

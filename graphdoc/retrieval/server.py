@@ -5,13 +5,16 @@
 - ``/search?q=TEXT[&k=10][&mode=hybrid|dense|bm25][&alpha=A][&fusion=weighted|rrf][&normalization=...]``:
   ``{"query", "mode", "hits": [{rank, doc_id, score, title, passage, metadata}, ...]}``
 - ``/similar?id=DOC_ID[&k=10]``: the documents most like an indexed one (``Searcher.similar``)
+- ``/search`` and ``/similar`` take ``filter=FIELD=VALUE``, repeatable: only documents whose metadata match (a
+  field given twice takes either value; different fields must all match)
 - ``/document?id=DOC_ID``: its stored record (id, title, text, metadata, passage spans)
 - ``/info``: documents and passages held, the model, dense, BM25 and fusion settings
 - ``/health``: ``{"status": "ok", "documents": N}``
 
-``POST /search`` with a JSON body ``{"queries": {id: text, ...} or [text, ...], "k": 100, "mode": ...}`` ranks
-many queries at once: ``{"run": {query id: {doc id: score}}}``. A bad request is answered ``400`` with
-``{"error": "..."}`` (one line, as the command line's errors), an unknown id or path ``404``.
+``POST /search`` with a JSON body ``{"queries": {id: text, ...} or [text, ...], "k": 100, "mode": ...}`` (and
+``"filter": {field: value or [values]}``) ranks many queries at once: ``{"run": {query id: {doc id: score}}}``.
+A bad request is answered ``400`` with ``{"error": "..."}`` (one line, as the command line's errors), an unknown
+id or path ``404``.
 
 One :class:`~graphdoc.retrieval.searcher.Searcher` serves every thread. When the index is rebuilt (documents
 added or deleted), the next request opens the new build; requests under way finish on the one they began with.
@@ -30,6 +33,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from graphdoc.errors import DamagedIndexError, GraphDocError, ModelLoadError
+from graphdoc.retrieval.filters import filter_from_pairs
 from graphdoc.retrieval.searcher import MODES, Searcher
 
 logger = logging.getLogger(__name__)
@@ -37,8 +41,10 @@ logger = logging.getLogger(__name__)
 MAX_BODY = 16 * 2**20  # bytes of a POST body read at most
 MAX_K = 10_000  # results a request may ask for
 #: the query parameters of each GET endpoint
-PARAMETERS = {"/search": ("q", "k", "mode", "alpha", "fusion", "normalization"), "/similar": ("id", "k"),
-              "/document": ("id",)}
+PARAMETERS = {"/search": ("q", "k", "mode", "alpha", "fusion", "normalization", "filter"),
+              "/similar": ("id", "k", "filter"), "/document": ("id",)}
+#: the fields of a POST /search body
+BODY_FIELDS = ("queries", "k", "mode", "fusion", "filter")
 
 
 class NotFound(GraphDocError):
@@ -106,7 +112,8 @@ class SearchService:
                   if value is not None}
         if fusion and mode != "hybrid":
             raise GraphDocError(f"{', '.join(fusion)} applies to mode hybrid, not {mode}")
-        hits = self.current().search(query, k=_k(params, 10), mode=mode, fusion=fusion or None)
+        hits = self.current().search(query, k=_k(params, 10), mode=mode, fusion=fusion or None,
+                                     filter=filter_from_pairs(params.get("filter"), "filter"))
         return {"query": query, "mode": mode, "hits": [vars(hit) for hit in hits]}
 
     def _similar(self, params) -> dict[str, Any]:
@@ -114,7 +121,8 @@ class SearchService:
         searcher = self.current()
         if doc_id not in searcher:
             raise NotFound(f"the index holds no document {doc_id!r}")
-        return {"id": doc_id, "hits": [vars(hit) for hit in searcher.similar(doc_id, k=_k(params, 10))]}
+        hits = searcher.similar(doc_id, k=_k(params, 10), filter=filter_from_pairs(params.get("filter"), "filter"))
+        return {"id": doc_id, "hits": [vars(hit) for hit in hits]}
 
     def _document(self, params) -> dict[str, Any]:
         doc_id = _required_id(params)
@@ -141,9 +149,9 @@ class SearchService:
             raise GraphDocError(f"the body is not JSON ({exc})") from None
         if not isinstance(request, dict) or "queries" not in request:
             raise GraphDocError('the body must be a JSON object with "queries" (an object {id: text} or a list)')
-        unknown = sorted(set(request) - {"queries", "k", "mode", "fusion"})
+        unknown = sorted(set(request) - set(BODY_FIELDS))
         if unknown:
-            raise GraphDocError(f"unknown field {unknown[0]!r} (valid: queries, k, mode, fusion)")
+            raise GraphDocError(f"unknown field {unknown[0]!r} (valid: {', '.join(BODY_FIELDS)})")
         k = request.get("k", 100)
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise GraphDocError(f"k must be an integer from 1 to {MAX_K}; got {k!r}")
@@ -156,7 +164,8 @@ class SearchService:
         if not isinstance(queries, (dict, list)):
             raise GraphDocError(f'"queries" must be an object {{id: text}} or a list of texts; got '
                                 f"{type(queries).__name__}")
-        run = self.current().batch_search(queries, k=k, mode=mode, fusion=request.get("fusion"))
+        run = self.current().batch_search(queries, k=k, mode=mode, fusion=request.get("fusion"),
+                                          filter=request.get("filter"))
         return {"run": run}
 
 
