@@ -9,7 +9,7 @@ from _retrieval_helpers import cli, cli_state_restored, error_line, make_docs, m
 from graphdoc.cli import build_parser
 from graphdoc.errors import GraphDocError
 from graphdoc.retrieval.evaluation import evaluate
-from graphdoc.retrieval.fusion import HYBRID_DEFAULT, NORMALIZERS, FusionConfig, fuse
+from graphdoc.retrieval.fusion import HYBRID_DEFAULT, NORMALIZERS, FusionConfig, fuse, fuse_runs
 from graphdoc.retrieval.searcher import Searcher
 from graphdoc.retrieval.tuning import DEFAULT_ALPHAS, assign_folds, tune_alpha
 
@@ -214,6 +214,48 @@ def test_tune_fusion_cuts_the_run_at_depth_and_warns_of_a_deeper_measure(built_i
     assert out[-1] == "cross-validated R@100: 1.0000; alpha on all queries: 0.60"
     lines = (tmp_path / "cv.trec").read_text(encoding="utf-8").splitlines()
     assert sorted(line.split()[0] for line in lines) == sorted(QIDS[:4] * 2)  # two documents a query, of 4
+
+
+def test_tune_fusion_fuses_the_candidates_search_k_depth_fuses(built_index, cli_files, tmp_path, capsys,
+                                                                 monkeypatch):
+    depths, real = [], Searcher.component_runs
+
+    def spy(self, queries, depth=100, show_progress_bar=False):
+        depths.append(depth)
+        return real(self, queries, depth, show_progress_bar)
+
+    monkeypatch.setattr(Searcher, "component_runs", spy)
+    tune(capsys, own_index(built_index, tmp_path), cli_files, "--depth", "2")
+    assert depths == [100]  # as search -k 2 reads them: each retriever's top 100, not 2
+    queries = {q: "graph" for q in QIDS[:4]}
+    with Searcher(built_index) as searcher:
+        dense_run, sparse_run = real(searcher, queries, 100)
+        for alpha in (0.2, 0.6, 0.9):
+            fused = fuse_runs(dense_run, sparse_run, FusionConfig(alpha=alpha, normalization="zscore"), k=2)
+            searched = searcher.batch_search(queries, k=2, fusion={"alpha": alpha})
+            assert {q: list(d) for q, d in fused.items()} == {q: list(d) for q, d in searched.items()}
+            for q in queries:
+                assert list(fused[q].values()) == pytest.approx(list(searched[q].values()), abs=1e-6)
+
+
+@pytest.mark.skipif(shutil.which("perl") is None, reason="gdeval.pl (ERR) needs perl")
+@pytest.mark.parametrize("command", ["tune-fusion", "search"])
+def test_err_with_named_query_ids_is_refused_before_searching(built_index, cli_files, tmp_path, capsys, monkeypatch,
+                                                              command):
+    def never(*args, **kwargs):
+        raise AssertionError("searched")
+
+    monkeypatch.setattr(Searcher, "component_runs", never)
+    monkeypatch.setattr(Searcher, "batch_search", never)
+    flag = "--measure" if command == "tune-fusion" else "--measures"
+    output = tmp_path / "run.trec"
+    with cli_state_restored():
+        assert cli(command, "--index-dir", built_index, "--queries", cli_files["queries"], "--qrels",
+                   cli_files["qrels"], flag, "ERR@10", "--output", output) == 1
+    assert error_line(capsys, command) == (f"graphdoc {command}: error: ir_measures cannot compute ERR@10: gdeval.pl, "
+                                           "which computes ERR@10, takes numeric query ids only; got 'q0' (nDCG@10 "
+                                           "and the other trec_eval measures take any id)")
+    assert not output.exists()
 
 
 def test_tune_fusion_help_gives_defaults_and_the_normalizations_of_search():

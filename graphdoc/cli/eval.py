@@ -33,13 +33,14 @@ class Judgements:
 
 def read_judgements(qrels_source, measures, split=None) -> Judgements:
     from graphdoc.corpus import read_qrels
-    from graphdoc.retrieval.evaluation import DEFAULT_MEASURES, check_computable, parse_measures
+    from graphdoc.retrieval.evaluation import DEFAULT_MEASURES, check_computable, check_query_ids, parse_measures
 
     parsed = parse_measures(measures if measures else DEFAULT_MEASURES)
     check_computable(parsed)
     qrels = read_qrels(qrels_source, split)
     if not qrels:
         raise InputError(f"{qrels_source} holds no relevance judgements")
+    check_query_ids(parsed, qrels)  # (before a search is run: ERR takes numeric query ids only)
     return Judgements(str(qrels_source), qrels, parsed)
 
 

@@ -32,8 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="score normalisation of weighted fusion (default: the index's, as graphdoc search "
                              "uses, so the tuned alpha means what search --alpha does)")
     parser.add_argument("--depth", type=int, default=100,
-                        help="candidates per retriever, and the documents a fused ranking keeps (default 100: "
-                             "what search -k 100 returns)")
+                        help="the documents a fused ranking keeps, fused as search -k DEPTH fuses them: from each "
+                             "retriever's top max(DEPTH, 100) (default 100)")
     parser.add_argument("--output", type=Path, help="write the cross-validated fused run here (-: as TREC lines "
                         "on standard output, the report then going to standard error)")
     parser.add_argument("--save", action="store_true",
@@ -64,9 +64,12 @@ def run(args: argparse.Namespace) -> int:
 def _tune(args: argparse.Namespace, searcher) -> int:
     from graphdoc.cli.search import check_trec_ids
     from graphdoc.corpus import read_qrels, read_queries
+    from graphdoc.retrieval.evaluation import check_query_ids
+    from graphdoc.retrieval.searcher import DEPTH
     from graphdoc.retrieval.tuning import assign_folds, tune_alpha
 
     qrels = read_qrels(args.qrels, args.split)
+    check_query_ids([args.measure], qrels)  # (before searching: ERR takes numeric query ids only)
     judged = {q for q, docs in qrels.items() if docs}
     queries = {q: t for q, t in read_queries(args.queries, args.split) if q in judged}
     if not queries:
@@ -84,7 +87,8 @@ def _tune(args: argparse.Namespace, searcher) -> int:
                        unsearched, len(judged), args.qrels, args.queries, len(queries))
     if args.output is not None:
         check_trec_ids(searcher)
-    dense_run, sparse_run = searcher.component_runs(queries, args.depth, show_progress_bar=not args.quiet)
+    # the candidates search -k DEPTH fuses: each retriever's top max(DEPTH, 100), as zscore and minmax see them
+    dense_run, sparse_run = searcher.component_runs(queries, max(args.depth, DEPTH), show_progress_bar=not args.quiet)
     normalization = args.normalization or searcher.fusion.normalization
     result = tune_alpha(dense_run, sparse_run, qrels, folds=args.folds, normalization=normalization,
                         measure=args.measure, prefer=searcher.fusion.alpha, k=args.depth)

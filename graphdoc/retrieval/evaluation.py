@@ -160,10 +160,8 @@ def evaluate_per_query(run: RunLike, qrels: Qrels, measures: Sequence[Any] = DEF
     results = {q: _without_results(parsed, judged) for q, judged in qrels_plain.items()}
     run_plain = {q: docs for q, docs in _rank_scores(_plain_run(run)).items() if q in qrels_plain and docs}
     if run_plain:
+        check_query_ids(parsed, qrels_plain)
         gdeval = _gdeval_measures(parsed)
-        problem = _gdeval_problem(gdeval, qrels_plain) if gdeval else None
-        if problem is not None:
-            raise GraphDocError(f"ir_measures cannot compute {', '.join(names)}: {problem}")
         try:  # gdeval.pl, a perl script, writes to descriptor 2: held back (the other providers print nothing)
             with _captured_stderr() if gdeval else contextlib.nullcontext([""]) as captured:
                 for metric in ir_measures.iter_calc(parsed, qrels_plain, run_plain):
@@ -183,6 +181,16 @@ def _without_results(measures: Sequence[Any], judged: Mapping[str, int]) -> dict
 
 
 _NUMBER = re.compile(r"[0-9]+")
+
+
+def check_query_ids(measures: Sequence[Any], qrels: Qrels) -> None:
+    """Refuse, in one line, query ids that a measure's tool cannot take (gdeval.pl, for ``ERR`` and
+    ``nDCG(dcg='exp-log2')``: numbers only): what :func:`evaluate` would refuse, said before a run is made."""
+    parsed = parse_measures(measures)
+    gdeval = _gdeval_measures(parsed)
+    problem = _gdeval_problem(gdeval, {str(q): docs for q, docs in qrels.items()}) if gdeval else None
+    if problem is not None:
+        raise GraphDocError(f"ir_measures cannot compute {', '.join(str(m) for m in parsed)}: {problem}")
 
 
 def _gdeval_measures(measures: Sequence[Any]) -> list[str]:

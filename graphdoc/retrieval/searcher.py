@@ -36,6 +36,7 @@ SNIPPET_CHARS = 300
 OPEN_ATTEMPTS = 3  # tries at opening a final/ that adds keep replacing
 SWAP_WAIT_S = 5.0  # how long an open waits for an add's finalising to put its new final/ in place of the old
 QUERY_BLOCK = 1024  # queries encoded and searched at a time by batch_search (a step of its bar)
+DEPTH = 100  # each retriever's candidates a search fuses (or ranks) at least, however few hits it keeps
 ATTENTION_FILE = "passage_attention.npy"  # checked here with the others, and kept for explanations
 
 
@@ -291,7 +292,7 @@ class Searcher:
         is refused (use :meth:`search`), and so is a blank or non-str query. ``fusion`` (hybrid only) is a
         FusionConfig, or a dict of its fields that replace the index's (``{"alpha": 0.8}``); default the
         index's. ``query_vectors``, ``[queries, dimension]``, replaces encoding the queries with the model.
-        Hybrid scores both retrievers over the union of their top ``depth`` (default ``max(k, 100)``).
+        Hybrid scores both retrievers over the union of their top ``depth`` (default ``max(k, DEPTH)``: at least 100).
         The queries are encoded and searched :data:`QUERY_BLOCK` at a time, under a "Searching" bar with
         ``show_progress_bar``. ``filter`` keeps the documents whose metadata match (see the class doc): their dense
         and BM25 scores are those of the same search without it, and hybrid fuses them over the matching candidates
@@ -304,7 +305,7 @@ class Searcher:
         if depth is not None:
             check_count("depth", depth)
         qids, texts = split_queries(queries)
-        depth = max(k, depth or 100)
+        depth = max(k, depth or DEPTH)
         fusion = self._fusion(fusion)
         allowed = self._allowed(filter)
         if query_vectors is not None:
