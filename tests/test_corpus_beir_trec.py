@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from graphdoc.corpus import read_corpus, read_qrels, read_queries
+from graphdoc.corpus import data_files, read_corpus, read_qrels, read_queries
 from graphdoc.errors import InputError
 
 TOPICS = """<top>
@@ -63,6 +63,20 @@ def test_beir_queries_and_qrels_by_split(tmp_path):
     assert read_qrels(root) == expected_test
     assert read_qrels(root, split="test") == expected_test
     assert read_qrels(root / "qrels" / "train.tsv") == {"q2": {"d2": 1}}
+
+
+def test_a_beir_folder_of_queries_and_qrels_alone_is_read_as_one_with_its_corpus(tmp_path):
+    root = make_beir(tmp_path / "beir")
+    (root / "corpus.jsonl").unlink()
+    assert list(read_queries(root, split="test")) == [("q1", "first?"), ("q3", "third?")]
+    assert read_qrels(root, split="train") == {"q2": {"d2": 1}}
+    assert data_files(root) == [root / "queries.jsonl", root / "qrels" / "test.tsv", root / "qrels" / "train.tsv"]
+    (root / "queries.jsonl").unlink()
+    assert read_qrels(root) == {"q1": {"d1": 1}, "q3": {"d2": 2, "d1": 0}}  # qrels alone
+    with pytest.raises(InputError, match=r"beir: unknown queries format \(accepted: a BEIR folder"):
+        list(read_queries(root))
+    with pytest.raises(InputError, match=r"beir: folder has no .* \(and no corpus\.jsonl\[\.gz\] of a BEIR folder\)"):
+        list(read_corpus(root))
 
 
 def test_beir_unknown_split_lists_splits(tmp_path):

@@ -106,10 +106,11 @@ def data_files(source: Source | MemoryCorpus) -> list[Path]:
     if isinstance(source, MemoryCorpus) or isinstance(source, str) and not source.strip():
         return []  # the reader says what is wrong with it
     path = Path(source)
-    if not beir.is_beir_folder(path):
-        return corpus_files(source)
-    queries = [p for p in (path / "queries.jsonl", path / "queries.jsonl.gz") if p.is_file()]
-    return [beir.corpus_file(path), *queries, *sorted((path / "qrels").glob("*.tsv"))]
+    files = corpus_files(source)
+    if beir.holds_queries(path) or beir.holds_qrels(path):  # (a BEIR folder, or its queries and qrels alone)
+        files += [p for p in (path / "queries.jsonl", path / "queries.jsonl.gz") if p.is_file()]
+        files += sorted((path / "qrels").glob("*.tsv"))
+    return files
 
 
 #: the largest plain file whose lines are counted for a progress bar's total (one pass over it: ~1 s a GB)

@@ -26,6 +26,16 @@ def is_beir_folder(path: Path) -> bool:
     return path.is_dir() and _find(path, "corpus") is not None
 
 
+def holds_queries(path: Path) -> bool:
+    """Whether ``path`` is a BEIR folder, or a folder of its queries and qrels alone (a ``queries.jsonl[.gz]``)."""
+    return is_beir_folder(path) or path.is_dir() and _find(path, "queries") is not None
+
+
+def holds_qrels(path: Path) -> bool:
+    """Whether ``path`` is a BEIR folder, or a folder of its queries and qrels alone (a ``qrels/`` folder)."""
+    return is_beir_folder(path) or path.is_dir() and (path / "qrels").is_dir()
+
+
 def corpus_file(folder: Path) -> Path | None:
     """The folder's ``corpus.jsonl`` or ``corpus.jsonl.gz`` (``None``: not a BEIR folder)."""
     return _find(folder, "corpus")

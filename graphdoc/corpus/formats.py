@@ -62,7 +62,7 @@ CORPUS_FORMATS = (
 
 #: Query formats, tried in order.
 QUERY_FORMATS = (
-    Format("beir", "a BEIR folder (with queries.jsonl[.gz])", beir.is_beir_folder, beir.read_beir_queries,
+    Format("beir", "a BEIR folder (with queries.jsonl[.gz])", beir.holds_queries, beir.read_beir_queries,
            takes_split=True),
     Format("jsonl", "JSON lines (.jsonl or .json, plain or .gz/.bz2/.xz)", _suffix(*JSONL_SUFFIXES),
            jsonl.read_jsonl_queries),
@@ -75,7 +75,7 @@ QUERY_FORMATS = (
 
 #: Relevance judgement formats, tried in order.
 QRELS_FORMATS = (
-    Format("beir", "a BEIR folder (with qrels/<split>.tsv)", beir.is_beir_folder, beir.read_beir_qrels,
+    Format("beir", "a BEIR folder (with qrels/<split>.tsv)", beir.holds_qrels, beir.read_beir_qrels,
            takes_split=True),
     Format("beir-tsv", "a BEIR qrels .tsv (query-id<TAB>corpus-id<TAB>score)", _first_line(trec.is_tsv_qrels),
            beir.read_tsv_qrels),
