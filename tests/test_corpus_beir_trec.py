@@ -246,6 +246,12 @@ def test_a_latin1_queries_or_qrels_file_is_named_as_not_utf8_not_as_an_unknown_f
     (tmp_path / "qrels.trec").write_bytes("1 0 d\xe9 1\n".encode("latin-1"))
     with pytest.raises(InputError, match=r"qrels\.trec:1: not valid UTF-8 \(byte 0xe9 at column 6\): qrels files"):
         read_qrels(tmp_path / "qrels.trec")
+    whole = gzip.compress(b"query-id\tcorpus-id\tscore\n1\td1\t1\n")
+    (tmp_path / "qrels.tsv.gz").write_bytes(whole[:20])  # cut short: a reading error, not an encoding one
+    with pytest.raises(InputError) as err:
+        read_qrels(tmp_path / "qrels.tsv.gz")
+    assert str(err.value).startswith(f"{tmp_path / 'qrels.tsv.gz'}: cannot read file (")
+    assert "UTF-8" not in str(err.value)
 
 
 def test_query_topic_and_qrels_files_with_lines_ended_by_a_carriage_return_alone(tmp_path):

@@ -102,7 +102,8 @@ def detect(path: Path, formats: tuple[Format, ...], what: str, split: str | None
                 if formats is not CORPUS_FORMATS:  # (a corpus file's format is told by its name alone)
                     first_line(path)
             except InputError as err:  # e.g. Latin-1 text: its first line could not be sniffed
-                raise InputError(f"{err}: {what} files are read as UTF-8 text") from None
+                hint = f": {what} files are read as UTF-8 text" if "not valid UTF-8" in str(err) else ""
+                raise InputError(f"{err}{hint}") from None
         raise InputError(f"{path}: unknown {what} format (accepted: {accepted(formats)})")
     # a file named after the split (qrels/test.tsv) is that split already
     if split is not None and not found.takes_split and split != path.name.split(".")[0]:
