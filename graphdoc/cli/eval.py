@@ -16,7 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("eval", help="evaluate a run file", description=__doc__)
     parser.add_argument("--run", required=True, type=Path, help="a TREC run file (-: read standard input)")
     parser.add_argument("--qrels", required=True, help="qrels file, BEIR folder or dataset name")
-    parser.add_argument("--split", default=None, help="qrels split of a BEIR folder (default: test, or the only split there is)")
+    parser.add_argument("--split", default=None,
+                        help="qrels split of a BEIR folder (default: test, or the only split there is)")
     parser.add_argument("--measures", nargs="+", default=None,
                         help="ir-measures names (default nDCG@10 nDCG@20 P@20 RR@100 R@100)")
     parser.set_defaults(func=run)
