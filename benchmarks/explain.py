@@ -39,6 +39,7 @@ from graphdoc.encoder import GraphDocEncoder  # noqa: E402
 from graphdoc.explain import explain_passages, load_passage_attention  # noqa: E402
 from graphdoc.retrieval.bm25 import BM25Config, BM25Index  # noqa: E402
 from graphdoc.retrieval.dense import prepare_vectors  # noqa: E402
+from graphdoc.retrieval.dense_searcher import DenseSearcher  # noqa: E402
 from graphdoc.retrieval.docstore import DocStore  # noqa: E402
 
 from doc_blocks import write_block  # noqa: E402  (benchmarks/)
@@ -97,7 +98,7 @@ def evaluate_pairs(index_dir: Path, spans: dict, queries: dict[str, str], model:
     doc_ids = (final / "doc_ids.txt").read_text(encoding="utf-8").splitlines()
     row_of = {d: r for r, d in enumerate(doc_ids)}
     manifest = json.loads((index_dir / "manifest.json").read_text(encoding="utf-8"))
-    vectors = np.load(final / "passage_vectors.npy", mmap_mode="r")
+    vectors = DenseSearcher(final, manifest["metric"], manifest["faiss_factory"], device="cpu").passage_vectors
     ptr = np.load(final / "passage_ptr.npy")
     attention = load_passage_attention(index_dir)
     store, config = DocStore(final / "docstore.jsonl"), BM25Config.from_dict(manifest["bm25"])

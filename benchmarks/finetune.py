@@ -115,13 +115,15 @@ def seed_from_index(index: Path, model, cache, docs_by_id: dict, check: int = 3)
     """Prepared documents in index order, their vectors written to the cache as one shard."""
     from graphdoc.device import autocast_dtype
     from graphdoc.fileio import atomic_write
+    from graphdoc.retrieval.dense_searcher import DenseSearcher
     from graphdoc.training.cache import passage_key
 
     final = index / "final"
     ids = (final / "doc_ids.txt").read_text(encoding="utf-8").splitlines()
     ptr = np.load(final / "passage_ptr.npy")
-    vectors = np.load(final / "passage_vectors.npy", mmap_mode="r")
-    cap = json.loads((index / "manifest.json").read_text())["model"]["chunker"]["max_passages"]
+    stored = json.loads((index / "manifest.json").read_text())
+    vectors = DenseSearcher(final, stored["metric"], stored["faiss_factory"], device="cpu").passage_vectors
+    cap = stored["model"]["chunker"]["max_passages"]
     prepared, keys, rows = [], [], []
     for i, doc_id in enumerate(ids):
         p = model.prepare(docs_by_id[doc_id], cap)

@@ -104,6 +104,16 @@ def manifest_json(index_dir: Path) -> dict:
     return json.loads((index_dir / "manifest.json").read_text(encoding="utf-8"))
 
 
+def searched_vectors(index_dir: Path, passages: bool = False) -> np.ndarray:
+    """The document (or passage) vectors ``final/`` is searched with, rows in index order, read as the searcher
+    reads them (from the exact FAISS index that holds them, or from the ``.npy`` beside another kind)."""
+    from graphdoc.retrieval.dense_searcher import DenseSearcher
+
+    manifest = manifest_json(Path(index_dir))
+    dense = DenseSearcher(Path(index_dir) / "final", manifest["metric"], manifest["faiss_factory"], device="cpu")
+    return np.array(dense.passage_vectors if passages else dense.doc_vectors)
+
+
 def cli(*argv: str) -> int:
     """``graphdoc -q ARGV``: quiet, so stderr holds only warnings and errors."""
     return main(["-q", *map(str, argv)])

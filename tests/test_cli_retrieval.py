@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _retrieval_helpers import (
+    searched_vectors,
     cli,
     doc_ids,
     error_line,
@@ -93,7 +94,7 @@ def test_index_adds_documents_with_the_index_model_when_no_model_is_named(own_in
     assert cli("index", "--corpus", more, "--index-dir", own_index) == 0  # not the default MiniLM: no mismatch
     assert capsys.readouterr().out == f"{own_index}: 23 documents, {manifest_json(own_index)['counts']['passages']} " \
                                       "passages, 4 shards\n"
-    vectors = dict(zip(doc_ids(own_index), np.load(own_index / "final" / "doc_vectors.npy")))
+    vectors = dict(zip(doc_ids(own_index), searched_vectors(own_index)))
     for i in range(3):  # the same texts, embedded by the same model
         np.testing.assert_allclose(vectors[f"newd00{i}"], vectors[f"d00{i}"], atol=1e-6)
     Searcher(own_index, model=model)  # the index still takes its model

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _retrieval_helpers import cli, error_line
+from _retrieval_helpers import cli, error_line, searched_vectors
 
 from graphdoc.config import ModelConfig
 from graphdoc.encoder import GraphDocEncoder
@@ -163,7 +163,7 @@ def test_an_index_built_with_flat_document_is_searched_and_extended_in_its_mode(
     mean = FlatEncoder.from_pretrained(str(tiny_bert), config=flat_config("mean"), device="cpu")
     with Searcher(index) as searcher:
         assert searcher.model.config.graph.document == "mean"
-        np.testing.assert_allclose(np.load(index / "final" / "doc_vectors.npy"), unit(mean.encode(docs)), atol=1e-5)
+        np.testing.assert_allclose(searched_vectors(index), unit(mean.encode(docs)), atol=1e-5)
 
 
 def test_the_same_flat_index_command_runs_again_with_its_config_and_mode(tiny_bert: Path, docs, tmp_path: Path,

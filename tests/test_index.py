@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from _retrieval_helpers import (
+    searched_vectors,
     MODEL_CONFIG,
     chunker_config,
     cli,
@@ -40,17 +41,17 @@ from graphdoc.retrieval.manifest import Manifest, SourceProgress, model_fingerpr
 from graphdoc.retrieval.merge import merge_indexes
 from graphdoc.retrieval.searcher import Searcher
 
-FINAL_FILES = {"doc_ids.txt", "dense.faiss", "doc_vectors.npy", "passage_vectors.npy", "passage_ptr.npy",
+FINAL_FILES = {"doc_ids.txt", "dense.faiss", "passage_ptr.npy",
                "passages.faiss", "bm25", "docstore.jsonl", "docstore.jsonl.offsets.npy"}
 
 pytestmark = pytest.mark.usefixtures("restore_cli_state")
 
 
 def final_vectors(index_dir: Path) -> dict[str, np.ndarray]:
-    """``{doc id: its row of final/doc_vectors.npy}``; every id must appear once."""
+    """``{doc id: its vector in final/}``; every id must appear once."""
     ids = doc_ids(index_dir)
     assert len(ids) == len(set(ids)), ids
-    return dict(zip(ids, np.load(index_dir / "final" / "doc_vectors.npy")))
+    return dict(zip(ids, searched_vectors(index_dir)))
 
 
 def assert_vectors_match(index_dir: Path, model, docs: list[dict]) -> None:
@@ -114,7 +115,7 @@ def test_final_files_exist_and_nothing_temporary_is_left(built) -> None:
 
 def test_doc_vectors_are_the_models_unit_vectors_in_corpus_order(built, model, docs) -> None:
     assert doc_ids(built) == [d["_id"] for d in docs]
-    vectors = np.load(built / "final" / "doc_vectors.npy")
+    vectors = searched_vectors(built)
     assert vectors.dtype == np.float32 and vectors.shape == (10, 32)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
     np.testing.assert_allclose(vectors, unit(model.encode(docs)), atol=1e-5)
@@ -125,7 +126,7 @@ def test_passage_vectors_and_docstore_follow_the_passages(built, model, docs) ->
     assert ptr.tolist() == list(range(0, 31, 3))  # three sentences of 8 words, 12-word passages
     expected = [out.passage_embeddings(i).numpy()
                 for out in model.iter_forward(docs) for i in range(len(out.documents))]
-    np.testing.assert_allclose(np.load(built / "final" / "passage_vectors.npy"), unit(np.concatenate(expected)),
+    np.testing.assert_allclose(searched_vectors(built, passages=True), unit(np.concatenate(expected)),
                                atol=1e-5)
     for doc, rec in zip(docs, records(built)):
         assert (rec["id"], rec["title"], rec["text"]) == (doc["_id"], doc["title"], doc["text"])
@@ -135,11 +136,11 @@ def test_passage_vectors_and_docstore_follow_the_passages(built, model, docs) ->
 
 def test_rebuilding_the_same_corpus_changes_nothing(built, tmp_path) -> None:
     index = copy_index(built, tmp_path)
-    before = (index / "final" / "doc_vectors.npy").read_bytes()
+    before = (index / "final" / "dense.faiss").read_bytes()
     model = GraphDocEncoder.from_pretrained(manifest_json(index)["model"]["path"], device="cpu")
     manifest = build_index(model, str(built.parent / "corpus.jsonl"), index, IndexSettings(shard_size=3))
     assert manifest.counts["documents"] == 10 and manifest.shards == ["00000", "00001", "00002", "00003"]
-    assert (index / "final" / "doc_vectors.npy").read_bytes() == before
+    assert (index / "final" / "dense.faiss").read_bytes() == before
 
 
 # ------------------------------------------------------------------ resuming
@@ -527,7 +528,7 @@ def test_on_duplicate_replace_swaps_text_vector_and_passages(built, model, docs,
     assert not np.allclose(final_vectors(index)["d003"], old, atol=1e-3)
     ptr = np.load(index / "final" / "passage_ptr.npy")
     assert np.diff(ptr).tolist() == [len(stored[i]["passages"]) for i in doc_ids(index)]
-    assert len(np.load(index / "final" / "passage_vectors.npy")) == ptr[-1] == manifest.counts["passages"]
+    assert len(searched_vectors(index, passages=True)) == ptr[-1] == manifest.counts["passages"]
     searcher = Searcher(index, model=model)
     assert list(searcher.batch_search(["capybara"], mode="bm25")["0"]) == ["d003"]
     assert searcher.batch_search(["okapi"], mode="bm25")["0"] == {}  # the old text is gone
@@ -596,7 +597,7 @@ def test_passage_setting_of_an_existing_index_is_kept(built, model, docs, tmp_pa
     build_index(model, str(built.parent / "corpus.jsonl"), plain, IndexSettings(shard_size=3, store_passages=False))
     _add(plain, model, make_docs(2, start=20), tmp_path)  # the default (passages) gives way to the index's
     assert manifest_json(plain)["counts"]["passages"] == 0
-    assert not (plain / "final" / "passage_vectors.npy").exists()
+    assert not {"passage_vectors.npy", "passages.faiss"} & {p.name for p in (plain / "final").iterdir()}
     assert_vectors_match(plain, model, docs + make_docs(2, start=20))
 
 

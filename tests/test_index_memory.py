@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _retrieval_helpers import cli, doc_ids, kill_on_shard, make_docs, manifest_json, records, write_jsonl
+from _retrieval_helpers import cli, doc_ids, kill_on_shard, make_docs, manifest_json, records, write_jsonl, searched_vectors
 
 from graphdoc.corpus import Fields, MemoryCorpus
 from graphdoc.documents import Document
@@ -35,7 +35,7 @@ def key_of(docs: list[dict]) -> str:
 
 
 def vectors(index_dir: Path) -> dict[str, np.ndarray]:
-    return dict(zip(doc_ids(index_dir), np.load(index_dir / "final" / "doc_vectors.npy")))
+    return dict(zip(doc_ids(index_dir), searched_vectors(index_dir)))
 
 
 def hits(index_dir: Path, model, mode: str) -> list[tuple[str, float]]:
@@ -113,11 +113,11 @@ def test_a_build_stopped_part_way_resumes_with_the_same_documents(model, docs, t
 
 def test_the_same_list_again_adds_nothing(from_list, model, docs, tmp_path, caplog) -> None:
     index = copy_index(from_list, tmp_path)
-    before = (index / "final" / "doc_vectors.npy").read_bytes()
+    before = (index / "final" / "dense.faiss").read_bytes()
     with caplog.at_level(logging.INFO, logger="graphdoc"):
         manifest = build_index(model, docs, index)
     assert manifest.counts["documents"] == 10 and manifest.shards == ["00000", "00001", "00002", "00003"]
-    assert (index / "final" / "doc_vectors.npy").read_bytes() == before
+    assert (index / "final" / "dense.faiss").read_bytes() == before
     assert f"the list {key_of(docs)} (part 1/1) is already in the index" in caplog.messages
 
 

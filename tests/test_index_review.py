@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _retrieval_helpers import (
+    searched_vectors,
     MODEL_CONFIG,
     cli,
     doc_ids,
@@ -333,7 +334,7 @@ def test_a_run_stopped_by_a_broken_line_resumes_once_the_line_is_fixed(model, tm
         f"{corpus} changed since an interrupted run began indexing it; its first 4 documents are the ones in the "
         "index: resuming after them"]
     build_index(model, str(corpus), tmp_path / "whole", IndexSettings(shard_size=2))
-    for name in ("doc_ids.txt", "doc_vectors.npy", "passage_vectors.npy"):
+    for name in ("doc_ids.txt", "dense.faiss", "passages.faiss"):
         assert (index / "final" / name).read_bytes() == (tmp_path / "whole" / "final" / name).read_bytes(), name
 
 
@@ -417,7 +418,7 @@ def test_an_empty_part_is_valid_and_merges(model, model_dir, corpus, tmp_path, c
         Searcher(tmp_path / "q5")
     manifest = merge_indexes(tmp_path / "out", [tmp_path / f"q{i}" for i in range(1, 6)])
     assert manifest.counts["documents"] == 4 and len(manifest.sources) == 5
-    vectors = np.load(tmp_path / "out" / "final" / "doc_vectors.npy")
+    vectors = searched_vectors(tmp_path / "out")
     assert vectors.shape == (4, 32)
 
 

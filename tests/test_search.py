@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _retrieval_helpers import (
+    searched_vectors,
     RARE,
     cli,
     error_line,
@@ -275,7 +276,7 @@ def test_nprobe_default_and_the_search_option(model, corpus, tmp_path, capsys) -
 def test_ip_metric_keeps_raw_vectors(model, docs, corpus, tmp_path) -> None:
     build_index(model, str(corpus), tmp_path / "ip", IndexSettings(metric="ip"))
     raw = model.encode(docs)
-    np.testing.assert_allclose(np.load(tmp_path / "ip" / "final" / "doc_vectors.npy"), raw, atol=1e-5)
+    np.testing.assert_allclose(searched_vectors(tmp_path / "ip"), raw, atol=1e-5)
     searcher = Searcher(with_settings(tmp_path / "ip", tmp_path / "copy", dense={"passage_weight": 0.0}), model=model)
     q = model.encode_queries(["zebra fox"])[0]
     assert searcher.batch_search(["zebra fox"], k=20, mode="dense")["0"] == \

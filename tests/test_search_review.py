@@ -293,6 +293,16 @@ def _drop_last_row(path: Path) -> None:
     np.save(path, np.load(path)[:-1])
 
 
+def _drop_last_vector(path: Path) -> None:
+    """An exact FAISS index (which holds the vectors of an index's Flat search) one row short."""
+    import faiss
+
+    index = faiss.read_index(str(path))
+    shorter = faiss.IndexFlatIP(index.d)
+    shorter.add(index.reconstruct_n(0, index.ntotal - 1))
+    faiss.write_index(shorter, str(path))
+
+
 def _jump_an_offset(path: Path) -> None:
     ptr = np.load(path)
     ptr[1] += 1000
@@ -309,12 +319,10 @@ def _jump_an_offset(path: Path) -> None:
     ("build.json", lambda p: p.write_text('{"build": 3}', encoding="utf-8"),
      "final/build.json is not valid (not a build record)"),
     ("doc_ids.txt", lambda p: p.write_bytes(p.read_bytes()[:-3]), "final/doc_ids.txt cannot be read (it is cut short)"),
-    ("doc_vectors.npy", _drop_last_row, "final/doc_vectors.npy holds 19 documents, not 20"),
-    ("passage_vectors.npy", _drop_last_row, "final/passage_vectors.npy holds 59 passages, not 60 (passage_ptr.npy)"),
+    ("dense.faiss", _drop_last_vector, "final/dense.faiss holds 19 documents, not 20"),
+    ("passages.faiss", _drop_last_vector, "final/passages.faiss holds 59 passages, not 60 (passage_ptr.npy)"),
     ("passage_attention.npy", _drop_last_row, "final/passage_attention.npy holds 59 passages, not 60"),
     ("docstore.jsonl", _drop_last_line, "final/docstore.jsonl is cut short"),
-    ("doc_vectors.npy", _truncate,
-     "final/doc_vectors.npy cannot be read (EOF: reading array header, expected 118 bytes got 40)"),
     ("passage_ptr.npy", _truncate,
      "final/passage_ptr.npy cannot be read (EOF: reading array header, expected 118 bytes got 40)"),
     ("docstore.jsonl.offsets.npy", _truncate,

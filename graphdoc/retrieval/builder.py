@@ -6,8 +6,9 @@ Layout of ``INDEX_DIR``::
     shards/NNNNN/              one per ``shard_size`` documents, written atomically
         ids.txt  doc_vectors.npy  passage_vectors.npy  passage_ptr.npy  passage_attention.npy  docs.jsonl
     final/                     rebuilt from the shards after every run (atomically)
-        doc_ids.txt  dense.faiss  doc_vectors.npy  passage_vectors.npy  passage_ptr.npy  passage_attention.npy
-        passages.faiss  bm25/  docstore.jsonl(+.offsets.npy)
+        doc_ids.txt  dense.faiss  passages.faiss  passage_ptr.npy  passage_attention.npy  bm25/
+        docstore.jsonl(+.offsets.npy)  build.json; doc_vectors.npy  passage_vectors.npy beside a FAISS index
+        that codes its vectors (an exact Flat index holds them: the searcher reads them there)
 
 A killed run rerun with the same command skips the documents already in shards; shards a crash
 left unlisted in the manifest, and temporaries of a killed atomic write, are removed; a corpus that changed

@@ -147,6 +147,15 @@ class RowSelection:
         return self._passages
 
 
+class _Held:
+    """Memory FAISS owns, seen by NumPy (read-only) as ``shape`` float32 at ``address``; the array made from it
+    keeps this object as its base, and this object keeps the FAISS index that owns the memory."""
+
+    def __init__(self, owner, address: int, shape: tuple[int, int]) -> None:
+        self.owner = owner
+        self.__array_interface__ = {"data": (address, True), "shape": shape, "typestr": "<f4", "version": 3}
+
+
 class DenseIndex:
     """A FAISS inner-product index over row-ordered vectors (row ``i`` is the ``i``-th document)."""
 
@@ -301,6 +310,18 @@ class DenseIndex:
             import faiss
 
             faiss.GpuParameterSpace().set_index_parameter(self._gpu[0], "nprobe", self.nprobe)
+
+    def stored_vectors(self) -> np.ndarray | None:
+        """The vectors of an exact (``Flat``) index as FAISS holds them, ``[size, d]`` float32, read-only and
+        without a copy (in the memory map of an index loaded from a file); ``None`` for any other kind of index,
+        which keeps its vectors coded. The array holds the index alive (its base), so it stays valid on its own."""
+        import faiss
+
+        if type(self.index) not in (faiss.IndexFlat, faiss.IndexFlatIP) or not self.size:
+            return None
+        d = self.index.d
+        address = faiss.rev_swig_ptr(self.index.get_xb(), self.size * d).__array_interface__["data"][0]
+        return np.asarray(_Held(self.index, address, (self.size, d)))
 
     def save(self, path: str | Path) -> None:
         import faiss

@@ -53,14 +53,12 @@ class DenseSearcher:
         """``device``: where the FAISS searches run (see :class:`DenseIndex`)."""
         self.metric = metric
         self.settings = settings or DenseSettings()
-        with reading(folder / "dense.faiss"):
-            self.doc_index = DenseIndex.load(folder / "dense.faiss", metric, factory, device=device)
-        self.doc_vectors = np.asarray(_load_array(folder / "doc_vectors.npy"))  # mapped, without memmap's overhead
-        self.has_passages = (folder / "passage_vectors.npy").is_file()
+        self.doc_index, self.doc_vectors, self._doc_source = _load_dense(folder, "dense.faiss", "doc_vectors.npy",
+                                                                         metric, factory, device)
+        self.has_passages = (folder / "passage_ptr.npy").is_file()
         if self.has_passages:
-            with reading(folder / "passages.faiss"):
-                self.passage_index = DenseIndex.load(folder / "passages.faiss", metric, factory, device=device)
-            self.passage_vectors = np.asarray(_load_array(folder / "passage_vectors.npy"))
+            self.passage_index, self.passage_vectors, self._passage_source = _load_dense(
+                folder, "passages.faiss", "passage_vectors.npy", metric, factory, device)
             self.passage_ptr = _load_array(folder / "passage_ptr.npy", mmap=False)
         elif self.settings.passage_weight > 0:
             self.settings = DenseSettings(0.0)  # the index kept no passage vectors
@@ -78,7 +76,7 @@ class DenseSearcher:
 
     def size_problem(self, documents: int) -> str | None:
         """Why the dense files disagree with each other or with ``documents``, or ``None`` when they agree."""
-        sizes = [("doc_vectors.npy", len(self.doc_vectors)), ("dense.faiss", self.doc_index.size)]
+        sizes = [(self._doc_source, len(self.doc_vectors)), ("dense.faiss", self.doc_index.size)]
         if self.has_passages:
             sizes.append(("passage_ptr.npy", len(self.passage_ptr) - 1))
         for name, size in sizes:
@@ -89,7 +87,7 @@ class DenseSearcher:
             if len(ptr) and (ptr[0] != 0 or np.any(np.diff(ptr) < 0)):
                 return "passage_ptr.npy does not start at 0 and rise (its passage offsets are broken)"
             passages = int(ptr[-1]) if len(ptr) else 0
-            for name, size in (("passage_vectors.npy", len(self.passage_vectors)),
+            for name, size in ((self._passage_source, len(self.passage_vectors)),
                                ("passages.faiss", self.passage_index.size)):
                 if size != passages:
                     return f"{name} holds {size} passages, not {passages} (passage_ptr.npy)"
@@ -211,6 +209,18 @@ class DenseSearcher:
         when given (at least one)."""
         blocks = self.search_blocks(queries, depth, tie_rank, allowed)
         return [(rows, scores) for block in blocks for rows, scores, _ in block]
+
+
+def _load_dense(folder: Path, index_name: str, vectors_name: str, metric: str, factory: str,
+                device) -> tuple[DenseIndex, np.ndarray, str]:
+    """A FAISS index and its vectors: the ``.npy`` file beside it (memory-mapped, without memmap's overhead), or,
+    where there is none, those the index holds (an exact index: finalize writes no copy of them since 2026-11);
+    and the name of the file they were read from."""
+    with reading(folder / index_name):
+        index = DenseIndex.load(folder / index_name, metric, factory, device=device)
+    if (folder / vectors_name).is_file() or index.stored_vectors() is None:
+        return index, np.asarray(_load_array(folder / vectors_name)), vectors_name
+    return index, index.stored_vectors(), index_name
 
 
 def _load_array(path: Path, mmap: bool = True) -> np.ndarray:

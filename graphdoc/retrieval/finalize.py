@@ -43,18 +43,16 @@ def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = Fals
         kept_ids = [ids[r] for r in keep]
         (tmp / "doc_ids.txt").write_text("".join(i + "\n" for i in kept_ids), encoding="utf-8")
         vectors = prepare_vectors(doc_vectors[keep], manifest.metric)  # as scored: unit rows for cosine
-        np.save(tmp / "doc_vectors.npy", vectors)
-        DenseIndex.build(vectors, manifest.faiss_factory, manifest.metric).save(tmp / "dense.faiss")
+        _save_dense(tmp, "dense.faiss", "doc_vectors.npy", vectors, manifest.faiss_factory, manifest.metric)
         n_passages = 0
         if manifest.store_passages:
             p_vectors, p_ptr = _select_passages(passage_vectors, passage_ptr, keep)
             if attention is not None:
                 np.save(tmp / "passage_attention.npy", _select_passages(attention[:, None], passage_ptr, keep)[0][:, 0])
             p_vectors = prepare_vectors(p_vectors, manifest.metric)
-            np.save(tmp / "passage_vectors.npy", p_vectors)
             np.save(tmp / "passage_ptr.npy", p_ptr)
-            DenseIndex.build(p_vectors, "Flat" if len(p_vectors) < 4096 else manifest.faiss_factory,
-                             manifest.metric).save(tmp / "passages.faiss")
+            _save_dense(tmp, "passages.faiss", "passage_vectors.npy", p_vectors,
+                        "Flat" if len(p_vectors) < 4096 else manifest.faiss_factory, manifest.metric)
             n_passages = len(p_vectors)
         records = _records(stores, keep)
         docstore.write_store(tmp / "docstore.jsonl", records)
@@ -68,6 +66,16 @@ def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = Fals
     manifest.finalized = True
     manifest.save(index_dir)
     logger.debug("index %s: %d documents, %d passages", shown_as or index_dir, len(keep), n_passages)
+
+
+def _save_dense(folder: Path, index_name: str, vectors_name: str, vectors: np.ndarray, factory: str,
+                metric: str) -> None:
+    """Write the FAISS index of ``vectors`` and, unless it holds them as they are (an exact ``Flat`` index, whose
+    vectors the searcher reads from it), the vectors themselves, which exact scoring reads."""
+    index = DenseIndex.build(vectors, factory, metric)
+    index.save(folder / index_name)
+    if index.stored_vectors() is None:
+        np.save(folder / vectors_name, vectors)
 
 
 def _build_record(manifest: Manifest, documents: int, passages: int) -> dict:
