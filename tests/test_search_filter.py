@@ -120,6 +120,7 @@ def test_an_unknown_field_is_an_error_naming_the_fields_there_are(searcher, inde
     with pytest.raises(GraphDocError, match=r"^unknown filter field 'colour': no document of index .* has it; "
                                             r"fields: open, score, source, tags, year$"):
         searcher.filter_mask({"colour": "red"})
+    assert searcher.metadata_fields() == ["open", "score", "source", "tags", "year"]
 
 
 def test_unknown_field_of_documents_without_metadata_and_a_long_field_list() -> None:

@@ -71,6 +71,9 @@ def test_search_similar_and_document_answer_as_the_searcher(served, model) -> No
     assert get(f"{base}/health") == (200, {"status": "ok", "documents": 10})
     info = get(f"{base}/info")[1]
     assert (info["documents"], info["fusion"]["alpha"], info["dimension"]) == (10, 0.6, 32)
+    assert info["metadata_fields"] == ["label"]
+    assert [(c["part"], c["documents_read"], c["complete"]) for c in info["corpora"]] == [("1/1", 10, True)]
+    assert info["corpora"][0]["corpus"].endswith("corpus.jsonl")
 
 
 @pytest.mark.parametrize("path, status, error", [

@@ -343,6 +343,15 @@ class Searcher:
         allowed = self._allowed(filter)
         return None if allowed is None else allowed.mask.copy()
 
+    def metadata_fields(self) -> list[str]:
+        """The metadata fields some indexed document has, sorted: what a ``filter`` may name (read from the document
+        store with the filters' metadata, once)."""
+        self._check_open()
+        try:
+            return self.filters.table.fields
+        except UnreadableFileError as exc:
+            raise self._unreadable(exc) from exc
+
     def _allowed(self, filter: Mapping[str, Any] | None) -> RowSelection | None:
         """The rows ``filter`` keeps (read from the document store's metadata on the first filter)."""
         self._check_open()

@@ -8,7 +8,8 @@
 - ``/search`` and ``/similar`` take ``filter=FIELD=VALUE``, repeatable: only documents whose metadata match (a
   field given twice takes either value; different fields must all match)
 - ``/document?id=DOC_ID``: its stored record (id, title, text, metadata, passage spans)
-- ``/info``: documents and passages held, the model, dense, BM25 and fusion settings
+- ``/info``: documents and passages held, the model, dense, BM25 and fusion settings, the metadata fields a
+  filter may name, and the corpora read (with how many documents of each)
 - ``/health``: ``{"status": "ok", "documents": N}``
 
 ``POST /search`` with a JSON body ``{"queries": {id: text, ...} or [text, ...], "k": 100, "mode": ...}`` (and
@@ -137,7 +138,10 @@ class SearchService:
         return {"index": str(self.index_dir), "documents": len(searcher.doc_ids),
                 "passages": manifest.counts.get("passages"), "model": manifest.model,
                 "dimension": manifest.dimension, "metric": manifest.metric, "faiss_factory": manifest.faiss_factory,
-                "bm25": manifest.bm25, "fusion": searcher.fusion.to_dict(), "dense": manifest.dense}
+                "bm25": manifest.bm25, "fusion": searcher.fusion.to_dict(), "dense": manifest.dense,
+                "metadata_fields": searcher.metadata_fields(),
+                "corpora": [{"corpus": s.corpus, "part": s.part, "documents_read": s.documents_read,
+                             "complete": s.complete} for s in manifest.sources]}
 
     def _health(self, params) -> dict[str, Any]:
         return {"status": "ok", "documents": len(self.current().doc_ids)}
