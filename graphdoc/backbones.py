@@ -171,15 +171,21 @@ def _refuse_classifier(path: Path) -> None:
         raise ModelLoadError(f"{path} is a saved classifier; use {path / ENCODER_DIR} for its encoder")
 
 
-def load_index_model(identity: Mapping[str, Any], device=None):
+def load_index_model(identity: Mapping[str, Any], device=None, name_or_path: str | None = None):
     """The model an index was built with, from the ``model`` identity in its manifest.
 
     A saved model is loaded from its folder. A plain Hugging Face encoder is rebuilt with the settings
     the index recorded (chunker, pooling, graph or flat mode), so either backbone comes back as built.
+    ``name_or_path`` names the model in another place (a folder moved since, a copy, its hub id): it is loaded
+    from there with the index's settings (whether its weights are the index's is for the caller to check).
     """
     from graphdoc.flat_config import FLAT_GRAPH_TYPE
     from graphdoc.serialization import config_class_of, saved_backbone
 
+    if name_or_path is not None:
+        if os.path.isabs(name_or_path) and not os.path.exists(name_or_path):
+            raise ModelLoadError(f"model folder not found: {name_or_path}")
+        identity = {**identity, "path": str(name_or_path), "name": str(name_or_path)}
     path = identity.get("path")
     graph = identity.get("graph", {})
     if path and os.path.isabs(path) and not os.path.exists(path):  # a local folder, moved or deleted since

@@ -63,8 +63,8 @@ def model_card(saved: dict[str, Any], name: str) -> str:
                 f"{graph.get('num_layers')} graph attention layers ({graph.get('heads')} heads), and the document "
                 f"node is the document's {saved.get('dimension')}-dimensional embedding.")
     lines = header + [f"# {Path(name).name or name}", "", what, "", "## Use", "", "```python",
-                      "from graphdoc import GraphDocEncoder", "",
-                      f"model = GraphDocEncoder.from_pretrained({_json(name)})",
+                      "import graphdoc", "",
+                      f"model = graphdoc.load_model({_json(name)})  # either backbone, graph or flat",
                       'vectors = model.encode(["a long document ...", {"title": "T", "sections": [{"title": "A", '
                       '"text": "..."}]}])',
                       'queries = model.encode_queries(["what is ..."])',

@@ -110,6 +110,13 @@ def test_cli_takes_an_embed_output_of_the_same_corpus(corpus, model_dir, tmp_pat
     (["-k", "2", "--labels-field", "colour"], "no document of {path} has a 'colour' field"),
     (["-k", "2", "--embeddings", "e.npy", "--model", "m"], "--model is not used with --embeddings (the vectors "
                                                             "are read, not embedded)"),
+    (["-k", "2", "--embeddings", "e.npy", "--flat-document", "mean"], "--flat-document is not used with "
+                                                                        "--embeddings (the vectors are read, not "
+                                                                        "embedded)"),
+    (["-k", "2", "--embeddings", "e.npy", "--device", "cpu"], "--device is not used with --embeddings (the vectors "
+                                                                "are read, not embedded)"),
+    (["-k", "2", "--embeddings", "e.npy", "--precision", "bf16"], "--precision is not used with --embeddings (the "
+                                                                      "vectors are read, not embedded)"),
     (["-k", "2", "--embeddings", "missing.npy"], "--embeddings: missing.npy not found"),
     (["-k", "2", "--embeddings", "e.txt"], "--embeddings e.txt: name a .npy file written by graphdoc embed"),
     (["-k", "2", "--embeddings", "flat.npy"], "--embeddings flat.npy: an array of shape (12,), not [documents, "

@@ -165,6 +165,13 @@ def test_compare_summary_names_the_columns_in_full(model_dir, tmp_path, capsys) 
     assert out[header + 1].split() == ["B1", "B2"]
     assert [line.split()[0] for line in out[header + 2:header + 4]] == ["Start", "Next"]
     assert out[header + 4:header + 6] == ["  B1: Start", "  B2: Dense and lexical search, fused"]
+    b.write_text(json.dumps({"id": "b", "sections": [{"title": "Two\nlines", "text": "Graph attention."}]}),
+                 encoding="utf-8")
+    b.rename(b.with_suffix(".json"))
+    assert cli("compare", a, b.with_suffix(".json"), "--model", model_dir) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "  B1: Two lines" in out and not any(line.startswith("lines") for line in out)
+    assert all("Two lines" in line for line in out if "Two" in line)
 
 
 @pytest.mark.parametrize("args, message", [

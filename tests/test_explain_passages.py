@@ -74,6 +74,9 @@ def test_format_explanation_gives_one_line_per_passage() -> None:
     assert len(lines) == 2
     assert "p1" in lines[0] and "sim 1.0000" in lines[0] and "att 0.200" in lines[0]
     assert "[Body]" in lines[0] and "chars 18-37: Delta epsilon zeta." in lines[0]
+    titled = {**RECORD, "passages": [[s, e, i, "Body\nof\ttext"] for s, e, i, _ in RECORD["passages"]]}
+    lines = format_explanation(explain_passages(QUERY, PASSAGES, titled, ATTENTION, top=2)).splitlines()
+    assert len(lines) == 2 and "[Body of text]" in lines[0]  # a title's newline and tab: one line still
 
 
 # ----------------------------------------------------------------- from an index

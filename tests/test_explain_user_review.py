@@ -170,7 +170,7 @@ def test_embeddings_that_are_not_a_matrix_are_refused(tmp_path, vectors, message
 def test_labels_given_as_one_string_and_a_fractional_seed_are_refused(tmp_path) -> None:
     with pytest.raises(GraphDocError, match="^labels must be a sequence of labels, one per document, not a str$"):
         plot.plot_embeddings(np.eye(5), "abcde", tmp_path / "m.png")
-    with pytest.raises(GraphDocError, match=r"^seed must be an integer; got 1\.5$"):
+    with pytest.raises(TypeError, match=r"^seed must be an integer; got 1\.5$"):
         plot.plot_embeddings(np.eye(5), None, tmp_path / "m.png", seed=1.5)
 
 

@@ -640,6 +640,27 @@ def test_an_index_whose_model_folder_moved_says_so_in_one_line(tiny_bert, tmp_pa
     assert len(capsys.readouterr().out.splitlines()) == 8
 
 
+@pytest.mark.parametrize("settings", [("--backbone", "flat"), ("--config", "section-graph"),
+                                      ("--backbone", "flat", "--flat-document", "mean")])
+def test_search_model_of_a_plain_encoder_index_is_loaded_with_the_index_settings(tiny_bert, tmp_path, capsys,
+                                                                                  settings):
+    """--model named a moved plain encoder folder, loaded as a default graph model: refused as another model."""
+    encoder = Path(shutil.copytree(tiny_bert, tmp_path / "encoder"))
+    corpus = write_jsonl(tmp_path / "c.jsonl", make_docs(4))
+    assert cli("index", "--corpus", corpus, "--index-dir", tmp_path / "index", "--model", encoder, *settings) == 0
+    capsys.readouterr()
+    search = ["search", "--index-dir", tmp_path / "index", "alpha", "--mode", "dense", "-k", "4"]
+    assert cli(*search) == 0
+    before = capsys.readouterr().out
+    moved = encoder.rename(tmp_path / "moved")
+    assert cli(*search) == 1
+    assert "is gone (moved or deleted): pass it from its new place with --model" in error_line(capsys, "search")
+    assert cli(*search, "--model", moved) == 0
+    assert capsys.readouterr().out == before
+    assert cli(*search, "--model", tmp_path / "nowhere") == 1
+    assert error_line(capsys, "search") == f"graphdoc search: error: model folder not found: {tmp_path / 'nowhere'}"
+
+
 def test_an_index_in_a_folder_whose_name_is_not_utf_8_builds_and_searches(model, tmp_path) -> None:
     """FAISS takes only UTF-8 file names: the build failed with a TypeError traceback and left the index broken."""
     from graphdoc.retrieval.searcher import Searcher

@@ -32,7 +32,7 @@ def test_a_saved_model_has_a_card_naming_what_it_is(model_dir: Path, tiny_bert: 
     assert (f"`{tiny_bert}` embeds each passage (mean pooling, at most 64 tokens); a document node and the passage "
             "nodes (every passage linked to every other) go through 2 graph attention layers (2 heads), and the "
             "document node is the document's 32-dimensional embedding.") in card
-    assert f"GraphDocEncoder.from_pretrained({json.dumps(str(folder))})" in card
+    assert f"model = graphdoc.load_model({json.dumps(str(folder))})" in card
     assert settings_block(card) == config["model"]
     assert f"Saved with graphdoc {config['graphdoc_version']}, torch " in card
     model.save_pretrained(folder)  # saved again into its own folder: the card is its own, replaced with it
@@ -61,6 +61,10 @@ def test_a_flat_model_card(tiny_bert: Path, tmp_path: Path) -> None:
     load_model(str(tiny_bert), backbone="flat", device="cpu").save_pretrained(tmp_path / "flat")
     assert "A graphdoc flat model: " in card_of(tmp_path / "flat")
     assert "are embedded whole" in card_of(tmp_path / "flat")
+    use = card_of(tmp_path / "flat").split("```python\n", 1)[1].split("\nvectors = ", 1)[0]
+    found: dict = {}
+    exec(use, found)  # the card's own lines load it
+    assert type(found["model"]).__name__ == "FlatEncoder"
 
 
 @pytest.mark.parametrize("encoder, expected", [

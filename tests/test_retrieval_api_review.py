@@ -236,6 +236,7 @@ def test_compare_documents_checks_its_counts(model, options, message) -> None:
     with pytest.raises(GraphDocError) as info:
         compare_documents(model, A, A, **options)
     assert str(info.value) == message
+    assert isinstance(info.value, TypeError) == ("integer" in message)  # a wrong type is a TypeError too
     assert len(compare_documents(model, A, A, top=1, max_passages=2).pairs) == 1
 
 

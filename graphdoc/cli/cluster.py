@@ -55,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
         check_not_an_input(args.output, [*corpus_files(args.corpus), args.embeddings], what="the clusters")
     if args.embeddings is not None:
         unused = [flag for flag, value in (("--model", args.model), ("--config", args.config),
-                                           ("--backbone", args.backbone), ("--max-passages", args.max_passages))
+                                           ("--backbone", args.backbone), ("--flat-document", args.flat_document),
+                                           ("--max-passages", args.max_passages), ("--device", args.device),
+                                           ("--precision", args.precision))
                   if value is not None]
         if unused:
             raise GraphDocError(f"{unused[0]} is not used with --embeddings (the vectors are read, not embedded)")

@@ -144,7 +144,8 @@ def summary(comparison, width: int = 18) -> str:
     """Document similarity, the section matrix and the top passage pairs as plain text."""
     from graphdoc.explain.passages import snippet
 
-    secs_a, secs_b = ([s.label for s in secs] for secs in comparison.sections)
+    # (titles on one line: a newline in one broke the table)
+    secs_a, secs_b = ([" ".join(s.label.split()) for s in secs] for secs in comparison.sections)
     lines = [f"document similarity: {comparison.document_similarity:.4f}",
              "section similarity (rows: A's sections, columns: B's, named below):",
              " " * (width + 2) + " ".join(f"{f'B{j}':>8}" for j in range(1, len(secs_b) + 1))]
@@ -158,6 +159,6 @@ def summary(comparison, width: int = 18) -> str:
         lines.append(f"  {rank}. {pair.score:.4f}  A p{a.index} chars {a.start}-{a.end}  |  "
                      f"B p{b.index} chars {b.start}-{b.end}")
         for side, p in (("A", a), ("B", b)):
-            section = f"[{p.section_title}] " if p.section_title else ""
+            section = f"[{' '.join(p.section_title.split())}] " if p.section_title else ""
             lines.append(f"     {side}: {section}{' '.join(snippet(p.text, 160).split())}")
     return "\n".join(lines)

@@ -20,7 +20,7 @@ import numpy as np
 
 from graphdoc.config import check_count
 from graphdoc.documents import Document, Passage, as_document
-from graphdoc.errors import GraphDocError, InputError
+from graphdoc.errors import ArgumentTypeError, GraphDocError, InputError
 from graphdoc.explain.passages import snippet
 
 
@@ -142,7 +142,7 @@ def compare_documents(model, a, b, top: int = 5, max_passages: int | None = None
     cap are left out of the comparison, with a warning.
     """
     if isinstance(top, bool) or not isinstance(top, numbers.Integral):
-        raise GraphDocError(f"the number of passage pairs (top) must be an integer; got {top!r}")
+        raise ArgumentTypeError(f"the number of passage pairs (top) must be an integer; got {top!r}")
     if top < 0:
         raise GraphDocError(f"the number of passage pairs (top) must be at least 0; got {top}")
     if max_passages is not None:

@@ -108,7 +108,7 @@ def format_explanation(explanations: Sequence[PassageExplanation | Mapping[str, 
     for e in explanations:
         e = e.to_dict() if isinstance(e, PassageExplanation) else e
         attention = "" if e["attention"] is None else f"  att {e['attention']:.3f}"
-        section = f"  [{e['section_title']}]" if e["section_title"] else ""
+        section = f"  [{' '.join(e['section_title'].split())}]" if e["section_title"] else ""  # on one line
         lines.append(f"{' ' * indent}p{e['index']:<3} sim {e['score']:.4f}{attention}{section}  "
                      f"chars {e['start']}-{e['end']}: {' '.join(e['snippet'].split())}")
     return "\n".join(lines)

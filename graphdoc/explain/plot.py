@@ -21,7 +21,7 @@ import torch
 
 from graphdoc.backbones import FLAT, config_backbone
 from graphdoc.documents import ID_KEYS, TEXT_KEYS, Document, Passage, as_document
-from graphdoc.errors import GraphDocError
+from graphdoc.errors import ArgumentTypeError, GraphDocError
 from graphdoc.explain.compare import check_has_text
 from graphdoc.fileio import atomic_write, check_output_file
 
@@ -69,7 +69,7 @@ def _figure(size: tuple[float, float], dpi: int):
 def check_seed(seed: int, name: str = "seed") -> None:
     """Refuse a seed that t-SNE and UMAP would not take, naming ``name`` (``--seed`` for the CLI)."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise GraphDocError(f"{name} must be an integer; got {seed!r}")
+        raise ArgumentTypeError(f"{name} must be an integer; got {seed!r}")
     if not 0 <= seed <= MAX_SEED:
         raise GraphDocError(f"{name} must be in 0..{MAX_SEED}; got {seed}")
 

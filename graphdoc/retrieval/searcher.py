@@ -238,10 +238,10 @@ class Searcher:
 
     @model.setter
     def model(self, model) -> None:
-        if isinstance(model, (str, os.PathLike)):
-            from graphdoc.backbones import load_model
+        if isinstance(model, (str, os.PathLike)):  # loaded with the index's settings (backbone, graph, chunker)
+            from graphdoc.backbones import load_index_model
 
-            model = load_model(str(model), device=self.device)
+            model = load_index_model(self.manifest.model, self.device, name_or_path=str(model))
         # (the passage cap shapes documents, not queries: a model of another cap encodes them as the index's does)
         check_identity(self.manifest.model, model_identity(model), self.index_dir, ignore=("chunker.max_passages",))
         self._model = model
