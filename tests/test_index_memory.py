@@ -12,7 +12,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _retrieval_helpers import cli, doc_ids, kill_on_shard, make_docs, manifest_json, records, write_jsonl, searched_vectors
+from _retrieval_helpers import (
+    cli,
+    doc_ids,
+    kill_on_shard,
+    make_docs,
+    manifest_json,
+    records,
+    searched_vectors,
+    write_jsonl,
+)
 
 from graphdoc.corpus import Fields, MemoryCorpus
 from graphdoc.documents import Document
@@ -153,6 +162,10 @@ def test_an_id_already_in_the_index(from_list, model, tmp_path, policy) -> None:
 
 
 # ------------------------------------------------------------------ bad input, refused before the folder is touched
+SELF_HOLDING = {"_id": "a", "text": "x"}
+SELF_HOLDING["meta"] = SELF_HOLDING
+
+
 @pytest.mark.parametrize("bad, message", [
     ({"title": "no id", "text": "x"}, f"{WHERE.format(1)}: record has no id field (expected one of _id, id, docid, "
                                       "doc_id)"),
@@ -167,7 +180,7 @@ def test_an_id_already_in_the_index(from_list, model, tmp_path, policy) -> None:
     ("a text", f"{WHERE.format(1)} is a str, not a dict or a graphdoc.Document (a string has no id: give "
                '{"id": ..., "text": ...})'),
     (None, f"{WHERE.format(1)} is a NoneType, not a dict or a graphdoc.Document"),
-    ({"_id": "a", "text": "x", "meta": {1: "a", "b": 2}}, f"{WHERE.format(1)} is not a JSON-style record ("),
+    (SELF_HOLDING, f"{WHERE.format(1)} is not a JSON-style record (it holds itself)"),
 ])
 def test_a_bad_record_is_named_by_its_position(model, tmp_path, bad, message) -> None:
     with pytest.raises(InputError) as info:
@@ -244,3 +257,33 @@ def test_parts_of_a_list_merge_into_the_single_build(from_list, model, docs, tmp
     with pytest.raises(GraphDocError, match=rf"^{tmp_path / '1of2'} holds the list {key_of(docs)} read as part 1/2 "
                                             r"\(--shard 1/2\), not with no --shard: "):
         build_index(model, docs, tmp_path / "1of2")
+
+
+def test_the_key_is_that_of_the_records_as_stored_the_same_in_every_process(tmp_path) -> None:
+    """A set's order changed with PYTHONHASHSEED, and a long array's str() elided its middle: keys of str()."""
+    import subprocess
+    import sys
+
+    script = ("from graphdoc.corpus import MemoryCorpus\n"
+              "print(MemoryCorpus([{'_id': 'a', 'text': 'x', 'tags': {'graph', 'retrieval', 'dense', 'sparse'}}]).key)")
+    keys = {subprocess.run([sys.executable, "-c", script], env={"PYTHONHASHSEED": seed, "PATH": ""},
+                           capture_output=True, text=True, check=True).stdout for seed in ("1", "2", "3")}
+    assert len(keys) == 1
+    one, other = np.zeros(2000), np.zeros(2000)
+    other[1000] = 1.0
+    assert MemoryCorpus([{"_id": "a", "text": "x", "v": one}]).key != MemoryCorpus([{"_id": "a", "text": "x",
+                                                                                    "v": other}]).key
+    assert MemoryCorpus([{"_id": "a", "text": "x", "n": np.int64(3), "b": np.bool_(True)}]).key == \
+        MemoryCorpus([{"_id": "a", "text": "x", "n": 3, "b": True}]).key  # stored the same: one key
+
+
+def test_numpy_values_are_stored_and_filtered_as_the_values_they_hold(model, tmp_path) -> None:
+    docs = [{"_id": "a", "text": "graph attention", "open": np.bool_(True), "year": np.int64(2020),
+             "tags": np.array(["x", "y"])},
+            {"_id": "b", "text": "graph search", "open": np.bool_(False), "year": np.int64(2021), "tags": {"y"}}]
+    build_index(model, docs, tmp_path / "index")
+    assert [r["metadata"] for r in records(tmp_path / "index")] == [
+        {"open": True, "year": 2020, "tags": ["x", "y"]}, {"open": False, "year": 2021, "tags": ["y"]}]
+    with Searcher(tmp_path / "index", model=model) as searcher:
+        assert list(searcher.batch_search(["graph"], mode="bm25", filter={"open": True})["0"]) == ["a"]
+        assert list(searcher.batch_search(["graph"], mode="bm25", filter={"tags": "y", "year": "2021"})["0"]) == ["b"]

@@ -182,6 +182,20 @@ def test_metadata_read_once_and_a_damaged_store_is_reported(index, model, tmp_pa
             searcher.filter_mask({"source": "acl"})
 
 
+def test_a_searcher_filters_the_build_it_opened_after_a_newer_one_replaced_it(index, model, tmp_path) -> None:
+    """Its metadata was read from the store's path on the first filter: the new build's, rows shifted."""
+    from graphdoc.retrieval import delete_documents
+
+    copy = Path(shutil.copytree(index, tmp_path / "index"))
+    with Searcher(copy, model=model) as searcher:
+        assert searcher.search("graph", k=1, mode="bm25")  # opened, no filter yet
+        delete_documents(copy, ["d000"])  # final/ rebuilt: every row after d000's moves up one
+        assert kept(searcher, {"source": "arxiv"}) == ARXIV  # the documents of the build it opened
+        assert searcher.metadata_fields() == ["open", "score", "source", "tags", "year"]
+    with Searcher(copy, model=model) as searcher:
+        assert kept(searcher, {"source": "arxiv"}) == ARXIV - {"d000"}
+
+
 def test_threads_share_the_metadata_read_once(index, model, monkeypatch) -> None:
     from concurrent.futures import ThreadPoolExecutor
 

@@ -103,8 +103,12 @@ def _digest(records: Sequence) -> str:
 
 
 def _canonical(i: int, record: Any) -> str:
-    """A record as JSON with sorted keys and no spaces (a value JSON has no type for: its ``str``, as the
-    index's document store keeps it); a :class:`Document` as ``[id, title, text, sections, metadata]``."""
+    """A record as JSON with sorted keys and no spaces, its values as the index's document store keeps them
+    (:func:`~graphdoc.retrieval.docstore.json_safe`: a set sorted, a NumPy value as the number or list it holds, a
+    value JSON has no type for as its ``str``, whose text must not change between runs for the same documents to
+    be known again); a :class:`Document` as ``[id, title, text, sections, metadata]``."""
+    from graphdoc.retrieval.docstore import json_safe
+
     if isinstance(record, Document):
         sections = None if record.sections is None else [[s.title, s.start, s.end] for s in record.sections]
         record = ["graphdoc.Document", record.id, record.title, record.text, sections, record.metadata]
@@ -114,9 +118,9 @@ def _canonical(i: int, record: Any) -> str:
         why = " (a string has no id: give {\"id\": ..., \"text\": ...})" if isinstance(record, str) else ""
         raise InputError(f"{_where(i)} is a {type(record).__name__}, not a dict or a graphdoc.Document{why}")
     try:
-        return json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-    except (TypeError, ValueError) as err:  # keys of several types cannot be sorted; a reference cycle
-        raise InputError(f"{_where(i)} is not a JSON-style record ({err})") from None
+        return json.dumps(json_safe(record), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    except RecursionError:
+        raise InputError(f"{_where(i)} is not a JSON-style record (it holds itself)") from None
 
 
 def _where(i: int) -> str:

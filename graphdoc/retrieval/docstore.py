@@ -29,12 +29,20 @@ def record(document, passages) -> dict[str, Any]:
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` as strict JSON holds it: a NaN or infinite number, or an object JSON has no type for (a date, a
-    set), becomes its ``str``; dict keys become strings."""
+    """``value`` as strict JSON holds it: dict keys become strings; a tuple, a NumPy array and a set become lists
+    (a set's items sorted, so that it is stored the same in every process); a NumPy scalar is the number or bool
+    it holds; a NaN or infinite number, or an object JSON has no type for (a date), becomes its ``str``."""
     if isinstance(value, dict):
         return {str(key): json_safe(item) for key, item in value.items()}
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
     if isinstance(value, (list, tuple)):
         return [json_safe(item) for item in value]
+    if isinstance(value, (set, frozenset)):
+        items = [json_safe(item) for item in value]
+        return sorted(items, key=lambda item: json.dumps(item, sort_keys=True, ensure_ascii=False))
+    if isinstance(value, np.generic):  # (np.bool_ is no bool; np.str_ is a str already)
+        value = value.item()
     if value is None or isinstance(value, (str, bool)):
         return value
     if isinstance(value, numbers.Integral):  # (numpy's integers too)
@@ -94,13 +102,30 @@ class DocStore:
             raise IndexError(f"row {asked} of a store of {len(self.offsets)} records")
         start = int(self.offsets[row])
         end = int(self.offsets[row + 1]) if row + 1 < len(self.offsets) else self._size
+        return json.loads(self._read(start, end))
+
+    def lines(self, block_bytes: int = 8 * 2**20) -> Iterator[bytes]:
+        """Every record's JSON line, in row order, read through the file opened with the store (the build it was
+        opened on, even once a newer one took its path), about ``block_bytes`` at a time."""
+        rows = len(self.offsets)
+        row = 0
+        while row < rows:
+            start = int(self.offsets[row])
+            last = max(row + 1, int(np.searchsorted(self.offsets, start + block_bytes, side="right")) - 1)
+            end = int(self.offsets[last]) if last < rows else self._size
+            data = self._read(start, end)
+            for i in range(row, min(last, rows)):
+                stop = int(self.offsets[i + 1]) if i + 1 < rows else self._size
+                yield data[int(self.offsets[i]) - start:stop - start]
+            row = last
+
+    def _read(self, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` of the file, without moving a shared file position."""
         if hasattr(os, "pread"):
-            data = os.pread(self._handle.fileno(), end - start, start)
-        else:
-            with self._lock:
-                self._handle.seek(start)
-                data = self._handle.read(end - start)
-        return json.loads(data)
+            return os.pread(self._handle.fileno(), end - start, start)
+        with self._lock:
+            self._handle.seek(start)
+            return self._handle.read(end - start)
 
     def is_complete(self) -> bool:
         """Whether the file ends where its offsets say: a line starts at the last offset and the file ends

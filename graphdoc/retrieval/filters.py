@@ -18,13 +18,13 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import reading
 from graphdoc.retrieval.dense import RowSelection
+from graphdoc.retrieval.docstore import DocStore
 
 logger = logging.getLogger(__name__)
 
@@ -163,8 +163,8 @@ class MetadataFilters:
     read once, on the first filter, and the last :data:`SELECTIONS` filters' selections are kept. Threads may
     share it (one reads the store while the others wait for it)."""
 
-    def __init__(self, store: Path, size: int, where: str = "the index") -> None:
-        self.store, self.size, self.where = Path(store), size, where
+    def __init__(self, store: DocStore, where: str = "the index") -> None:
+        self.store, self.size, self.where = store, len(store), where
         self._table: MetadataTable | None = None
         self._table_lock, self._lock = threading.Lock(), threading.Lock()
         self._selections: OrderedDict[Conditions, RowSelection] = OrderedDict()
@@ -175,9 +175,9 @@ class MetadataFilters:
         if self._table is None:
             with self._table_lock:
                 if self._table is None:
-                    logger.debug("reading the metadata of %d documents from %s", self.size, self.store)
-                    with reading(self.store), open(self.store, "rb") as lines:
-                        self._table = MetadataTable.read(lines, self.size)
+                    logger.debug("reading the metadata of %d documents from %s", self.size, self.store.path)
+                    with reading(self.store.path):  # (the file opened with the searcher: its build's records)
+                        self._table = MetadataTable.read(self.store.lines(), self.size)
         return self._table
 
     def selection(self, filter: Mapping | None) -> RowSelection | None:

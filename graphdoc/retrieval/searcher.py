@@ -149,7 +149,7 @@ class Searcher:
             offsets = np.load(offsets_path(store), mmap_mode="r", allow_pickle=False)
         with reading(store):
             self.docstore = DocStore(store, offsets)
-        self.filters = MetadataFilters(store, len(offsets), f"index {self.index_dir}")
+        self.filters = MetadataFilters(self.docstore, f"index {self.index_dir}")
         self.dense = DenseSearcher(final, self.manifest.metric, self.manifest.faiss_factory,
                                    DenseSettings(**self.manifest.dense), device=self.device)
         with reading(final / "bm25"):
