@@ -135,7 +135,7 @@ class RowSelection:
         import faiss
 
         bits = np.packbits(self.mask, bitorder="little")
-        selector = faiss.IDSelectorBitmap(len(self.mask), faiss.swig_ptr(bits))
+        selector = faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(bits))  # (n: the bitmap's bytes)
         selector.referenced_objects = [bits]  # (as FAISS's own Python wrappers keep what an object points into)
         return selector
 
