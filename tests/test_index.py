@@ -661,6 +661,17 @@ def test_search_model_of_a_plain_encoder_index_is_loaded_with_the_index_settings
     assert error_line(capsys, "search") == f"graphdoc search: error: model folder not found: {tmp_path / 'nowhere'}"
 
 
+def test_a_corpus_without_a_word_bm25_indexes_is_searched_densely(model, tmp_path) -> None:
+    """The build stopped at BM25 with shards written, and every rerun stopped there again."""
+    from graphdoc.retrieval.searcher import Searcher
+
+    docs = [{"_id": "a", "text": "!!! ??? ..."}, {"_id": "b", "text": "--- *** ;;;"}]
+    build_index(model, str(write_jsonl(tmp_path / "c.jsonl", docs)), tmp_path / "index", IndexSettings())
+    with Searcher(tmp_path / "index", model=model) as searcher:
+        assert sorted(searcher.batch_search(["symbols"], mode="dense")["0"]) == ["a", "b"]
+        assert searcher.batch_search(["symbols"], mode="bm25")["0"] == {}
+
+
 def test_an_index_in_a_folder_whose_name_is_not_utf_8_builds_and_searches(model, tmp_path) -> None:
     """FAISS takes only UTF-8 file names: the build failed with a TypeError traceback and left the index broken."""
     from graphdoc.retrieval.searcher import Searcher

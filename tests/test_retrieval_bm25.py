@@ -59,9 +59,20 @@ def test_search_errors():
     with pytest.raises(GraphDocError, match="^cannot build a BM25 index from an empty corpus$"):
         BM25Index.build([])
     with pytest.raises(GraphDocError, match=r"^cannot build a BM25 index: none of the 2 texts has a word to index"):
-        BM25Index.build(["a b", "the"])
+        BM25Index.build(["a b", "the"], BM25Config(backend="rank_bm25"))
     with pytest.raises(GraphDocError, match="^search expects a list of query strings, got a single string$"):
         BM25Index.build(TEXTS).search("cat", k=1)
+
+
+def test_texts_without_a_word_to_index_make_an_index_that_finds_nothing(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="graphdoc"):
+        index = BM25Index.build(["a b", "the", "!!!"])
+    assert caplog.messages == ["none of the 3 texts has a word BM25 indexes (2+ letters or digits, not a stop word): "
+                               "BM25 finds nothing in them"]
+    index.save(tmp_path / "bm25")
+    for found in (index, BM25Index.load(tmp_path / "bm25")):
+        assert found.num_docs == 3 and found.get_scores("the cat").tolist() == [0.0, 0.0, 0.0]
+        assert found.search(["cat", "b"], k=2)[0].tolist() == [[-1, -1], [-1, -1]]
 
 
 def test_stemmer():
@@ -219,8 +230,8 @@ def test_a_hindi_corpus_is_indexed_and_found_by_its_words():
     indices, scores = index.search(["दिल्ली", "मुंबई शहर"], k=1)
     assert indices.tolist() == [[0], [1]] and (scores > 0).all()
     assert BM25Index.build(["हिन्दी का वाक्य", "বাংলা ভাষা"]).num_docs == 2
-    with pytest.raises(GraphDocError, match="none of the 2 texts has a word to index"):  # bm25s's terms: none
-        BM25Index.build(["हिन्दी का वाक्य", "বাংলা ভাষা"], BM25Config(terms="bm25s"))
+    none = BM25Index.build(["हिन्दी का वाक्य", "বাংলা ভাষা"], BM25Config(terms="bm25s"))  # bm25s's terms: none
+    assert none.search(["वाक्य"], k=2)[0].tolist() == [[-1, -1]]
 
 
 def test_a_setting_stored_before_terms_existed_reads_as_bm25s_terms(tmp_path):

@@ -257,10 +257,12 @@ class BM25Index:
         if not len(corpus):
             raise GraphDocError("cannot build a BM25 index from an empty corpus")
         if not len(corpus.flat):
-            raise GraphDocError(
-                f"cannot build a BM25 index: none of the {len(corpus)} texts has a word to index "
-                "(2+ letters or digits, not a stop word)"
-            )
+            if config.backend != "bm25s":  # (rank_bm25 divides by the mean length, 0)
+                raise GraphDocError(f"cannot build a BM25 index: none of the {len(corpus)} texts has a word to index "
+                                    "(2+ letters or digits, not a stop word)")
+            # (a corpus of symbols, or of a script the terms miss: dense search still finds its documents)
+            logger.warning("none of the %d texts has a word BM25 indexes (2+ letters or digits, not a stop word): "
+                           "BM25 finds nothing in them", len(corpus))
         logger.debug("indexing %d texts with the %s BM25 backend", len(corpus), config.backend)
         return cls(BACKENDS[config.backend].build(corpus, config), config)
 

@@ -59,7 +59,8 @@ class BM25sBackend:
         # bm25s reads an object with ids and vocab as (documents' term ids, term -> id); create_empty_token=False:
         # it would add "" to the vocabulary without a matrix column
         tokenized = bm25s.tokenization.Tokenized(ids=corpus, vocab=corpus.vocab)
-        retriever.index(tokenized, create_empty_token=False, show_progress=False)
+        with np.errstate(divide="ignore", invalid="ignore"):  # (documents without terms: a mean length of 0)
+            retriever.index(tokenized, create_empty_token=False, show_progress=False)
         return cls(retriever)
 
     def scores(self, query_tokens: list[str]) -> np.ndarray:
@@ -71,6 +72,8 @@ class BM25sBackend:
                              "rebuild the index") from None
 
     def _scores(self, query_tokens: list[str]) -> np.ndarray:
+        if not self.retriever.vocab_dict:  # no document held a word to index: none holds a query's
+            return np.zeros(self.num_docs, dtype=np.float32)
         ids = np.asarray(self.retriever.get_tokens_ids(query_tokens), dtype=np.int64)  # unknown terms are dropped
         scores = self.retriever.get_scores_from_ids(ids)
         if self.retriever.nonoccurrence_array is not None:
