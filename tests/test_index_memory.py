@@ -15,6 +15,7 @@ import pytest
 from _retrieval_helpers import (
     cli,
     doc_ids,
+    error_line,
     kill_on_shard,
     make_docs,
     manifest_json,
@@ -287,3 +288,41 @@ def test_numpy_values_are_stored_and_filtered_as_the_values_they_hold(model, tmp
     with Searcher(tmp_path / "index", model=model) as searcher:
         assert list(searcher.batch_search(["graph"], mode="bm25", filter={"open": True})["0"]) == ["a"]
         assert list(searcher.batch_search(["graph"], mode="bm25", filter={"tags": "y", "year": "2021"})["0"]) == ["b"]
+
+
+# ------------------------------------------------------------------ graphdoc index --corpus -: JSON lines piped in
+def pipe(monkeypatch, data: bytes) -> None:
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+
+
+def test_index_reads_json_lines_piped_in_as_documents_in_memory(model_dir, docs, tmp_path, capsys, monkeypatch):
+    lines = "".join(json.dumps(d) + "\n" for d in docs).encode("utf-8")
+    file = write_jsonl(tmp_path / "corpus.jsonl", docs)
+    assert cli("index", "--corpus", file, "--index-dir", tmp_path / "from-file", "--model", model_dir) == 0
+    pipe(monkeypatch, lines)
+    assert cli("index", "--corpus", "-", "--index-dir", tmp_path / "piped", "--model", model_dir) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"{tmp_path / 'piped'}: 10 documents, 30 passages, 1 shard"
+    assert manifest_json(tmp_path / "piped")["sources"][0]["corpus"] == key_of(docs)
+    assert doc_ids(tmp_path / "piped") == doc_ids(tmp_path / "from-file")
+    np.testing.assert_array_equal(searched_vectors(tmp_path / "piped"), searched_vectors(tmp_path / "from-file"))
+    pipe(monkeypatch, lines)  # the same lines again: nothing added
+    assert cli("index", "--corpus", "-", "--index-dir", tmp_path / "piped") == 0
+    assert manifest_json(tmp_path / "piped")["counts"]["documents"] == 10
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"", "--corpus -: standard input holds no JSON lines"),
+    (b'{"_id": "a", "text": "x"}\n[1]\n', "<stdin>:2: expected a JSON object, got an array"),
+    (b'{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n',
+     "document 1 of the list (counting from 0): duplicate document id 'a' (first seen at document 0)"),
+    (b'{"_id": "a", "text": "caf\xe9"}\n', "<stdin>:1: not valid UTF-8 (byte 0xe9 at column 26)"),
+])
+def test_bad_json_lines_piped_in_are_one_line_before_anything_is_written(model_dir, tmp_path, capsys, monkeypatch,
+                                                                        data, message):
+    pipe(monkeypatch, data)
+    assert cli("index", "--corpus", "-", "--index-dir", tmp_path / "index", "--model", model_dir) == 1
+    assert error_line(capsys, "index") == f"graphdoc index: error: {message}"
+    assert not (tmp_path / "index").exists()

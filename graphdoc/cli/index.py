@@ -16,7 +16,9 @@ from graphdoc.errors import GraphDocError
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("index", help="index a corpus for dense, BM25 and hybrid search", description=__doc__)
     parser.add_argument("--corpus", required=True, help="a local corpus (JSON lines, CSV/TSV, BEIR folder, "
-                        "text folder, MediaWiki dump) or a dataset name (msmarco-document, robust04, wikir/en59k, ...)")
+                        "text folder, MediaWiki dump), a dataset name (msmarco-document, robust04, wikir/en59k, ...), "
+                        "or - for JSON lines piped in (read whole, then indexed as documents in memory: the same "
+                        "lines piped again resume or add nothing)")
     parser.add_argument("--index-dir", required=True, type=Path)
     parser.add_argument("--faiss-factory", default=None, metavar="STR",
                         help="FAISS index_factory string (default Flat: exact inner product), e.g. HNSW32; "
@@ -51,14 +53,32 @@ def run(args: argparse.Namespace) -> int:
                              store_passages=not args.no_passages, shard_size=args.shard_size,
                              on_duplicate=args.on_duplicate)
     fields = fields_from(args)
+    corpus = stdin_records() if args.corpus == "-" else args.corpus  # (read before the model loads)
     model = _model(args)
-    manifest = build_index(model, args.corpus, args.index_dir, settings, part=args.shard,
+    manifest = build_index(model, corpus, args.index_dir, settings, part=args.shard,
                            batch_size=args.batch_size, show_progress_bar=not args.quiet, fields=fields)
     counts = manifest.counts
     print(f"{args.index_dir}: " + ", ".join(counted(counts.get(what, 0), what) for what in
                                             ("documents", "passages", "shards")))
     logger.debug("manifest: %s", manifest)
     return 0
+
+
+def stdin_records() -> list[dict]:
+    """The JSON lines piped in (``--corpus -``), read whole: records :func:`build_index` indexes as documents in
+    memory, named by their content (the same lines piped again are known again)."""
+    import sys
+
+    from graphdoc.corpus.files import decoded_lines
+    from graphdoc.corpus.jsonl import iter_json_objects
+
+    if sys.stdin is None or sys.stdin.isatty():
+        raise GraphDocError("--corpus -: nothing is piped in (pipe JSON lines into graphdoc index, or give a file)")
+    name = Path("<stdin>")
+    records = [record for _, record in iter_json_objects(name, decoded_lines(name, sys.stdin.buffer))]
+    if not records:
+        raise GraphDocError("--corpus -: standard input holds no JSON lines")
+    return records
 
 
 def _model(args: argparse.Namespace):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from graphdoc.documents import Document, id_problem, lone_surrogate, scalar_id
 from graphdoc.errors import InputError
@@ -23,13 +23,15 @@ NOT_JSON_LINES = "not JSON lines (one JSON object per line)"
 _JSON_SPACE = " \t\r\n"
 
 
-def iter_json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_json_objects(path: Path,
+                      lines: Iterable[tuple[int, str]] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line number, object)`` for each non-blank line; a line that is not a JSON object is an error.
 
     A file that is one JSON array, or JSON pretty-printed over several lines, is named as such on its first line.
+    ``lines``, ``(line number, line)`` pairs, replaces reading the file (``path`` then names them in errors).
     """
     first = True
-    for lineno, line in iter_lines(path):
+    for lineno, line in iter_lines(path) if lines is None else lines:
         if not line.strip():
             continue
         if first and line.lstrip().startswith("["):
