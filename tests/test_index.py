@@ -114,8 +114,12 @@ def test_final_files_exist_and_nothing_temporary_is_left(built) -> None:
 
 
 def test_doc_vectors_are_the_models_unit_vectors_in_corpus_order(built, model, docs) -> None:
+    from graphdoc.retrieval.dense import prepare_vectors
+
     assert doc_ids(built) == [d["_id"] for d in docs]
     vectors = searched_vectors(built)
+    shards = np.concatenate([np.load(p / "doc_vectors.npy") for p in sorted((built / "shards").iterdir())])
+    assert np.array_equal(vectors, prepare_vectors(shards, "cosine"))  # normalised once, to the last bit
     assert vectors.dtype == np.float32 and vectors.shape == (10, 32)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
     np.testing.assert_allclose(vectors, unit(model.encode(docs)), atol=1e-5)

@@ -274,6 +274,8 @@ def test_the_key_is_that_of_the_records_as_stored_the_same_in_every_process(tmp_
     other[1000] = 1.0
     assert MemoryCorpus([{"_id": "a", "text": "x", "v": one}]).key != MemoryCorpus([{"_id": "a", "text": "x",
                                                                                     "v": other}]).key
+    assert MemoryCorpus([{"_id": "a", "text": "x", "day": np.datetime64("2020-01-01T00:00", "ns")}]).key == \
+        MemoryCorpus([{"_id": "a", "text": "x", "day": "2020-01-01T00:00:00.000000000"}]).key  # a date: its text
     assert MemoryCorpus([{"_id": "a", "text": "x", "n": np.int64(3), "b": np.bool_(True)}]).key == \
         MemoryCorpus([{"_id": "a", "text": "x", "n": 3, "b": True}]).key  # stored the same: one key
 

@@ -312,9 +312,9 @@ class DenseIndex:
             faiss.GpuParameterSpace().set_index_parameter(self._gpu[0], "nprobe", self.nprobe)
 
     def stored_vectors(self) -> np.ndarray | None:
-        """The vectors of an exact (``Flat``) index as FAISS holds them, ``[size, d]`` float32, read-only and
-        without a copy (in the memory map of an index loaded from a file); ``None`` for any other kind of index,
-        which keeps its vectors coded. The array holds the index alive (its base), so it stays valid on its own."""
+        """The vectors of an exact (``Flat``) index as FAISS holds them in its memory, ``[size, d]`` float32,
+        read-only and without a copy; ``None`` for any other kind of index, which keeps its vectors coded. The array
+        holds the index alive (its base), so it stays valid on its own (vectors are never added to a loaded one)."""
         import faiss
 
         if type(self.index) not in (faiss.IndexFlat, faiss.IndexFlatIP) or not self.size:

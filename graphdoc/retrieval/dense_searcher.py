@@ -214,7 +214,8 @@ class DenseSearcher:
 def _load_dense(folder: Path, index_name: str, vectors_name: str, metric: str, factory: str,
                 device) -> tuple[DenseIndex, np.ndarray, str]:
     """A FAISS index and its vectors: the ``.npy`` file beside it (memory-mapped, without memmap's overhead), or,
-    where there is none, those the index holds (an exact index: finalize writes no copy of them since 2026-11);
+    where there is none, those the index holds in its memory (an exact index: finalize writes no copy of them since
+    2026-11);
     and the name of the file they were read from."""
     with reading(folder / index_name):
         index = DenseIndex.load(folder / index_name, metric, factory, device=device)

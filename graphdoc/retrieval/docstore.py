@@ -31,16 +31,18 @@ def record(document, passages) -> dict[str, Any]:
 def json_safe(value: Any) -> Any:
     """``value`` as strict JSON holds it: dict keys become strings; a tuple, a NumPy array and a set become lists
     (a set's items sorted, so that it is stored the same in every process); a NumPy scalar is the number or bool
-    it holds; a NaN or infinite number, or an object JSON has no type for (a date), becomes its ``str``."""
+    it holds (a NumPy date or time its text); a NaN or infinite number, or an object JSON has no type for (a date), becomes its ``str``."""
     if isinstance(value, dict):
         return {str(key): json_safe(item) for key, item in value.items()}
-    if isinstance(value, np.ndarray):
-        value = value.tolist()
+    if isinstance(value, np.ndarray):  # (dates and times by element, as their text: tolist() makes ns ints)
+        value = list(value) if value.dtype.kind in "mMV" else value.tolist()
     if isinstance(value, (list, tuple)):
         return [json_safe(item) for item in value]
     if isinstance(value, (set, frozenset)):
         items = [json_safe(item) for item in value]
         return sorted(items, key=lambda item: json.dumps(item, sort_keys=True, ensure_ascii=False))
+    if isinstance(value, (np.datetime64, np.timedelta64, np.void)):  # (their text, as before NumPy values were read)
+        return str(value)
     if isinstance(value, np.generic):  # (np.bool_ is no bool; np.str_ is a str already)
         value = value.item()
     if value is None or isinstance(value, (str, bool)):

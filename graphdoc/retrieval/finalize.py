@@ -43,7 +43,7 @@ def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = Fals
         kept_ids = [ids[r] for r in keep]
         (tmp / "doc_ids.txt").write_text("".join(i + "\n" for i in kept_ids), encoding="utf-8")
         vectors = prepare_vectors(doc_vectors[keep], manifest.metric)  # as scored: unit rows for cosine
-        _save_dense(tmp, "dense.faiss", "doc_vectors.npy", vectors, manifest.faiss_factory, manifest.metric)
+        _save_dense(tmp, "dense.faiss", "doc_vectors.npy", vectors, manifest.faiss_factory)
         n_passages = 0
         if manifest.store_passages:
             p_vectors, p_ptr = _select_passages(passage_vectors, passage_ptr, keep)
@@ -52,7 +52,7 @@ def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = Fals
             p_vectors = prepare_vectors(p_vectors, manifest.metric)
             np.save(tmp / "passage_ptr.npy", p_ptr)
             _save_dense(tmp, "passages.faiss", "passage_vectors.npy", p_vectors,
-                        "Flat" if len(p_vectors) < 4096 else manifest.faiss_factory, manifest.metric)
+                        "Flat" if len(p_vectors) < 4096 else manifest.faiss_factory)
             n_passages = len(p_vectors)
         records = _records(stores, keep)
         docstore.write_store(tmp / "docstore.jsonl", records)
@@ -68,11 +68,11 @@ def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = Fals
     logger.debug("index %s: %d documents, %d passages", shown_as or index_dir, len(keep), n_passages)
 
 
-def _save_dense(folder: Path, index_name: str, vectors_name: str, vectors: np.ndarray, factory: str,
-                metric: str) -> None:
-    """Write the FAISS index of ``vectors`` and, unless it holds them as they are (an exact ``Flat`` index, whose
-    vectors the searcher reads from it), the vectors themselves, which exact scoring reads."""
-    index = DenseIndex.build(vectors, factory, metric)
+def _save_dense(folder: Path, index_name: str, vectors_name: str, vectors: np.ndarray, factory: str) -> None:
+    """Write the FAISS index of ``vectors`` (prepared for the index's metric) and, unless it holds them as they are
+    (an exact ``Flat`` index, whose vectors the searcher reads from it), the vectors themselves, which exact scoring
+    reads."""
+    index = DenseIndex.build(vectors, factory, "ip")  # (prepared for the metric already: not normalised twice)
     index.save(folder / index_name)
     if index.stored_vectors() is None:
         np.save(folder / vectors_name, vectors)
