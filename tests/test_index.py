@@ -663,6 +663,9 @@ def test_search_model_of_a_plain_encoder_index_is_loaded_with_the_index_settings
     assert capsys.readouterr().out == before
     assert cli(*search, "--model", tmp_path / "nowhere") == 1
     assert error_line(capsys, "search") == f"graphdoc search: error: model folder not found: {tmp_path / 'nowhere'}"
+    assert cli(*search, "--model", " ") == 1
+    assert error_line(capsys, "search") == ("graphdoc search: error: the model is an empty name: give a model folder "
+                                            "or a Hugging Face id")
 
 
 def test_a_corpus_without_a_word_bm25_indexes_is_searched_densely(model, tmp_path) -> None:
