@@ -318,8 +318,10 @@ def test_index_reads_json_lines_piped_in_as_documents_in_memory(model_dir, docs,
 @pytest.mark.parametrize("data, message", [
     (b"", "--corpus -: standard input holds no JSON lines"),
     (b'{"_id": "a", "text": "x"}\n[1]\n', "<stdin>:2: expected a JSON object, got an array"),
-    (b'{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n',
-     "document 1 of the list (counting from 0): duplicate document id 'a' (first seen at document 0)"),
+    (b'{"_id": "a", "text": "x"}\n\n{"_id": "a", "text": "y"}\n',
+     "<stdin>:3: duplicate document id 'a' (first seen on line 1)"),
+    (b'{"_id": "a", "text": "x"}\n\n{"_id": "b"}\n',
+     "<stdin>:3: document 'b' has no text field (expected one of text, contents, body)"),
     (b'{"_id": "a", "text": "caf\xe9"}\n', "<stdin>:1: not valid UTF-8 (byte 0xe9 at column 26)"),
 ])
 def test_bad_json_lines_piped_in_are_one_line_before_anything_is_written(model_dir, tmp_path, capsys, monkeypatch,

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                              store_passages=not args.no_passages, shard_size=args.shard_size,
                              on_duplicate=args.on_duplicate)
     fields = fields_from(args)
-    corpus = stdin_records() if args.corpus == "-" else args.corpus  # (read before the model loads)
+    corpus = stdin_records(fields) if args.corpus == "-" else args.corpus  # (read before the model loads)
     model = _model(args)
     manifest = build_index(model, corpus, args.index_dir, settings, part=args.shard,
                            batch_size=args.batch_size, show_progress_bar=not args.quiet, fields=fields)
@@ -64,18 +64,27 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def stdin_records() -> list[dict]:
+def stdin_records(fields) -> list[dict]:
     """The JSON lines piped in (``--corpus -``), read whole: records :func:`build_index` indexes as documents in
-    memory, named by their content (the same lines piped again are known again)."""
+    memory, named by their content (the same lines piped again are known again). Each is checked as a JSON lines
+    file's record is (``fields`` names its fields), a bad one named ``<stdin>:LINE``."""
     import sys
 
     from graphdoc.corpus.files import decoded_lines
-    from graphdoc.corpus.jsonl import iter_json_objects
+    from graphdoc.corpus.jsonl import IdTracker, iter_json_objects
+    from graphdoc.documents import Document
+    from graphdoc.errors import InputError
 
     if sys.stdin is None or sys.stdin.isatty():
         raise GraphDocError("--corpus -: nothing is piped in (pipe JSON lines into graphdoc index, or give a file)")
-    name = Path("<stdin>")
-    records = [record for _, record in iter_json_objects(name, decoded_lines(name, sys.stdin.buffer))]
+    name, records = Path("<stdin>"), []
+    ids = IdTracker(name, "document")
+    for lineno, record in iter_json_objects(name, decoded_lines(name, sys.stdin.buffer)):
+        try:
+            ids.check(Document.from_dict(record, fields=fields).id, lineno)
+        except InputError as err:
+            raise InputError(err if str(err).startswith(f"{name}:") else f"{name}:{lineno}: {err}") from None
+        records.append(record)
     if not records:
         raise GraphDocError("--corpus -: standard input holds no JSON lines")
     return records

@@ -33,7 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                              "unless tune-fusion --save or a fine-tuned model set another)")
     parser.add_argument("--normalization", choices=("minmax", "zscore", "none"), default=None,
                         help="how weighted fusion scales each retriever's scores before adding them (default: the "
-                             "index's: zscore for a new index, unless a fine-tuned model set another; with zscore, "
+                             "index's: zscore for a new index, unless tune-fusion --save or a fine-tuned model set "
+                             "another; with zscore, "
                              "hybrid scores can be above 1 or below 0)")
     parser.add_argument("-k", type=int, default=None, help="results per query (default 10 for one query, 100 for many)")
     parser.add_argument("--filter", action="append", default=None, metavar="FIELD=VALUE",
