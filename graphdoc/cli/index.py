@@ -71,20 +71,12 @@ def stdin_records(fields) -> list[dict]:
     import sys
 
     from graphdoc.corpus.files import decoded_lines
-    from graphdoc.corpus.jsonl import IdTracker, iter_json_objects
-    from graphdoc.documents import Document
-    from graphdoc.errors import InputError
+    from graphdoc.corpus.jsonl import checked_records
 
     if sys.stdin is None or sys.stdin.isatty():
         raise GraphDocError("--corpus -: nothing is piped in (pipe JSON lines into graphdoc index, or give a file)")
-    name, records = Path("<stdin>"), []
-    ids = IdTracker(name, "document")
-    for lineno, record in iter_json_objects(name, decoded_lines(name, sys.stdin.buffer)):
-        try:
-            ids.check(Document.from_dict(record, fields=fields).id, lineno)
-        except InputError as err:
-            raise InputError(err if str(err).startswith(f"{name}:") else f"{name}:{lineno}: {err}") from None
-        records.append(record)
+    name = Path("<stdin>")
+    records = [record for record, _ in checked_records(name, fields, decoded_lines(name, sys.stdin.buffer))]
     if not records:
         raise GraphDocError("--corpus -: standard input holds no JSON lines")
     return records

@@ -90,14 +90,21 @@ def read_jsonl_corpus(path: Path, fields: Fields | None = None) -> Iterator[Docu
 
     Keys other than id, text, title and sections (e.g. 20 Newsgroups' ``label``) end up in ``metadata``.
     """
+    return (doc for _, doc in checked_records(path, fields))
+
+
+def checked_records(path: Path, fields: Fields | None = None,
+                    lines: Iterable[tuple[int, str]] | None = None) -> Iterator[tuple[dict[str, Any], Document]]:
+    """Each record of a JSON lines file with its document, checked (fields, id, duplicates), a bad one named by
+    its line; ``lines`` replaces reading the file, as for :func:`iter_json_objects`."""
     ids = IdTracker(path, "document")
-    for lineno, record in iter_json_objects(path):
+    for lineno, record in iter_json_objects(path, lines):
         try:
             doc = Document.from_dict(record, fields=fields)
         except InputError as err:
             raise InputError(f"{path}:{lineno}: {err}") from None
         ids.check(doc.id, lineno)
-        yield doc
+        yield record, doc
 
 
 def read_jsonl_queries(path: Path) -> Iterator[tuple[str, str]]:

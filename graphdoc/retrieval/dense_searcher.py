@@ -213,15 +213,15 @@ class DenseSearcher:
 
 def _load_dense(folder: Path, index_name: str, vectors_name: str, metric: str, factory: str,
                 device) -> tuple[DenseIndex, np.ndarray, str]:
-    """A FAISS index and its vectors: the ``.npy`` file beside it (memory-mapped, without memmap's overhead), or,
-    where there is none, those the index holds in its memory (an exact index: finalize writes no copy of them since
-    2026-11);
-    and the name of the file they were read from."""
+    """A FAISS index, its vectors and the name of the file they were read from: the ``.npy`` file beside the index
+    (memory-mapped, without memmap's overhead), or, where there is none, those the index holds in its memory (an
+    exact index: finalize writes no copy of them since 2026-11)."""
     with reading(folder / index_name):
         index = DenseIndex.load(folder / index_name, metric, factory, device=device)
-    if (folder / vectors_name).is_file() or index.stored_vectors() is None:
+    held = None if (folder / vectors_name).is_file() else index.stored_vectors()
+    if held is None:
         return index, np.asarray(_load_array(folder / vectors_name)), vectors_name
-    return index, index.stored_vectors(), index_name
+    return index, held, index_name
 
 
 def _load_array(path: Path, mmap: bool = True) -> np.ndarray:
