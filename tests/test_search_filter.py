@@ -338,6 +338,10 @@ def test_cli_filter_with_queries_and_qrels(index, searcher, tmp_path, capsys) ->
     run = searcher.batch_search(QUERIES, k=100, mode="bm25", filter={"source": "arxiv"})
     assert [(line["query_id"], line["doc_id"]) for line in lines] == [(q, d) for q in run for d in run[q]]
     assert {line["doc_id"] for line in lines} <= ARXIV
+    for line in lines:  # each hit line names its document as a single search's hit does
+        assert (line["title"], line["metadata"]) == (searcher.document(line["doc_id"])["title"],
+                                                     searcher.document(line["doc_id"])["metadata"])
+        assert line["metadata"]["source"] == "arxiv"
     qrels = tmp_path / "qrels.txt"
     qrels.write_text("q2 0 d007 1\n", encoding="utf-8")  # zebra's document is acl: filtered out
     assert cli("search", "--index-dir", index, "--queries", queries, "--qrels", qrels, "--mode", "bm25",

@@ -177,7 +177,8 @@ def test_batch_search_without_output_prints_the_run(index, files, model, capsys)
 
     assert cli("search", "--index-dir", index, "--queries", files["q3"], "--mode", "bm25", "--json") == 0
     assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [
-        {"query_id": q, "rank": 1, "doc_id": d, "score": pytest.approx(expected[q][d])}
+        {"query_id": q, "rank": 1, "doc_id": d, "score": pytest.approx(expected[q][d]),
+         "title": f"Title {int(d[1:])}", "metadata": {}}
         for q, (d, _) in list(WORDS.items())[:3]]
 
 

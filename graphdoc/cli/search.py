@@ -215,16 +215,23 @@ def _print_hits(searcher, args: argparse.Namespace, fusion) -> None:
                 print(format_explanation(explanation, indent=7))
 
 
-def _print_run(run_: dict, args: argparse.Namespace) -> None:
-    """A batch run on stdout: TREC lines, or with ``--json`` one JSON line per hit."""
+def _print_run(searcher, run_: dict, args: argparse.Namespace) -> None:
+    """A batch run on stdout: TREC lines, or with ``--json`` one JSON line per hit, with the document's title and
+    metadata (as a single search's hits have them; read once per document however many queries find it)."""
     if not args.json:
         from graphdoc.retrieval.trec import run_lines
 
         sys.stdout.writelines(run_lines(run_, tag=f"graphdoc-{args.mode}"))
         return
+    shown: dict[str, tuple[str, dict]] = {}
     for qid, docs in run_.items():
         for rank, (doc_id, score) in enumerate(docs.items(), start=1):
-            print(json.dumps({"query_id": qid, "rank": rank, "doc_id": doc_id, "score": score}, ensure_ascii=False))
+            if doc_id not in shown:
+                record = searcher.document(doc_id)
+                shown[doc_id] = record.get("title", ""), record.get("metadata", {})
+            title, metadata = shown[doc_id]
+            print(json.dumps({"query_id": qid, "rank": rank, "doc_id": doc_id, "score": score, "title": title,
+                              "metadata": metadata}, ensure_ascii=False))
 
 
 def warn_deeper(measures, k: int, flag: str, kept: str) -> None:
@@ -283,7 +290,7 @@ def _search_queries(searcher, args: argparse.Namespace, fusion, judgements, to_s
         logger.info("wrote the results of %d quer%s to %s%s", written, "y" if written == 1 else "ies", args.output,
                     note)
     elif judgements is None or to_stdout:
-        _print_run(run_, args)
+        _print_run(searcher, run_, args)
     if judgements is not None:
         from graphdoc.cli.eval import print_evaluation
 
