@@ -330,3 +330,56 @@ def test_bad_json_lines_piped_in_are_one_line_before_anything_is_written(model_d
     assert cli("index", "--corpus", "-", "--index-dir", tmp_path / "index", "--model", model_dir) == 1
     assert error_line(capsys, "index") == f"graphdoc index: error: {message}"
     assert not (tmp_path / "index").exists()
+
+
+def test_embed_reads_json_lines_piped_in(model_dir, docs, tmp_path, capsys, monkeypatch) -> None:
+    lines = "".join(json.dumps(d) + "\n" for d in docs).encode("utf-8")
+    file = write_jsonl(tmp_path / "corpus.jsonl", docs)
+    assert cli("embed", "--corpus", file, "--output", tmp_path / "file.npy", "--model", model_dir) == 0
+    pipe(monkeypatch, lines)
+    assert cli("embed", "--corpus", "-", "--output", tmp_path / "piped.npy", "--model", model_dir) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "piped.npy"), np.load(tmp_path / "file.npy"))
+    assert (tmp_path / "piped.ids.txt").read_text() == "".join(d["_id"] + "\n" for d in docs)
+    pipe(monkeypatch, b'{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n')
+    before = (tmp_path / "piped.npy").read_bytes()
+    assert cli("embed", "--corpus", "-", "--output", tmp_path / "piped.npy", "--model", model_dir) == 1
+    assert error_line(capsys, "embed") == (
+        "graphdoc embed: error: <stdin>:2: duplicate document id 'a' (first seen on line 1)")
+    assert (tmp_path / "piped.npy").read_bytes() == before  # what was written stays
+
+
+def test_a_stopped_embed_of_lines_piped_in_goes_on_when_they_are_piped_again(model_dir, docs, tmp_path, monkeypatch):
+    from graphdoc.cli import embed
+
+    lines = "".join(json.dumps(d) + "\n" for d in docs).encode("utf-8")
+    monkeypatch.setattr(embed, "SAVE_EVERY", 4)
+    saved = embed.Partial.save
+    calls = []
+
+    def save_then_stop(self, ids, rows):
+        saved(self, ids, rows)
+        calls.append(len(ids))
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(embed.Partial, "save", save_then_stop)
+    pipe(monkeypatch, lines)
+    assert cli("embed", "--corpus", "-", "--output", tmp_path / "e.npy", "--model", model_dir, "--batch-size", 2) == 130
+    assert (tmp_path / "e.npy.partial").is_dir() and not (tmp_path / "e.npy").exists()
+    from graphdoc.encoder import GraphDocEncoder
+
+    forward, embedded = GraphDocEncoder.iter_forward, []
+
+    def counted(self, documents, *args, **kwargs):
+        for out in forward(self, documents, *args, **kwargs):
+            embedded.extend(prepared.document.id for prepared in out.documents)
+            yield out
+
+    monkeypatch.setattr(GraphDocEncoder, "iter_forward", counted)
+    pipe(monkeypatch, lines)
+    assert cli("embed", "--corpus", "-", "--output", tmp_path / "e.npy", "--model", model_dir, "--batch-size", 2) == 0
+    assert embedded == [d["_id"] for d in docs[4:]]  # only the documents not saved before were embedded again
+    monkeypatch.setattr(GraphDocEncoder, "iter_forward", forward)
+    whole = write_jsonl(tmp_path / "corpus.jsonl", docs)
+    assert cli("embed", "--corpus", whole, "--output", tmp_path / "whole.npy", "--model", model_dir) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "e.npy"), np.load(tmp_path / "whole.npy"), atol=1e-6)

@@ -84,6 +84,28 @@ def fields_from(args: argparse.Namespace):
     return Fields(**given)
 
 
+def stdin_corpus(command: str, fields):
+    """The JSON lines piped in (``--corpus -``), read whole, as documents in memory (a
+    :class:`~graphdoc.corpus.MemoryCorpus` named by their content, so the same lines piped again are known again:
+    a stopped run goes on). Each line is checked as a JSON lines file's record is (``fields`` names its fields), a
+    bad one named ``<stdin>:LINE``."""
+    import sys
+    from pathlib import Path
+
+    from graphdoc.corpus import MemoryCorpus
+    from graphdoc.corpus.files import decoded_lines
+    from graphdoc.corpus.jsonl import checked_records
+
+    if sys.stdin is None or sys.stdin.isatty():
+        raise GraphDocError(f"--corpus -: nothing is piped in (pipe JSON lines into graphdoc {command}, or give a "
+                            "file)")
+    name = Path("<stdin>")
+    records = [record for record, _ in checked_records(name, fields, decoded_lines(name, sys.stdin.buffer))]
+    if not records:
+        raise GraphDocError("--corpus -: standard input holds no JSON lines")
+    return MemoryCorpus(records, name="the JSON lines piped in")
+
+
 def check_at_least_one(flag: str, value: int | None) -> None:
     """Refuse a count option below 1 (``None``: not given, the default applies)."""
     if value is not None:

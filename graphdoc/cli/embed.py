@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from graphdoc.cli.common import add_field_arguments, add_model_arguments, fields_from, load_model, logger
+from graphdoc.cli.common import (add_field_arguments, add_model_arguments, fields_from, load_model, logger,
+                                 stdin_corpus)
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import NAME_MAX, atomic_write, check_output_file, file_lock, replacing
 from graphdoc.progress import complete, logs_beside_bars, progress_bar
@@ -25,7 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             description=__doc__)
     parser.add_argument("--corpus", required=True, help="JSON lines (.jsonl or .json, plain or .gz/.bz2/.xz), "
                         "CSV/TSV with a header, BEIR folder, folder of .txt/.md/.markdown files, MediaWiki dump "
-                        "(.xml[.bz2]), or corpus name")
+                        "(.xml[.bz2]), corpus name, or - for JSON lines piped in (read whole; the same lines piped "
+                        "again go on from a stopped run)")
     parser.add_argument("--output", required=True, type=Path, metavar="FILE.npy")
     parser.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
     add_field_arguments(parser)
@@ -118,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
                             f"(NAME.partial, {NAME_MAX} bytes at most): shorten it")
     check_outside_corpus(args.corpus, ids_path(args.output), "--output's ids file", "it")
     args.fields = fields_from(args)
+    if args.corpus == "-":
+        args.corpus = stdin_corpus("embed", args.fields)
     documents = read_corpus(args.corpus, stats=ReadStats(), fields=args.fields)  # a bad corpus fails here, at once
     with file_lock(args.output):  # one run at a time writes FILE.npy and FILE.npy.partial/ (checked before loading)
         return _embed(args, documents, load_model(args))

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from graphdoc.cli.common import (add_field_arguments, add_model_arguments, counted, fields_from, load_model, logger,
-                                  max_passages_given)
+                                  max_passages_given, stdin_corpus)
 from graphdoc.errors import GraphDocError
 
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                              store_passages=not args.no_passages, shard_size=args.shard_size,
                              on_duplicate=args.on_duplicate)
     fields = fields_from(args)
-    corpus = stdin_records(fields) if args.corpus == "-" else args.corpus  # (read before the model loads)
+    corpus = stdin_corpus("index", fields) if args.corpus == "-" else args.corpus  # (read before the model loads)
     model = _model(args)
     manifest = build_index(model, corpus, args.index_dir, settings, part=args.shard,
                            batch_size=args.batch_size, show_progress_bar=not args.quiet, fields=fields)
@@ -62,24 +62,6 @@ def run(args: argparse.Namespace) -> int:
                                             ("documents", "passages", "shards")))
     logger.debug("manifest: %s", manifest)
     return 0
-
-
-def stdin_records(fields) -> list[dict]:
-    """The JSON lines piped in (``--corpus -``), read whole: records :func:`build_index` indexes as documents in
-    memory, named by their content (the same lines piped again are known again). Each is checked as a JSON lines
-    file's record is (``fields`` names its fields), a bad one named ``<stdin>:LINE``."""
-    import sys
-
-    from graphdoc.corpus.files import decoded_lines
-    from graphdoc.corpus.jsonl import checked_records
-
-    if sys.stdin is None or sys.stdin.isatty():
-        raise GraphDocError("--corpus -: nothing is piped in (pipe JSON lines into graphdoc index, or give a file)")
-    name = Path("<stdin>")
-    records = [record for record, _ in checked_records(name, fields, decoded_lines(name, sys.stdin.buffer))]
-    if not records:
-        raise GraphDocError("--corpus -: standard input holds no JSON lines")
-    return records
 
 
 def _model(args: argparse.Namespace):

@@ -29,18 +29,20 @@ class MemoryCorpus:
     """The documents of ``records`` (dicts as one JSON lines record each, or :class:`Document` objects), kept by
     reference, not copied; ``key`` names them in an index's manifest. Wrong types fail here, naming the record."""
 
-    def __init__(self, records: Sequence[Mapping[str, Any] | Document]) -> None:
+    def __init__(self, records: Sequence[Mapping[str, Any] | Document], name: str | None = None) -> None:
+        """``name``: what messages call the records (``"the JSON lines piped in"``); by default their type and key."""
         if not records:
-            raise InputError(f"the {_kind(records)} of documents is empty: there is nothing to read")
+            raise InputError(f"{name or 'the ' + _kind(records)} of documents is empty: there is nothing to read")
         self.records = records
         self.key = KEY_PREFIX + _digest(records)[:16]
+        self.name = name
         self._checked: set[Fields] = set()
 
     def __len__(self) -> int:
         return len(self.records)
 
     def __str__(self) -> str:
-        return f"the {_kind(self.records)} {self.key}"
+        return f"{self.name} ({self.key})" if self.name else f"the {_kind(self.records)} {self.key}"
 
     def __repr__(self) -> str:
         return f"MemoryCorpus({len(self)} records, {self.key})"
