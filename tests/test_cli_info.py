@@ -39,10 +39,11 @@ def test_an_index_is_described(index, model_dir, capsys) -> None:
         "  dense: Flat, cosine, passage weight 1.0; passages stored",
         "  BM25: lucene (k1 1.5, b 0.75), stop words en, stemmer english, unicode terms",
         "  fusion: weighted, alpha 0.6, zscore",
+        "  metadata (what --filter may name): none",
         "  corpora:",
         f"    {index.parent / 'corpus.jsonl'}: 4 documents read, complete"]
     data = json.loads(info(capsys, index, "--json"))
-    assert data["counts"]["documents"] == 4 and data["final"] == {"documents": 4, "passages": 12}
+    assert data["counts"]["documents"] == 4 and data["final"] == {"documents": 4, "passages": 12, "metadata": {}}
     assert data["building"] == [] and data["model"] == manifest["model"] and data["bytes"] > 0
 
 
@@ -107,3 +108,34 @@ def test_a_deleted_id_indexed_again_is_not_counted_deleted(index, tmp_path, caps
     again = write_jsonl(tmp_path / "again.jsonl", [make_docs(2)[1]])
     assert cli("index", "--corpus", again, "--index-dir", copy) == 0
     assert info(capsys, copy).splitlines()[1].startswith("  4 documents, 12 passages; 3 shards, ")
+
+
+def test_the_metadata_a_filter_may_name_is_summed_up(model_dir, tmp_path, capsys, monkeypatch) -> None:
+    from graphdoc.retrieval import filters
+
+    monkeypatch.setattr(filters, "SUMMARY_VALUES", 3)
+    docs = make_docs(5)
+    for i, doc in enumerate(docs):
+        doc.update(year=2020 + i % 2, url=f"https://x/{i}")
+    docs[0]["tags"] = ["graph", "search", 7]
+    docs[1]["tags"] = "graph"
+    docs[2]["nested"] = {"a": 1}  # an object: never matched
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", docs)
+    assert cli("index", "--corpus", corpus, "--index-dir", tmp_path / "index", "--model", model_dir) == 0
+    lines = info(capsys, tmp_path / "index").splitlines()
+    assert "  metadata (what --filter may name): nested (1 document, 0 values); tags (2 documents, 3 values); " \
+           "url (5 documents, more than 3 values); year (5 documents, 2 values)" in lines
+    final = json.loads(info(capsys, tmp_path / "index", "--json"))["final"]
+    assert final["metadata"]["url"] == {"documents": 5, "values": 3, "values_capped": True}
+    assert final["metadata"]["tags"] == {"documents": 2, "values": 3}
+
+
+def test_an_index_finalised_before_metadata_was_summed_up_says_nothing_of_it(index, tmp_path, capsys) -> None:
+    import shutil
+
+    copy = Path(shutil.copytree(index, tmp_path / "index"))
+    build = json.loads((copy / "final" / "build.json").read_text(encoding="utf-8"))
+    del build["metadata"]
+    (copy / "final" / "build.json").write_text(json.dumps(build), encoding="utf-8")
+    assert not any(line.startswith("  metadata") for line in info(capsys, copy).splitlines())
+    assert json.loads(info(capsys, copy, "--json"))["final"] == {"documents": 4, "passages": 12, "metadata": None}

@@ -63,7 +63,8 @@ def index_info(folder: Path) -> dict[str, Any]:
     build = read_build(final) if final.is_dir() else None
     data["final"] = None if build is None and not final.is_dir() else \
         {"documents": None if build is None else build["documents"],
-         "passages": None if build is None else build["passages"]}
+         "passages": None if build is None else build["passages"],
+         "metadata": None if build is None else build.get("metadata")}
     data["building"] = [f"{s.corpus} ({s.part})" if s.part != "1/1" else s.corpus
                         for s in manifest.sources if not s.complete]
     data["bytes"] = _size(folder)
@@ -102,6 +103,12 @@ def _index_lines(info: dict[str, Any]) -> list[str]:
     fusion = info.get("fusion") or {}
     lines.append("  fusion: " + (f"rrf (k {fusion.get('rrf_k')})" if fusion.get("method") == "rrf" else
                                  f"weighted, alpha {fusion.get('alpha')}, {fusion.get('normalization')}"))
+    metadata = (final or {}).get("metadata")
+    if metadata is not None:  # (None: a build finalised before graphdoc summed its metadata up)
+        lines.append("  metadata (what --filter may name): " + ("; ".join(
+            f"{field} ({counted(seen['documents'], 'documents')}, "
+            f"{'more than ' if seen.get('values_capped') else ''}{counted(seen['values'], 'values')})"
+            for field, seen in metadata.items()) or "none"))
     lines.append("  corpora:" if info["sources"] else "  corpora: none read yet")
     for source in info["sources"]:
         part = f" part {source['part']}" if source["part"] != "1/1" else ""

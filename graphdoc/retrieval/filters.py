@@ -158,6 +158,41 @@ class MetadataTable:
         return f"unknown filter field {field!r}{hint}: no document of {where} has it; fields: {shown}"
 
 
+#: distinct values a field's summary counts: past this, "at least" (a field of ids or URLs would hold them all)
+SUMMARY_VALUES = 1000
+
+
+class MetadataSummary:
+    """What a filter may name in an index: for each metadata field, how many documents have it and how many distinct
+    values a filter matches (counted to :data:`SUMMARY_VALUES`), gathered while ``final/`` is written."""
+
+    def __init__(self) -> None:
+        self._documents: dict[str, int] = {}
+        self._values: dict[str, set[str]] = {}
+
+    def add(self, metadata: Mapping) -> None:
+        for field, value in metadata.items():
+            self._documents[field] = self._documents.get(field, 0) + 1
+            values = self._values.setdefault(field, set())
+            for element in value if isinstance(value, list) else (value,):
+                if len(values) > SUMMARY_VALUES:
+                    break
+                key = value_key(element)
+                if key is not None:
+                    values.add(key)
+
+    def to_dict(self) -> dict[str, dict[str, int | bool]]:
+        """``{field: {"documents": n, "values": m}}``, sorted by field; ``"values_capped": true`` where there are more
+        than ``m``."""
+        summary: dict[str, dict[str, int | bool]] = {}
+        for field in sorted(self._documents):
+            count = len(self._values[field])
+            summary[field] = {"documents": self._documents[field], "values": min(count, SUMMARY_VALUES)}
+            if count > SUMMARY_VALUES:
+                summary[field]["values_capped"] = True
+        return summary
+
+
 class MetadataFilters:
     """The selections of filters over the documents of one document store (an index build's): its metadata is
     read once, on the first filter, and the last :data:`SELECTIONS` filters' selections are kept. Threads may

@@ -14,6 +14,7 @@ from graphdoc.fileio import atomic_directory
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config, BM25Index
 from graphdoc.retrieval.dense import DenseIndex, prepare_vectors
+from graphdoc.retrieval.filters import MetadataSummary
 from graphdoc.retrieval.manifest import Manifest
 from graphdoc.retrieval.shards import read_shard
 
@@ -56,10 +57,16 @@ def finalize(index_dir: Path, manifest: Manifest, show_progress_bar: bool = Fals
             n_passages = len(p_vectors)
         records = _records(stores, keep)
         docstore.write_store(tmp / "docstore.jsonl", records)
-        texts = (f"{r['title']} {r['text']}".strip() for r in docstore.iter_store(tmp / "docstore.jsonl"))
-        BM25Index.build(texts, BM25Config.from_stored(manifest.bm25)).save(tmp / "bm25")
-        (tmp / BUILD_FILE).write_text(json.dumps(_build_record(manifest, len(keep), n_passages)) + "\n",
-                                      encoding="utf-8")
+        metadata = MetadataSummary()
+
+        def texts():  # (each record's metadata summed up on the way)
+            for r in docstore.iter_store(tmp / "docstore.jsonl"):
+                metadata.add(r.get("metadata") or {})
+                yield f"{r['title']} {r['text']}".strip()
+
+        BM25Index.build(texts(), BM25Config.from_stored(manifest.bm25)).save(tmp / "bm25")
+        build = {**_build_record(manifest, len(keep), n_passages), "metadata": metadata.to_dict()}
+        (tmp / BUILD_FILE).write_text(json.dumps(build) + "\n", encoding="utf-8")
     gone = {ids[row] for row in np.flatnonzero(deleted).tolist()}.difference(kept_ids)  # (not added again)
     manifest.counts.update({"documents": len(keep), "passages": n_passages, "shards": len(manifest.shards),
                             "replaced": len(ids) - int(deleted.sum()) - len(keep), "deleted": len(gone)})
@@ -91,8 +98,9 @@ def _build_record(manifest: Manifest, documents: int, passages: int) -> dict:
 
 
 def read_build(final: Path) -> dict | None:
-    """``final/``'s :data:`BUILD_FILE` (``{"build": id, "documents": n, "passages": m}``), or ``None`` for an
-    index finalised before graphdoc wrote it."""
+    """``final/``'s :data:`BUILD_FILE` (``{"build": id, "documents": n, "passages": m, "metadata": {field:
+    {"documents": n, "values": m}}}``; no ``"metadata"`` in a build written before graphdoc summed it up), or ``None``
+    for an index finalised before graphdoc wrote it."""
     file = final / BUILD_FILE
     try:
         text = file.read_text(encoding="utf-8")
@@ -103,7 +111,8 @@ def read_build(final: Path) -> dict | None:
     try:
         build = json.loads(text)
         if not (isinstance(build, dict) and isinstance(build.get("build"), str)
-                and all(isinstance(build.get(k), int) for k in ("documents", "passages"))):
+                and all(isinstance(build.get(k), int) for k in ("documents", "passages"))
+                and isinstance(build.get("metadata", {}), dict)):
             raise ValueError("not a build record")
     except ValueError as err:
         raise DamagedIndexError(final.parent, f"{FINAL_DIR}/{BUILD_FILE} is not valid ({err})") from None
