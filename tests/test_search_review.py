@@ -459,3 +459,55 @@ def test_a_blank_query_is_refused(index, model, tmp_path, capsys) -> None:
         searcher.batch_search({"q1": "fox", "q2": "\t"}, mode="bm25")
     assert refused(capsys, "search", "--index-dir", index, "", "--mode", "bm25") == "the query is empty"
 
+
+
+# ------------------------------------------------------------------ --queries -: queries piped in
+def pipe(monkeypatch, data: bytes) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+
+
+@pytest.mark.parametrize("data", [
+    "".join(json.dumps({"_id": q, "text": word}) + "\n" for q, (_, word) in WORDS.items()).encode("utf-8"),
+    "\ufeff".encode("utf-8") + "".join(f"{q}\t{word}\n" for q, (_, word) in WORDS.items()).encode("utf-8"),
+    "".join(f"<top>\n<num> Number: {q}\n<title> {word}\n</top>\n" for q, (_, word) in WORDS.items()).encode("utf-8"),
+])
+def test_queries_piped_in_are_searched_as_a_file_of_them_is(index, files, capsys, monkeypatch, data) -> None:
+    assert cli("search", "--index-dir", index, "--queries", files["queries"], "--mode", "bm25", "-k", 3) == 0
+    from_file = capsys.readouterr().out
+    pipe(monkeypatch, data)
+    assert cli("search", "--index-dir", index, "--queries", "-", "--mode", "bm25", "-k", 3) == 0
+    assert capsys.readouterr().out == from_file
+
+
+def test_query_lines_piped_in_are_numbered(index, capsys, monkeypatch) -> None:
+    pipe(monkeypatch, b"aardvark\n\nbison\n")
+    assert cli("search", "--index-dir", index, "--queries", "-", "--mode", "bm25", "-k", 1, "--json") == 0
+    assert [(h["query_id"], h["doc_id"]) for h in map(json.loads, capsys.readouterr().out.splitlines())] == [
+        ("1", "d001"), ("3", "d004")]
+
+
+@pytest.mark.parametrize("data, argv, message", [
+    (b"", [], "--queries -: standard input holds no queries"),
+    (b"\n  \n", [], "--queries -: standard input holds no queries"),
+    (b'{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n', [],
+     "<stdin>:2: duplicate query id 'a' (first seen on line 1)"),
+    (b"aardvark\n", ["--split", "test"],
+     "--split picks the queries of a BEIR folder or a dataset; --queries - is neither"),
+])
+def test_bad_queries_piped_in_are_one_line(index, capsys, monkeypatch, no_search, data, argv, message) -> None:
+    pipe(monkeypatch, data)
+    assert refused(capsys, "search", "--index-dir", index, "--queries", "-", *argv) == message
+
+
+def test_tune_fusion_reads_queries_piped_in(index, files, tmp_path, capsys, monkeypatch) -> None:
+    index = Path(shutil.copytree(index, tmp_path / "index"))
+    manifest = json.loads((index / "manifest.json").read_text(encoding="utf-8"))
+    manifest["fusion"]["alpha"] = 0.0
+    (index / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    pipe(monkeypatch, files["q3"].read_bytes())
+    capsys.readouterr()
+    assert cli("tune-fusion", "--index-dir", index, "--queries", "-", "--qrels", files["qrels"], "--folds", 3) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[-1] == "cross-validated nDCG@10: 1.0000; alpha on all queries: 0.00"
+    assert captured.err == (f"WARNING graphdoc.cli: 3 of the 6 queries judged in {files['qrels']} are not in "
+                            "the queries piped in: tuning on the other 3\n")

@@ -106,6 +106,33 @@ def stdin_corpus(command: str, fields):
     return MemoryCorpus(records, name="the JSON lines piped in")
 
 
+def stdin_queries() -> dict[str, str]:
+    """The queries piped in (``--queries -``), read whole, in any format a queries file may have that is read from
+    its lines: JSON lines (a first line starting ``{``), ``query-id<TAB>text`` lines, TREC topics, or one query a
+    line (ids: line numbers). A problem is named at ``<stdin>:LINE``, as in a file."""
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from graphdoc.corpus import read_queries
+    from graphdoc.errors import InputError
+
+    if sys.stdin is None or sys.stdin.isatty():
+        raise GraphDocError("--queries -: nothing is piped in (pipe queries into the command, or give a file)")
+    data = sys.stdin.buffer.read()
+    first = next((line for line in data.lstrip(b"\xef\xbb\xbf").splitlines() if line.strip()), b"")
+    if not first:
+        raise GraphDocError("--queries -: standard input holds no queries")
+    suffix = ".jsonl" if first.lstrip().startswith(b"{") else ".txt"  # (.txt: topics, tab-separated or lines)
+    with tempfile.TemporaryDirectory(prefix="graphdoc-queries-") as folder:
+        file = Path(folder) / ("stdin" + suffix)
+        file.write_bytes(data)
+        try:
+            return dict(read_queries(file))
+        except InputError as err:  # named as the input it was, not the file it went through
+            raise InputError(str(err).replace(str(file), "<stdin>")) from None
+
+
 def check_at_least_one(flag: str, value: int | None) -> None:
     """Refuse a count option below 1 (``None``: not given, the default applies)."""
     if value is not None:

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from graphdoc.cli.common import DEVICE_HELP, add_nprobe_argument, check_at_least_one, logger
+from graphdoc.cli.common import DEVICE_HELP, add_nprobe_argument, check_at_least_one, logger, stdin_queries
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import check_not_an_input, check_output_file, is_stdio
 
@@ -18,7 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--index-dir", required=True, type=Path)
     parser.add_argument("query", nargs="?", help="one query (or use --queries, or --like)")
     parser.add_argument("--queries", help="queries: JSON lines, query-id<TAB>text lines, TREC topics, a .txt of "
-                        "one query a line (ids: line numbers), a BEIR folder or a dataset name")
+                        "one query a line (ids: line numbers), a BEIR folder, a dataset name, or - for any of the "
+                        "line formats piped in")
     parser.add_argument("--split", default=None, help="with a BEIR folder: only queries judged in this split")
     parser.add_argument("--like", metavar="DOC_ID", default=None,
                         help="the documents most like this indexed one (itself left out), by its stored vector: a "
@@ -247,6 +248,10 @@ def run(args: argparse.Namespace) -> int:
 
     _check_options(args)
     args.filter = filter_from_pairs(args.filter)
+    if args.queries == "-":  # (read before anything loads, as a file's queries are checked before searching)
+        if args.split is not None:
+            raise GraphDocError("--split picks the queries of a BEIR folder or a dataset; --queries - is neither")
+        args.piped_queries = stdin_queries()
     to_stdout = is_stdio(args.output)  # --output -: the run is printed
     if to_stdout:
         args.output = None
@@ -272,7 +277,7 @@ def _search_queries(searcher, args: argparse.Namespace, fusion, judgements, to_s
     """``--queries``: the run into ``--output``, onto stdout, or evaluated against ``--qrels``."""
     from graphdoc.corpus import read_queries
 
-    queries = dict(read_queries(args.queries, args.split))
+    queries = args.piped_queries if args.queries == "-" else dict(read_queries(args.queries, args.split))
     if not queries:
         raise GraphDocError(f"no queries in {args.queries}")
     if args.output is not None or ((judgements is None or to_stdout) and not args.json):

@@ -7,7 +7,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from graphdoc.cli.common import DEVICE_HELP, add_nprobe_argument, check_at_least_one, logger
+from graphdoc.cli.common import DEVICE_HELP, add_nprobe_argument, check_at_least_one, logger, stdin_queries
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import is_stdio, replacing
 
@@ -21,7 +21,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             description=__doc__)
     parser.add_argument("--index-dir", required=True, type=Path)
     parser.add_argument("--queries", required=True, help="queries: JSON lines, query-id<TAB>text lines, TREC "
-                        "topics, a .txt of one query a line (ids: line numbers), a BEIR folder or a dataset name")
+                        "topics, a .txt of one query a line (ids: line numbers), a BEIR folder, a dataset name, or - "
+                        "for any of the line formats piped in")
     parser.add_argument("--qrels", required=True, help="qrels file, BEIR folder or dataset name")
     parser.add_argument("--split", default=None, help="split of a BEIR folder (queries and qrels)")
     parser.add_argument("--folds", type=int, default=5,
@@ -56,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     measures = parse_measures([args.measure])
     check_computable(measures)
     warn_deeper(measures, args.depth, "--depth", "documents a fused ranking keeps")
+    if args.queries == "-":
+        args.piped_queries = stdin_queries()
     args.mode = "hybrid"
     with open_searcher(args) as searcher:
         return _tune(args, searcher)
@@ -71,20 +74,22 @@ def _tune(args: argparse.Namespace, searcher) -> int:
     qrels = read_qrels(args.qrels, args.split)
     check_query_ids([args.measure], qrels)  # (before searching: ERR takes numeric query ids only)
     judged = {q for q, docs in qrels.items() if docs}
-    queries = {q: t for q, t in read_queries(args.queries, args.split) if q in judged}
+    given = args.piped_queries.items() if args.queries == "-" else read_queries(args.queries, args.split)
+    queries = {q: t for q, t in given if q in judged}
     if not queries:
         raise GraphDocError("no query has relevance judgements in the given qrels")
     unsearched = len(judged) - len(queries)
+    named = "the queries piped in" if args.queries == "-" else args.queries
     try:
         assign_folds(list(queries), args.folds)  # refuses --folds above the number of queries before searching
     except GraphDocError as exc:
         if unsearched:
             raise GraphDocError(f"{exc} ({unsearched} of the {len(judged)} queries judged in {args.qrels} "
-                                f"are not in {args.queries})") from None
+                                f"are not in {named})") from None
         raise
     if unsearched:
         logger.warning("%d of the %d queries judged in %s are not in %s: tuning on the other %d",
-                       unsearched, len(judged), args.qrels, args.queries, len(queries))
+                       unsearched, len(judged), args.qrels, named, len(queries))
     if args.output is not None:
         check_trec_ids(searcher)
     # the candidates search -k DEPTH fuses: each retriever's top max(DEPTH, 100), as zscore and minmax see them
