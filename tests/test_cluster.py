@@ -117,6 +117,9 @@ def test_cli_takes_an_embed_output_of_the_same_corpus(corpus, model_dir, tmp_pat
                                                                 "are read, not embedded)"),
     (["-k", "2", "--embeddings", "e.npy", "--precision", "bf16"], "--precision is not used with --embeddings (the "
                                                                       "vectors are read, not embedded)"),
+    (["-k", "2", "--embeddings", "e.npy", "--batch-size", "8"], "--batch-size is not used with --embeddings (the "
+                                                                    "vectors are read, not embedded)"),
+    (["-k", "2", "--batch-size", "0"], "--batch-size must be at least 1; got 0"),
     (["-k", "2", "--embeddings", "missing.npy"], "--embeddings: missing.npy not found"),
     (["-k", "2", "--embeddings", "e.txt"], "--embeddings e.txt: name a .npy file written by graphdoc embed"),
     (["-k", "2", "--embeddings", "flat.npy"], "--embeddings flat.npy: an array of shape (12,), not [documents, "

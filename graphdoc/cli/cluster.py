@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="k-means runs from different starts; the tightest is kept (default 3)")
     add_model_arguments(parser)
     add_field_arguments(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, batch_size=None)  # (None: not given, which --embeddings needs to tell; 32)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         unused = [flag for flag, value in (("--model", args.model), ("--config", args.config),
                                            ("--backbone", args.backbone), ("--flat-document", args.flat_document),
                                            ("--max-passages", args.max_passages), ("--device", args.device),
-                                           ("--precision", args.precision))
+                                           ("--precision", args.precision), ("--batch-size", args.batch_size))
                   if value is not None]
         if unused:
             raise GraphDocError(f"{unused[0]} is not used with --embeddings (the vectors are read, not embedded)")
@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     if args.embeddings is not None:
         vectors = _read_embeddings(args.embeddings, [doc.id for doc in docs])
     else:
-        vectors = load_model(args).encode(docs, batch_size=args.batch_size, show_progress_bar=not args.quiet)
+        vectors = load_model(args).encode(docs, batch_size=32 if args.batch_size is None else args.batch_size,
+                                          show_progress_bar=not args.quiet)
     found = kmeans(vectors, args.clusters, seed=args.seed, n_init=args.n_init)
     note = "" if to_stdout else replacing(args.output)
     with contextlib.nullcontext(sys.stdout) if to_stdout else atomic_write(args.output, "w",

@@ -37,7 +37,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, batches: bool = True) -
                             "encoder's limit (FirstP, default), mean = the mean of its passage vectors")
     group.add_argument("--max-passages", type=int, default=None, metavar="N",
                        help="passages kept per document, its first N (default: the model's chunker cap, 100 unless "
-                            "its config sets another; documents added to an index: the index's; 0: no cap)")
+                            "its config sets another; 0: no cap" + ("; documents added to an index: the index's cap)"
+                                                                    if parser.prog.endswith(" index") else ")"))
     group.add_argument("--device", default=None, help=DEVICE_HELP)
     group.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     if batches:
