@@ -90,6 +90,14 @@ def test_a_query_the_run_lacks_counts_in_numq_and_numrel_as_trec_eval_c_counts_i
     assert evaluate({}, qrels, ["NumQ", "NumRel"]) == {"NumQ": 3.0, "NumRel": 3.0}
 
 
+def test_counts_show_as_whole_numbers_in_tables():
+    qrels, run = {"q1": {"d1": 1}, "q2": {"d2": 1}}, {"q1": {"d1": 2.0, "d3": 1.0}, "q2": {"d2": 1.0}}
+    results = {"run": evaluate(run, qrels, ["NumQ", "NumRelRet", "nDCG@10"])}
+    assert format_table(results).splitlines() == ["name  NumQ  NumRet(rel=1)  nDCG@10",
+                                                  "run      2              2   1.0000"]
+    assert format_markdown_table(results).splitlines()[-1] == "| run | 2 | 2 | 1.0000 |"
+
+
 @pytest.mark.parametrize("name, reason", [("alpha_nDCG@10", "no installed ir_measures provider computes it"),
                                           ("RBP(p=0.8)", "no installed ir_measures provider computes it"),
                                           ("INST", "invalid param max_rel=(not given)"),

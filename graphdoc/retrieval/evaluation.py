@@ -302,8 +302,16 @@ def _table_cells(results: Mapping[str, Mapping[str, float]], digits: int) -> tup
     measures: list[str] = []
     for row in results.values():
         measures += [m for m in row if m not in measures]
-    rows = [[name] + [f"{row[m]:.{digits}f}" if m in row else "-" for m in measures] for name, row in results.items()]
+    rows = [[name] + [_cell(m, row[m], digits) if m in row else "-" for m in measures] for name, row in results.items()]
     return ["name", *measures], rows
+
+
+def _cell(measure: str, value: float, digits: int) -> str:
+    """A measure's value as a table shows it: a count (``NumQ``, ``NumRet``, ``NumRel``, ``NumRelRet``, summed
+    over queries) as a whole number, any other measure with ``digits`` decimals."""
+    if measure.startswith("Num") and float(value).is_integer():
+        return str(int(value))
+    return f"{value:.{digits}f}"
 
 
 def format_table(results: Mapping[str, Mapping[str, float]], digits: int = 4) -> str:
