@@ -245,3 +245,56 @@ def test_a_body_that_does_not_arrive_is_one_400_and_closes(served, monkeypatch) 
     answer = raw(served[1], b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{}")
     assert answer.startswith(b"HTTP/1.1 400 ") and b"Connection: close" in answer
     assert b'"the 100 bytes of the body did not arrive (timed out)"' in answer
+
+
+def test_a_request_under_way_when_the_server_stops_is_answered(built, model, tmp_path, monkeypatch) -> None:
+    from graphdoc.retrieval.server import SearchService
+
+    index = Path(shutil.copytree(built, tmp_path / "index"))
+    server = make_server(index, port=0, model=model)
+    entered, release = threading.Event(), threading.Event()
+    answer = SearchService.answer
+
+    def slow(self, *args):
+        entered.set()
+        release.wait(10)
+        return answer(self, *args)
+
+    monkeypatch.setattr(SearchService, "answer", slow)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    got = []
+    client = threading.Thread(target=lambda: got.append(get(server.url + "health")))
+    client.start()
+    assert entered.wait(10)
+    server.shutdown()  # (what Ctrl-C does to serve_forever), then no new connection
+    server.server_close()
+    assert server.wait_idle(0.05) == 1  # still under way
+    release.set()
+    assert server.wait_idle(10) == 0
+    client.join(10)
+    assert got and got[0][0] == 200
+    thread.join(5)
+    server.service.searcher.close()
+
+
+def test_an_ipv6_address_is_served(built, model, tmp_path) -> None:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback (::1)")
+    server = make_server(built, host="::1", port=0, model=model)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert server.url.startswith("http://[::1]:")
+        status, body = get(server.url + "info")
+        assert status == 200 and body["documents"] == 10
+    finally:
+        server.shutdown()
+        server.server_close()
+        server.service.searcher.close()
+        thread.join(5)

@@ -14,11 +14,16 @@ from pathlib import Path
 from graphdoc.cli.common import DEVICE_HELP, logger
 
 
+#: seconds a stopped server waits for the requests under way to be answered
+STOP_WAIT = 60
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("serve", help="search an index over HTTP", description=__doc__)
     parser.add_argument("--index-dir", required=True, type=Path)
     parser.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every network)")
+                        help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every IPv4 "
+                             "network; ::1 or :: for IPv6)")
     parser.add_argument("--port", type=int, default=8080, help="default 8080; 0: any free port")
     parser.add_argument("--model", default=None, help="query encoder (default: the index's model)")
     parser.add_argument("--device", default=None, help=DEVICE_HELP)
@@ -32,13 +37,17 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise GraphDocError(f"--port must be from 0 to 65535; got {args.port}")
     server = make_server(args.index_dir, args.host, args.port, model=args.model, device=args.device)
-    host, port = server.server_address[:2]
     documents = len(server.service.searcher.doc_ids)
-    print(f"serving {args.index_dir} ({documents} documents) on http://{host}:{port}/ (Ctrl-C stops)", flush=True)
+    print(f"serving {args.index_dir} ({documents} documents) on {server.url} (Ctrl-C stops)", flush=True)
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        logger.info("stopped")
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            server.server_close()  # no new connection; the requests under way are answered
+            if server.wait_idle(0.1):
+                logger.info("answering the requests under way before stopping (Ctrl-C again: stop now)")
+                server.wait_idle(STOP_WAIT)
+            logger.info("stopped")
     finally:
         server.server_close()
         server.service.searcher.close()

@@ -23,6 +23,7 @@ added or deleted), the next request opens the new build; requests under way fini
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -220,6 +221,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._respond("POST")
 
     def _respond(self, method: str) -> None:
+        with self.server.answering():
+            self._answer(method)
+
+    def _answer(self, method: str) -> None:
         start = time.perf_counter()
         url = urlsplit(self.path)
         try:
@@ -313,8 +318,37 @@ class SearchServer(ThreadingHTTPServer):
             logger.exception("request from %s failed", client_address[0])
 
     def __init__(self, service: SearchService, host: str = "127.0.0.1", port: int = 8080) -> None:
+        import socket
+
         self.service = service
+        self._busy, self._idle = 0, threading.Condition()
+        if ":" in host:  # an IPv6 address (::1, ::)
+            self.address_family = socket.AF_INET6
         super().__init__((host, port), _Handler)
+
+    @property
+    def url(self) -> str:
+        """``http://HOST:PORT/`` of the address it listens on (an IPv6 address in brackets)."""
+        host, port = self.server_address[:2]
+        return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+    @contextlib.contextmanager
+    def answering(self):
+        """Count a request under way for :meth:`wait_idle`."""
+        with self._idle:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float | None = None) -> int:
+        """Wait until no request is under way (``timeout`` seconds at most); the number still under way."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._busy == 0, timeout)
+            return self._busy
 
 
 def make_server(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080, model=None,
