@@ -298,3 +298,22 @@ def test_an_ipv6_address_is_served(built, model, tmp_path) -> None:
         server.server_close()
         server.service.searcher.close()
         thread.join(5)
+
+
+def test_cli_stops_on_sigterm_as_on_ctrl_c(built, monkeypatch, capsys) -> None:
+    import os
+    import signal
+    import time
+
+    from graphdoc.retrieval import server as server_module
+
+    def terminated(self, poll_interval=0.5):
+        os.kill(os.getpid(), signal.SIGTERM)  # (docker stop, kill)
+        time.sleep(5)  # the handler raises in this thread before the sleep ends
+        raise AssertionError("SIGTERM did not stop the server")
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(server_module.SearchServer, "serve_forever", terminated)
+    assert cli("serve", "--index-dir", built, "--port", 0) == 0
+    assert signal.getsignal(signal.SIGTERM) is before  # put back as it was
+    assert capsys.readouterr().out.startswith(f"serving {built} (10 documents) on http://127.0.0.1:")

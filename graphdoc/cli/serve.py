@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise GraphDocError(f"--port must be from 0 to 65535; got {args.port}")
     server = make_server(args.index_dir, args.host, args.port, model=args.model, device=args.device)
+    restore = _stop_on_sigterm()
     documents = len(server.service.searcher.doc_ids)
     print(f"serving {args.index_dir} ({documents} documents) on {server.url} (Ctrl-C stops)", flush=True)
     try:
@@ -47,8 +48,25 @@ def run(args: argparse.Namespace) -> int:
             if server.wait_idle(0.1):
                 logger.info("answering the requests under way before stopping (Ctrl-C again: stop now)")
                 server.wait_idle(STOP_WAIT)
+            server.join_request_threads(2.0)  # (a thread of torch work ending as Python exits aborts it)
             logger.info("stopped")
     finally:
+        restore()
         server.server_close()
         server.service.searcher.close()
     return 0
+
+
+def _stop_on_sigterm():
+    """SIGTERM (``kill``, ``docker stop``) stops the server as Ctrl-C does: the requests under way are answered.
+    Returns what puts the handler it replaced back."""
+    import signal
+    import threading
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():  # (signals go to the main thread only)
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, stop)
+    return lambda: signal.signal(signal.SIGTERM, previous)

@@ -28,6 +28,7 @@ import json
 import logging
 import threading
 import time
+import weakref
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -322,6 +323,7 @@ class SearchServer(ThreadingHTTPServer):
 
         self.service = service
         self._busy, self._idle = 0, threading.Condition()
+        self._request_threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
         if ":" in host:  # an IPv6 address (::1, ::)
             self.address_family = socket.AF_INET6
         super().__init__((host, port), _Handler)
@@ -337,6 +339,7 @@ class SearchServer(ThreadingHTTPServer):
         """Count a request under way for :meth:`wait_idle`."""
         with self._idle:
             self._busy += 1
+            self._request_threads.add(threading.current_thread())
         try:
             yield
         finally:
@@ -349,6 +352,14 @@ class SearchServer(ThreadingHTTPServer):
         with self._idle:
             self._idle.wait_for(lambda: self._busy == 0, timeout)
             return self._busy
+
+    def join_request_threads(self, timeout: float) -> None:
+        """Give the threads that answered requests ``timeout`` seconds in all to end (a connection kept open waits
+        for its client's next request until then)."""
+        end = time.monotonic() + timeout
+        for thread in list(self._request_threads):
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, end - time.monotonic()))
 
 
 def make_server(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080, model=None,
