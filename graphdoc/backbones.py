@@ -144,10 +144,13 @@ def load_model(name_or_path: str | None = None, backbone: str | None = None, con
 
     A saved folder is loaded as the backbone its ``config.json`` names (asking for another is an error);
     anything else (``None`` for the built-in default, a hub id, an encoder folder) is built as
-    ``backbone`` (default ``graph``) with ``config``, that backbone's configuration dataclass.
+    ``backbone`` (default ``graph``) with ``config``: that backbone's configuration dataclass, a YAML/JSON config
+    file, or a built-in config's name (``"section-graph"``).
     """
+    from graphdoc.encoder import check_model_name
     from graphdoc.serialization import config_class_of, saved_backbone
 
+    check_model_name(name_or_path)
     if backbone is not None:
         backbone_class(backbone)  # an unknown name is an error, saved folder or not
     saved = saved_backbone(name_or_path)
@@ -158,8 +161,9 @@ def load_model(name_or_path: str | None = None, backbone: str | None = None, con
     name = saved or backbone or DEFAULT_BACKBONE
     cls = backbone_class(name)
     expected = config_class_of(cls)
-    if config is not None and not isinstance(config, expected):
-        raise GraphDocError(f"a {name} model takes a {expected.__name__}; got a {type(config).__name__}")
+    if config is not None and not isinstance(config, (expected, str, os.PathLike)):
+        raise GraphDocError(f"a {name} model takes a {expected.__name__}, or a config file or built-in config's "
+                            f"name; got a {type(config).__name__}")
     return cls.from_pretrained(name_or_path, config=config, device=device)
 
 

@@ -440,8 +440,8 @@ class Chunker:
         documents, passages = self.documents_cut - since[0], self.passages_cut - since[1]
         if documents:
             limit = self.limit(max_passages)
-            hint = ("--max-passages or chunker.max_passages sets the cap; 0 or null for none" if max_passages is None
-                    else "the max_passages argument set the cap")
+            hint = ("--max-passages N sets the cap, 0 for none; or chunker.max_passages, null for none"
+                    if max_passages is None else "the max_passages argument set the cap")
             logger.warning("%d document(s) had more than %d passages: their first %d were %s and %d passages "
                            "left out (%s)", documents, limit, limit, done, passages, hint)
 

@@ -176,12 +176,31 @@ class ModelConfig:
     passage_encoder: PassageEncoderConfig = field(default_factory=PassageEncoderConfig)
     graph: GraphConfig = field(default_factory=GraphConfig)
 
+    def __post_init__(self) -> None:
+        check_sections(self)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ModelConfig":
         return from_dict(cls, data)
+
+
+def check_sections(config: Any) -> None:
+    """Give a model config's sections their own dataclasses: a mapping becomes one (``ModelConfig(chunker={
+    "max_words": 50})``), and anything else (another backbone's section, a str) is a one-line error naming the
+    section, which would otherwise fail when the model first encodes, or be saved and refused on loading."""
+    for f in dataclasses.fields(config):
+        kind = f.default_factory if f.default_factory is not dataclasses.MISSING else None
+        if kind is None or not dataclasses.is_dataclass(kind):
+            continue
+        value = getattr(config, f.name)
+        if isinstance(value, Mapping):
+            setattr(config, f.name, from_dict(kind, value, f.name))
+        elif type(value) is not kind:
+            raise GraphDocError(f"config section {f.name} must be a {kind.__name__} (or a mapping of its keys); got "
+                                f"a {type(value).__name__}")
 
 
 def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -74,6 +75,11 @@ class GraphDocEncoder(nn.Module):
         self.to(resolve_device(device))
 
     # ----------------------------------------------------------------- properties
+    config = property(lambda self: self.__dict__["_config"], lambda self, value: set_model_config(self, value),
+                      doc="The model's settings. Another one assigned (``dataclasses.replace(model.config, ...)``) "
+                          "gives its chunker and passage-encoder sections to the chunker and the passage encoder, "
+                          "which read them: what encodes, what is saved and what an index records agree.")
+
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
@@ -198,6 +204,9 @@ class GraphDocEncoder(nn.Module):
         Returns a ``[n, dimension]`` float32 array (or tensor); a single document gives ``[dimension]``.
         """
         check_count("batch_size", batch_size)
+        if isinstance(documents, Mapping) and documents and all(isinstance(v, Mapping) for v in documents.values()):
+            raise TypeError("documents is a dict of dicts, not one document: embed documents by id with "
+                            "encode_corpus, or pass list(documents.values())")
         single = isinstance(documents, (str, Document, Mapping))
         docs = [documents] if single else list(_iterable(documents, "documents", "a str, a dict, a Document"))
         cut_before = self.chunker.counts()
@@ -257,8 +266,7 @@ class GraphDocEncoder(nn.Module):
         known = {k: v for k, v in kwargs.items() if k in inspect.signature(self.encode).parameters}
         if len(known) < len(kwargs):
             logger.warning("encode_corpus ignores the argument(s) %s", ", ".join(sorted(set(kwargs) - set(known))))
-        docs = ([dict(v, _id=k) for k, v in corpus.items()] if isinstance(corpus, Mapping) else list(corpus))
-        return self.encode(docs, batch_size=batch_size, **known)
+        return self.encode(corpus_documents(corpus), batch_size=batch_size, **known)
 
     # ----------------------------------------------------------------- save / load
     @classmethod
@@ -295,6 +303,7 @@ def load_pretrained(cls: type, name_or_path: str | Path | None, config, device):
     A device that is not there is reported before anything loads; a saved model without its passage
     encoder folder is reported as such (loading that folder's path would otherwise try it as a hub id).
     """
+    check_model_name(name_or_path)
     if isinstance(config, (str, os.PathLike)):
         config = config_from_file(cls, config)
     if config is not None:
@@ -306,6 +315,30 @@ def load_pretrained(cls: type, name_or_path: str | Path | None, config, device):
         raise ModelLoadError(f"{path} is a saved graphdoc model without its {serialization.PASSAGE_ENCODER_DIR}/ "
                              "folder (copy the whole model folder)")
     return serialization.load(cls, name_or_path, config, device)
+
+
+def check_model_name(name_or_path: Any) -> None:
+    """Refuse, in one line, a model name that is empty (it would be read as the current folder) or not a name."""
+    if name_or_path is None:
+        return
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise TypeError(f"a model is named by a str or a path (a Hugging Face id or a folder); got a "
+                        f"{type(name_or_path).__name__}")
+    if not str(name_or_path).strip():
+        raise GraphDocError("the model is an empty name: give a model folder or a Hugging Face id (None for the "
+                            "built-in default)")
+
+
+def set_model_config(model: nn.Module, config) -> None:
+    """Give ``model`` (a graph or flat model) ``config``, and its sections to the chunker and passage encoder that
+    read them (before they exist, while the model is built, there is nothing to give)."""
+    model.__dict__["_config"] = config
+    chunker = model.__dict__.get("chunker")
+    if chunker is not None:
+        chunker.config = config.chunker
+    encoder = model._modules.get("passage_encoder")
+    if encoder is not None and encoder.config is not config.passage_encoder:
+        encoder.config = config.passage_encoder
 
 
 def config_from_file(cls: type, name_or_path: str | os.PathLike):
@@ -332,8 +365,14 @@ def starts_with_title(text: str, title: str) -> bool:
     """Whether the first line of ``text`` is ``title`` (a Markdown file's ``# Title`` line, a page
     that opens with its name on a line of its own), case, runs of white space and ``#`` marks aside:
     such a passage gets no second copy of the title."""
-    line = text.lstrip()[: 2 * len(title) + 16].split("\n", 1)[0].strip().strip("#")
-    return " ".join(line.split()).casefold() == " ".join(title.split()).casefold()
+    line = text.lstrip()[: 2 * len(title) + 16].split("\n", 1)[0].strip()
+    heading = _HEADING_MARKS.sub("", line)  # "# C#" -> "C#", "## Title ##" -> "Title"
+    wanted = " ".join(title.split()).casefold()
+    return any(" ".join(x.split()).casefold() == wanted for x in (line, heading, line.strip("#")))
+
+
+#: a Markdown heading's opening marks and optional closing ones
+_HEADING_MARKS = re.compile(r"^#{1,6}\s+|\s+#+$")
 
 
 def check_heads(heads: int, size: int, source: str) -> None:
@@ -350,6 +389,25 @@ def check_passage_encoder(cls: type, passage_encoder: Any) -> None:
                 if isinstance(passage_encoder, (str, os.PathLike)) else "")
         raise ArgumentTypeError(f"{cls.__name__} is built on a graphdoc PassageEncoder, got "
                                 f"{type(passage_encoder).__name__}{hint}")
+
+
+def corpus_documents(corpus: Any) -> list:
+    """BEIR's corpus, a list of ``{"title", "text"}`` dicts or a dict of them by id (``{id: text}`` too), as the
+    documents :meth:`GraphDocEncoder.encode` takes; a str (one text, not a corpus) and other types are refused."""
+    if isinstance(corpus, str):
+        raise TypeError("corpus must be a list of {'title', 'text'} dicts or a dict of them by id; got a str (embed "
+                        "one text with encode)")
+    if isinstance(corpus, Mapping):
+        docs = []
+        for doc_id, value in corpus.items():
+            if isinstance(value, str):
+                value = {"text": value}
+            elif not isinstance(value, Mapping):
+                raise TypeError(f"corpus[{doc_id!r}] must be a {{'title', 'text'}} dict or a str; got a "
+                                f"{type(value).__name__}")
+            docs.append({**value, "_id": doc_id})
+        return docs
+    return list(_iterable(corpus, "corpus", "a {'title', 'text'} dict"))
 
 
 def _iterable(items: Any, name: str, one: str) -> Iterable:

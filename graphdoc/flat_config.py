@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from graphdoc.config import ChunkerConfig, PassageEncoderConfig, _check_choice, check_types, from_dict
+from graphdoc.config import ChunkerConfig, PassageEncoderConfig, _check_choice, check_sections, check_types, from_dict
 from graphdoc.errors import GraphDocError
 
 FLAT_GRAPH_TYPE = "flat"
@@ -56,6 +56,7 @@ class FlatModelConfig:
     graph: FlatConfig = field(default_factory=FlatConfig)
 
     def __post_init__(self) -> None:
+        check_sections(self)
         if self.passage_encoder.projection_dim:
             raise GraphDocError("a flat backbone has no projection: passage_encoder.projection_dim must be "
                                 f"null; got {self.passage_encoder.projection_dim}")

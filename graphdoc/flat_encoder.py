@@ -55,6 +55,8 @@ class FlatEncoder(nn.Module):
         self.search_defaults: dict | None = None
         self.to(resolve_device(device))
 
+    config = GraphDocEncoder.config
+
     @property
     def dimension(self) -> int:
         return self.passage_encoder.hidden_size

@@ -38,7 +38,7 @@ def test_embed_takes_the_documents_first_n_passages(model_dir, corpus, tmp_path,
     assert np.allclose(np.load(tmp_path / "two.npy"), two, atol=1e-6)
     warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warned == ["5 document(s) had more than 2 passages: their first 2 were embedded and 5 passages left out "
-                      "(--max-passages or chunker.max_passages sets the cap; 0 or null for none)"]
+                      "(--max-passages N sets the cap, 0 for none; or chunker.max_passages, null for none)"]
     assert cli("embed", "--corpus", corpus, "--output", tmp_path / "all.npy", "--model", model_dir,
                "--max-passages", 0) == 0
     assert np.allclose(np.load(tmp_path / "all.npy"), full, atol=1e-6) and len(docs) == 5

@@ -164,7 +164,7 @@ def test_encode_warns_when_the_passage_cap_cuts_a_document(tiny_bert: Path, capl
         model.encode(["Short text.", long])
     assert [r.getMessage() for r in caplog.records] == [
         "1 document(s) had more than 2 passages: their first 2 were embedded and 3 passages left out "
-        "(--max-passages or chunker.max_passages sets the cap; 0 or null for none)"]
+        "(--max-passages N sets the cap, 0 for none; or chunker.max_passages, null for none)"]
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         model.encode(["Short text."])  # counted per call
@@ -256,7 +256,7 @@ def test_index_warns_when_the_passage_cap_cuts_a_document(tiny_bert: Path, tmp_p
         build_index(model, str(corpus), tmp_path / "idx")
     assert [r.getMessage() for r in caplog.records] == [
         "1 document(s) had more than 2 passages: their first 2 were embedded and 3 passages left out "
-        "(--max-passages or chunker.max_passages sets the cap; 0 or null for none)"]
+        "(--max-passages N sets the cap, 0 for none; or chunker.max_passages, null for none)"]
 
 
 @pytest.mark.parametrize("backbone", ["graph", "flat"])

@@ -56,25 +56,84 @@ class PassageEncoder(nn.Module):
         self.dense = nn.Sequential(*dense)  # no weights without Dense modules: fingerprints stay as they were
         self.tokenizer = tokenizer
         self.config = config
-        self.pooling = config.pooling or "cls"
-        self.normalize = bool(config.normalize)
-        self.max_seq_length = config.max_seq_length or 512
         #: rows of the encoder's token embedding table when its tokenizer knows more tokens (``None`` otherwise): a
         #: token id past them is a tokenizer that is not the model's, checked per batch only then
         rows = embedding_rows(model)
         self.vocabulary_rows = rows if rows is not None and len(tokenizer) > rows else None
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self.query_prompt, self.passage_prompt = config.query_prompt or "", config.passage_prompt or ""
-        #: tokens the passage prompt takes of every passage input (titles get half of what is left)
-        self.passage_prompt_tokens = self._prompt_tokens("passage_prompt", self.passage_prompt)
+        self._prompt_counts: dict[tuple[str, str, int], int] = {}
+        self._prompt_tokens("passage_prompt", self.passage_prompt)
         self._prompt_tokens("query_prompt", self.query_prompt)
         self._last_clip: tuple[tuple[str, int], str] | None = None  # clip()'s last question and answer
+
+    # The settings below live in ``config`` alone (the passage-encoder section of the model's config, which is saved
+    # and recorded in an index): set here, they are checked and set there, so what encodes and what is saved agree.
+    @property
+    def pooling(self) -> str:
+        return self.config.pooling or "cls"
+
+    @pooling.setter
+    def pooling(self, value: str) -> None:
+        self._set("pooling", value)
+
+    @property
+    def normalize(self) -> bool:
+        return bool(self.config.normalize)
+
+    @normalize.setter
+    def normalize(self, value: bool) -> None:
+        self._set("normalize", bool(value))
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.config.max_seq_length or 512
+
+    @max_seq_length.setter
+    def max_seq_length(self, value: int) -> None:
+        self._set("max_seq_length", value)
+
+    @property
+    def query_prompt(self) -> str:
+        return self.config.query_prompt or ""
+
+    @query_prompt.setter
+    def query_prompt(self, value: str) -> None:
+        self._set("query_prompt", value)
+
+    @property
+    def passage_prompt(self) -> str:
+        return self.config.passage_prompt or ""
+
+    @passage_prompt.setter
+    def passage_prompt(self, value: str) -> None:
+        self._set("passage_prompt", value)
+
+    @property
+    def passage_prompt_tokens(self) -> int:
+        """Tokens the passage prompt takes of every passage input (titles get half of what is left)."""
+        return self._prompt_tokens("passage_prompt", self.passage_prompt)
+
+    def _set(self, name: str, value) -> None:
+        """Set the config's ``name`` to ``value`` in place (the model's config holds the same object), checked as a
+        config file's value is; a prompt that would leave too few tokens is refused and nothing changes."""
+        replace(self.config, **{name: value})  # (its checks: a bad value is one error line)
+        before = getattr(self.config, name)
+        setattr(self.config, name, value)
+        try:
+            self._prompt_tokens("passage_prompt", self.passage_prompt)
+            self._prompt_tokens("query_prompt", self.query_prompt)
+        except GraphDocError:
+            setattr(self.config, name, before)
+            raise
 
     def _prompt_tokens(self, name: str, prompt: str) -> int:
         """The tokens ``prompt`` takes; one that leaves the text fewer than ``MIN_SEQ_LENGTH`` of the encoder's
         tokens is refused (every passage would be cut to a few words, every query to nothing)."""
         if not prompt:
             return 0
+        key = (name, prompt, self.max_seq_length)
+        if key in self._prompt_counts:
+            return self._prompt_counts[key]
         count = len(self.tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"])
         special = len(self.tokenizer("", add_special_tokens=True, verbose=False)["input_ids"])
         left = self.max_seq_length - special - count
@@ -82,6 +141,7 @@ class PassageEncoder(nn.Module):
             raise GraphDocError(f"passage_encoder.{name} leaves {left} of the encoder's {self.max_seq_length} tokens "
                                 f"(max_seq_length; the prompt takes {count}, special tokens {special}) for the text: "
                                 f"at least {MIN_SEQ_LENGTH} are needed")
+        self._prompt_counts[key] = count
         return count
 
     @property

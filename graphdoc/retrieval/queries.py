@@ -30,6 +30,11 @@ def split_queries(queries: Mapping[Any, str] | Iterable[str]) -> tuple[list[str]
                             "search() for one query")
     if isinstance(queries, Mapping):
         qids, texts = [str(q) for q in queries], list(queries.values())
+        if len(set(qids)) < len(qids):  # ({1: ..., "1": ...}: one id in a run, one query's results lost)
+            keys = list(queries)
+            first = next(i for i, q in enumerate(qids) if qids.index(q) != i)
+            raise GraphDocError(f"query ids {keys[qids.index(qids[first])]!r} and {keys[first]!r} are both "
+                                f"{qids[first]!r} as text, as a run names them: give each query its own id")
         names = query_names(qids, len(texts))
     elif isinstance(queries, Iterable):
         texts = list(queries)
