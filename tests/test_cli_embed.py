@@ -498,3 +498,42 @@ def test_help_shows_no_docstring_markup_and_keeps_options_whole(command, capsys,
         assert "\n\ngraphdoc plot: PNG figures of a corpus's document embeddings and of a\ndocument's attention.\n\n" \
             "\"graphdoc plot embeddings --corpus C" in out
         assert "\"pip install 'graphdoc[plot]'\"" in out
+
+
+def test_a_folder_of_other_files_named_as_a_runs_part_is_refused_not_removed(tiny_bert: Path, tmp_path: Path,
+                                                                          capsys) -> None:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [{"_id": "a", "text": "One sentence here."}])
+    folder = tmp_path / "emb.npy.partial"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("important", encoding="utf-8")
+    capsys.readouterr()
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == (f"graphdoc embed: error: {folder} holds files graphdoc embed did not write "
+                                    "(thesis.tex): it is not a run's part; move it, or choose another --output")
+    assert "starting again" not in err
+    assert (folder / "thesis.tex").read_text(encoding="utf-8") == "important"
+    assert not (tmp_path / "emb.npy").exists()
+
+
+def test_a_corpus_inside_the_folder_of_a_runs_part_is_refused(tiny_bert: Path, tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "notes.npy.partial"
+    folder.mkdir()
+    (folder / "n1.md").write_text("# Note\n\nGraph text.\n", encoding="utf-8")
+    capsys.readouterr()
+    assert embed(folder, tmp_path / "notes.npy", tiny_bert) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"graphdoc embed: error: --corpus {folder} is in {folder}, the folder graphdoc embed keeps a run's part in "
+        "for --output: choose another --output")
+    assert (folder / "n1.md").is_file()
+
+
+def test_a_runs_part_with_its_temporaries_is_still_removed_when_the_run_changes(tiny_bert: Path, tmp_path: Path,
+                                                                               capsys) -> None:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [{"_id": "a", "text": "One sentence here."}])
+    folder = tmp_path / "emb.npy.partial"
+    folder.mkdir()
+    (folder / "rows-000000.npy").write_bytes(b"x")
+    (folder / ".rows-000001.npy.abc123.tmp").write_bytes(b"x")  # a crash mid-write
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert) == 0
+    assert not folder.exists() and np.load(tmp_path / "emb.npy").shape[0] == 1

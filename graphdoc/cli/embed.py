@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -74,6 +75,7 @@ class Partial:
                    else "no state of a run (one stopped before its first save)")
         except (OSError, KeyError, TypeError, UnicodeDecodeError):
             why = "files that cannot be read"
+        check_partial_folder(self.folder)  # (a folder of the user's own with its name is refused, not removed)
         logger.warning("%s holds %s: starting again", self.folder, why)
         self.ids = []
         self.remove()  # before a chunk of this run is written: no state may ever count another run's chunks
@@ -103,7 +105,26 @@ class Partial:
 
     def remove(self) -> None:
         if self.folder.exists():
+            check_partial_folder(self.folder)
             shutil.rmtree(self.folder)  # a failure is an error: this run's chunks must not join another's
+
+
+#: the files a run's partial folder holds: its state, its chunks, and the temporaries written beside them
+_PARTIAL_FILE = re.compile(r"state\.json|(rows|ids)-\d{6}\.(npy|txt)|\..+\.tmp")
+
+
+def check_partial_folder(folder: Path) -> None:
+    """Refuse, in one line, to remove ``folder`` unless it holds only what an embed run writes there (a folder of
+    the user's own that happens to have its name is not embed's to delete)."""
+    if not folder.is_dir() or folder.is_symlink():
+        raise GraphDocError(f"{folder} is not the folder graphdoc embed keeps a run's part in: move it, or choose "
+                            "another --output")
+    others = sorted(entry.name for entry in folder.iterdir()
+                    if not (_PARTIAL_FILE.fullmatch(entry.name) and entry.is_file() and not entry.is_symlink()))
+    if others:
+        raise GraphDocError(f"{folder} holds files graphdoc embed did not write ({', '.join(others[:3])}"
+                            f"{', ...' if len(others) > 3 else ''}): it is not a run's part; move it, or choose "
+                            "another --output")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,12 +140,22 @@ def run(args: argparse.Namespace) -> int:
         raise GraphDocError(f"--output {args.output}: its name is too long for the folder a run keeps beside it "
                             f"(NAME.partial, {NAME_MAX} bytes at most): shorten it")
     check_outside_corpus(args.corpus, ids_path(args.output), "--output's ids file", "it")
+    _check_corpus_outside_partial(args.corpus, partial_path(args.output))
     args.fields = fields_from(args)
     if args.corpus == "-":
         args.corpus = stdin_corpus("embed", args.fields)
     documents = read_corpus(args.corpus, stats=ReadStats(), fields=args.fields)  # a bad corpus fails here, at once
     with file_lock(args.output):  # one run at a time writes FILE.npy and FILE.npy.partial/ (checked before loading)
         return _embed(args, documents, load_model(args))
+
+
+def _check_corpus_outside_partial(corpus, folder: Path) -> None:
+    """Refuse a corpus inside (or being) the folder a run keeps its part in: a run starting again removes it."""
+    if not isinstance(corpus, (str, os.PathLike)) or not os.path.exists(corpus) or not folder.exists():
+        return
+    if Path(corpus).resolve().is_relative_to(folder.resolve()):
+        raise GraphDocError(f"--corpus {corpus} is in {folder}, the folder graphdoc embed keeps a run's part in for "
+                            "--output: choose another --output")
 
 
 def _embed(args: argparse.Namespace, documents, model) -> int:
