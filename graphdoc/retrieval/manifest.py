@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
 import time
@@ -270,7 +271,26 @@ def model_identity(model) -> dict[str, Any]:
     return {"name": cfg["passage_encoder"]["model_name_or_path"], "path": model.name_or_path,
             "fingerprint": model_fingerprint(model),
             "chunker": {**cfg["chunker"], "version": CHUNKER_VERSION}, "passage_encoder": encoder,
-            "graph": cfg["graph"]}
+            "graph": cfg["graph"], "encoder": encoder_identity(model.passage_encoder)}
+
+
+#: the Hugging Face configuration entries that change what an encoder computes from the same weights (sizes are in
+#: the weights' fingerprint): recorded by name, so that a transformers release adding entries changes nothing
+ARCHITECTURE_KEYS = ("model_type", "hidden_act", "hidden_activation", "activation_function", "layer_norm_eps",
+                     "layer_norm_epsilon", "rms_norm_eps", "norm_eps", "num_attention_heads", "num_key_value_heads",
+                     "position_embedding_type", "pad_token_id", "rope_theta", "attention_window")
+
+
+def encoder_identity(encoder) -> dict[str, Any]:
+    """What the weights' fingerprint does not tell of a passage encoder: the architecture settings that change its
+    vectors (:data:`ARCHITECTURE_KEYS`) and a digest of its tokenizer's vocabulary (a tokenizer that is not the
+    model's gives other token ids)."""
+    config = encoder.model.config.to_dict()
+    architecture = {key: config[key] for key in ARCHITECTURE_KEYS
+                    if key in config and isinstance(config[key], (str, int, float, bool, type(None)))}
+    vocabulary = sorted(encoder.tokenizer.get_vocab().items(), key=lambda item: item[1])
+    digest = hashlib.blake2b(json.dumps(vocabulary, ensure_ascii=False).encode("utf-8"), digest_size=16)
+    return {"architecture": architecture, "vocabulary": digest.hexdigest()}
 
 
 def chunker_version(identity: dict[str, Any]) -> int:
@@ -292,6 +312,13 @@ def first_difference(expected: dict[str, Any], actual: dict[str, Any],
                 return f"{section}.{key}", value, other
     if expected.get("fingerprint") != actual.get("fingerprint"):
         return "fingerprint", expected.get("fingerprint"), actual.get("fingerprint")
+    # (an identity recorded before graphdoc kept these, or an entry one transformers release lacks: not compared)
+    was, now = expected.get("encoder") or {}, actual.get("encoder") or {}
+    for key, value in (was.get("architecture") or {}).items():
+        if key in (now.get("architecture") or {}) and now["architecture"][key] != value:
+            return f"encoder.{key}", value, now["architecture"][key]
+    if was.get("vocabulary") and now.get("vocabulary") and was["vocabulary"] != now["vocabulary"]:
+        return "encoder.vocabulary", was["vocabulary"], now["vocabulary"]
     return None
 
 
@@ -304,6 +331,10 @@ def check_identity(expected: dict[str, Any], actual: dict[str, Any], where: Path
         return
     name, value, other = difference
     built, given = (str(identity.get("path") or identity.get("name")) for identity in (expected, actual))
+    if name == "encoder.vocabulary":
+        raise IndexMismatchError(f"index {where} was built with a tokenizer of another vocabulary than this model's "
+                                 f"(the index's model is {built!r}, this one {given!r}): pass the index's model "
+                                 "(--model) with its own tokenizer files")
     if name != "fingerprint":
         models = f" (the index's model is {built!r}, this one {given!r})" if built != given else ""
         cap = (f" (the index's passage cap: give --max-passages {value or 0}, or set it in the model's config)"

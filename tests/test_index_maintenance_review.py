@@ -1,0 +1,74 @@
+"""Findings of the review of the index lifecycle: a model of the same weights under another encoder setting or
+tokenizer is another model; an empty part keeps its record when a corpus is added; BM25 options not given keep the
+index's own."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from _retrieval_helpers import cli, error_line, make_docs, manifest_json, write_jsonl
+
+pytestmark = pytest.mark.usefixtures("restore_cli_state")
+
+
+@pytest.fixture(scope="module")
+def built(model_dir, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("maintenance")
+    corpus = write_jsonl(folder / "corpus.jsonl", make_docs(6))
+    assert cli("index", "--corpus", corpus, "--index-dir", folder / "index", "--model", model_dir) == 0
+    return folder / "index"
+
+
+def changed_model(model_dir: Path, folder: Path, change) -> Path:
+    """A copy of ``model_dir`` (the same weights) with ``change`` made to its passage encoder's files."""
+    copy = Path(shutil.copytree(model_dir, folder))
+    change(copy / "passage_encoder")
+    return copy
+
+
+def _relu(encoder: Path) -> None:
+    config = json.loads((encoder / "config.json").read_text(encoding="utf-8"))
+    (encoder / "config.json").write_text(json.dumps({**config, "hidden_act": "relu"}), encoding="utf-8")
+
+
+def _swap_two_tokens(encoder: Path) -> None:
+    tokenizer = json.loads((encoder / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = tokenizer["model"]["vocab"]
+    words = [w for w in vocab if w.isalpha()][:2]
+    vocab[words[0]], vocab[words[1]] = vocab[words[1]], vocab[words[0]]
+    (encoder / "tokenizer.json").write_text(json.dumps(tokenizer), encoding="utf-8")
+
+
+def test_the_same_weights_under_another_activation_are_refused(built, model_dir, tmp_path, capsys) -> None:
+    other = changed_model(model_dir, tmp_path / "relu", _relu)
+    assert manifest_json(built)["model"]["encoder"]["architecture"]["hidden_act"] == "gelu"
+    assert cli("search", "--index-dir", built, "graph", "--mode", "dense", "--model", other) == 1
+    assert error_line(capsys, "search") == (
+        f"graphdoc search: error: index {built} was built with encoder.hidden_act='gelu', the model has "
+        f"encoder.hidden_act='relu' (the index's model is '{model_dir}', this one '{other}')")
+    corpus = write_jsonl(tmp_path / "more.jsonl", make_docs(2, start=50))
+    index = Path(shutil.copytree(built, tmp_path / "index"))
+    assert cli("index", "--corpus", corpus, "--index-dir", index, "--model", other) == 1
+    assert "encoder.hidden_act='gelu'" in error_line(capsys, "index")
+    assert manifest_json(index)["counts"]["documents"] == 6
+
+
+def test_a_tokenizer_of_another_vocabulary_is_refused(built, model_dir, tmp_path, capsys) -> None:
+    other = changed_model(model_dir, tmp_path / "tok", _swap_two_tokens)
+    assert cli("search", "--index-dir", built, "graph", "--mode", "dense", "--model", other) == 1
+    assert error_line(capsys, "search") == (
+        f"graphdoc search: error: index {built} was built with a tokenizer of another vocabulary than this "
+        f"model's (the index's model is '{model_dir}', this one '{other}'): pass the index's model (--model) with "
+        "its own tokenizer files")
+
+
+def test_an_index_recorded_before_the_encoder_was_is_searched_as_before(built, model_dir, tmp_path, capsys) -> None:
+    index = Path(shutil.copytree(built, tmp_path / "index"))
+    manifest = manifest_json(index)
+    del manifest["model"]["encoder"]
+    (index / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    assert cli("search", "--index-dir", index, "graph", "--mode", "dense", "-k", 2) == 0
+    assert cli("search", "--index-dir", index, "graph", "--mode", "dense", "--model", model_dir, "-k", 2) == 0
