@@ -72,3 +72,46 @@ def test_an_index_recorded_before_the_encoder_was_is_searched_as_before(built, m
     (index / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     assert cli("search", "--index-dir", index, "graph", "--mode", "dense", "-k", 2) == 0
     assert cli("search", "--index-dir", index, "graph", "--mode", "dense", "--model", model_dir, "-k", 2) == 0
+
+
+def test_an_empty_part_keeps_its_record_when_a_corpus_is_added(model_dir, tmp_path, capsys) -> None:
+    small = write_jsonl(tmp_path / "small.jsonl", make_docs(2))
+    for i in (1, 2, 3):
+        assert cli("index", "--corpus", small, "--index-dir", tmp_path / f"p{i}", "--shard", f"{i}/3",
+                   "--model", model_dir, "--faiss-factory", "HNSW8") == 0
+    assert manifest_json(tmp_path / "p3")["shards"] == []  # two documents, three parts: the last one empty
+    more = write_jsonl(tmp_path / "more.jsonl", make_docs(3, start=40))
+    assert cli("index", "--corpus", more, "--index-dir", tmp_path / "p3") == 0
+    manifest = manifest_json(tmp_path / "p3")
+    assert [(s["corpus"], s["part"]) for s in manifest["sources"]] == [(str(small), "3/3"), (str(more), "1/1")]
+    assert manifest["faiss_factory"] == "HNSW8"
+    capsys.readouterr()
+    assert cli("merge", "--index-dir", tmp_path / "merged", tmp_path / "p1", tmp_path / "p2", tmp_path / "p3") == 0
+    assert "without its part" not in capsys.readouterr().err
+    assert manifest_json(tmp_path / "merged")["counts"]["documents"] == 5
+
+
+def test_bm25_terms_alone_keeps_the_index_stemmer(model_dir, tmp_path) -> None:
+    first = write_jsonl(tmp_path / "first.jsonl", make_docs(2))
+    assert cli("index", "--corpus", first, "--index-dir", tmp_path / "index", "--model", model_dir,
+               "--bm25-stemmer", "english") == 0
+    more = write_jsonl(tmp_path / "more.jsonl", make_docs(2, start=40))
+    assert cli("index", "--corpus", more, "--index-dir", tmp_path / "index", "--bm25-terms", "unicode") == 0
+    bm25 = manifest_json(tmp_path / "index")["bm25"]
+    assert (bm25["stemmer"], bm25["terms"]) == ("english", "unicode")
+    assert manifest_json(tmp_path / "index")["counts"]["documents"] == 4
+
+
+def test_a_merged_index_is_made_now_by_this_graphdoc(model_dir, tmp_path) -> None:
+    from graphdoc import __version__
+
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", make_docs(4))
+    for i in (1, 2):
+        assert cli("index", "--corpus", corpus, "--index-dir", tmp_path / f"p{i}", "--shard", f"{i}/2",
+                   "--model", model_dir) == 0
+    old = manifest_json(tmp_path / "p1")
+    (tmp_path / "p1" / "manifest.json").write_text(
+        json.dumps({**old, "created": "2020-01-01T00:00:00Z", "graphdoc_version": "0.0.1"}), encoding="utf-8")
+    assert cli("merge", "--index-dir", tmp_path / "merged", tmp_path / "p1", tmp_path / "p2") == 0
+    merged = manifest_json(tmp_path / "merged")
+    assert merged["created"] >= old["created"] and merged["graphdoc_version"] == __version__

@@ -48,7 +48,10 @@ def run(args: argparse.Namespace) -> int:
 
     # checked here, before the model loads; None keeps an existing index's own setting
     given = args.bm25_stemmer is not None or args.bm25_terms is not None
-    bm25 = BM25Config(stemmer=args.bm25_stemmer, terms=args.bm25_terms) if given else None
+    stemmer = args.bm25_stemmer
+    if given and stemmer is None:  # --bm25-terms alone: an existing index keeps its own stemmer
+        stemmer = _stored_bm25(args.index_dir).get("stemmer")
+    bm25 = BM25Config(stemmer=stemmer, terms=args.bm25_terms) if given else None
     settings = IndexSettings(faiss_factory=args.faiss_factory, metric=args.metric, bm25=bm25,
                              store_passages=not args.no_passages, shard_size=args.shard_size,
                              on_duplicate=args.on_duplicate)
@@ -62,6 +65,13 @@ def run(args: argparse.Namespace) -> int:
                                             ("documents", "passages", "shards")))
     logger.debug("manifest: %s", manifest)
     return 0
+
+
+def _stored_bm25(index_dir: Path) -> dict:
+    """The BM25 setting of the index in ``index_dir`` (``{}`` where there is none yet)."""
+    from graphdoc.retrieval.manifest import MANIFEST_NAME, Manifest
+
+    return Manifest.load(index_dir).bm25 or {} if (index_dir / MANIFEST_NAME).is_file() else {}
 
 
 def _model(args: argparse.Namespace):

@@ -124,11 +124,12 @@ def open_manifest(index_dir: Path, model, settings: IndexSettings, identity: dic
 def _existing_manifest(index_dir: Path, identity: dict, settings: IndexSettings,
                        announce: bool = True) -> Manifest | None:
     """The manifest of ``index_dir`` checked against the model and settings; ``None`` when there is none or it
-    holds no documents yet (a run that failed before its first shard binds no later run to its model)."""
+    holds no documents yet and has read no corpus to the end (a run that failed before its first shard binds no
+    later run to its model; an empty ``--shard`` part, whose corpus has no document for it, keeps its record)."""
     if not (index_dir / MANIFEST_NAME).exists():
         return None
     manifest = Manifest.load(index_dir)
-    if not manifest.shards:
+    if not manifest.shards and not any(source.complete for source in manifest.sources):
         return None
     check_identity(manifest.model, identity, index_dir)
     if manifest.store_passages and not settings.store_passages:

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
+from graphdoc import __version__
 from graphdoc.errors import GraphDocError, IndexMismatchError
 from graphdoc.fileio import LOCK_NAME, atomic_directory, remove_stale_temporaries, writer_lock
 from graphdoc.retrieval.bm25 import LEGACY_TERMS
@@ -169,8 +170,16 @@ def _check_splits(parts: list[Path], manifests: list[Manifest]) -> None:
                            corpus, "s" if len(missing) > 1 else "", ", ".join(missing))
 
 
+def _now() -> str:
+    """When a merged index is made: it is a new index, made now by this graphdoc."""
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def _copy_parts(folder: Path, parts: list[Path], manifests: list[Manifest]) -> Manifest:
-    merged = replace(manifests[0], shards=[], sources=[], counts={}, deleted={}, finalized=False)
+    merged = replace(manifests[0], shards=[], sources=[], counts={}, deleted={}, finalized=False,
+                     created=_now(), graphdoc_version=__version__)
     (folder / "shards").mkdir(parents=True)
     for path, manifest in zip(parts, manifests):
         for doc_id, shards in manifest.deleted.items():  # the part's shards come after those copied before it
