@@ -71,7 +71,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help=_default_help("examples per optimiser step", "batch_size"))
     train.add_argument("--lr", type=float, default=None, help=_default_help("learning rate of the model", "lr"))
     train.add_argument("--seed", type=int, default=None, metavar="N",
-                       help=_default_help("seeds the new weights, the example order and the negatives drawn", "seed"))
+                       help=_default_help("seeds the new heads, the example order and the negatives drawn (a model built on a "
+                                          "plain encoder starts its graph layers the same whatever the seed)", "seed"))
     train.add_argument("--max-passages", type=int, default=None, metavar="N",
                        help=_default_help("passages kept per document (its first ones)", "max_passages"))
     train.add_argument("--cache-dir", default=None, metavar="DIR",

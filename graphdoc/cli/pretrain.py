@@ -48,8 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="documents per step over all processes (overrides the config)")
     parser.add_argument("--epochs", type=int, default=None, metavar="N", help="overrides the config")
     parser.add_argument("--seed", type=int, default=None, metavar="N",
-                        help="seeds the new weights, the shuffle and the sub-documents drawn (overrides the "
-                             "config; default 42)")
+                        help="seeds the heads trained beside the model, the shuffle and the sub-documents drawn "
+                             "(overrides the config; default 42; a model built on a plain encoder starts its graph "
+                             "layers the same whatever the seed)")
     parser.add_argument("--cache-dir", default=None, metavar="DIR",
                         help="passage vector cache of the frozen mode (default DIR/passage_cache)")
     add_field_arguments(parser, recorded="with --resume, those the run recorded")

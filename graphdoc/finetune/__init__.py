@@ -212,12 +212,13 @@ def _output_folder(output: str | Path, cache_dir: str | Path | None = None, sour
             for source in sources:
                 check_outside_corpus(source, folder, flag, "the run's files")
     if cache_dir is not None and Path(cache_dir).resolve().is_relative_to(output.resolve()):
-        from graphdoc.finetune.loop import MODEL_DIR
+        from graphdoc.finetune.loop import HALFWAY_DIR, MODEL_DIR
         from graphdoc.training.cache import CACHE_NAME
         from graphdoc.training.checkpoint import CHECKPOINTS_DIR
 
         within = Path(cache_dir).resolve().relative_to(output.resolve()).parts[:1]
-        if within and (within[0] in (MODEL_DIR, CHECKPOINTS_DIR) or re.fullmatch(r"(seed|fold)-[0-9]+", within[0])):
+        if within and (within[0] in (MODEL_DIR, CHECKPOINTS_DIR, HALFWAY_DIR)
+                       or re.fullmatch(r"(seed|fold)-[0-9]+", within[0])):
             raise GraphDocError(f"--cache-dir {cache_dir} is inside {output / within[0]}, which the run writes and "
                                 f"replaces: put the passage cache elsewhere (by default it is {output / CACHE_NAME})")
     return output

@@ -31,6 +31,9 @@ def open_cache(model, frozen: bool, cache_dir: str | Path | None, output: Path) 
             logger.warning("ignoring cache_dir (--cache-dir) %s: only a frozen encoder caches passage vectors",
                            cache_dir)
         return None
+    if cache_dir is not None and not hasattr(model, "forward_passage_vectors"):
+        logger.warning("ignoring cache_dir (--cache-dir) %s: a flat model's document vectors are computed from "
+                       "its text, not from cached passage vectors", cache_dir)
     model.passage_encoder.requires_grad_(False)
     model.passage_encoder.eval()  # the cached vectors are the encoder's inference vectors
     return PassageVectorCache(cache_folder(cache_dir, output), model.passage_encoder)

@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 SUMMARY_NAME = "finetune.json"
 MODEL_DIR = "model"  # OUTPUT/model: the run's best model, as the trainers save it
+HALFWAY_DIR = "halfway"  # OUTPUT/halfway: a ranking run's model half-way through its epochs
 #: settings that may change on resume: they do not change what is learned (``repeats``: how many few-shot
 #: seeds run, each in its own folder; a resume with more runs the new seeds after the finished ones)
 OPERATIONAL = ("cache_dir", "repeats")
@@ -99,7 +100,14 @@ def check_run_folder(output: Path, wanted: dict[str, Any], resume: bool) -> None
     another number of folds. Resuming a run of the same kind is left to :meth:`EpochLoop.start_or_resume`
     (settings, data)."""
     held = held_run(Path(output))
+    if held is not None and held["task"] == "pretraining":
+        raise GraphDocError(f"{output} holds a pretraining run, not a fine-tuning run: choose another --output")
     if held is None:
+        from graphdoc.serialization import is_graphdoc_model
+
+        if is_graphdoc_model(Path(output) / MODEL_DIR):  # (no run's: it would be replaced by this one's)
+            raise GraphDocError(f"{output} holds a saved model in {Path(output) / MODEL_DIR} and no fine-tuning run: "
+                                "the run would replace it; choose another --output (or move the model)")
         if resume and wanted["mode"] != "plain":  # a plain run's EpochLoop says so; k-fold and few-shot runs here
             logger.warning("nothing to resume in %s: starting from scratch", output)
         return
@@ -156,6 +164,8 @@ def check_start_model(output: Path, model: torch.nn.Module, resume: bool) -> Non
 
 
 def _kind_of_state(state: dict[str, Any], mode: str) -> dict[str, Any]:
+    if "pretrain" in state:  # (a graphdoc pretrain checkpoint)
+        return {"task": "pretraining", "mode": mode, "folds": None, "shots": None}
     config = state.get("config", {})
     task = "classification" if "head_lr" in config else "ranking"
     return {"task": task, "mode": mode, "folds": None, "shots": config.get("shots")}

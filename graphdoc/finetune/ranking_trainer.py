@@ -30,6 +30,7 @@ from graphdoc.finetune import ranking as rk
 from graphdoc.finetune.config import RankingConfig
 from graphdoc.finetune.data import RankingData
 from graphdoc.finetune.loop import (
+    HALFWAY_DIR,
     OPERATIONAL,
     EpochLoop,
     data_fingerprint,
@@ -97,7 +98,7 @@ class RankingTrainer:
         if source == rk.BM25:
             run = ranker.bm25_run(qids, texts, depth)
         else:
-            self.model.save_pretrained(self.output / "halfway")
+            self.model.save_pretrained(self.output / HALFWAY_DIR)
             vectors = self.data.queries.embed_all(qids).document_embeddings
             run = ranker.components(qids, texts, vectors, depth).dense
         lists = {q: [d for d in run.get(q, {}) if self.pool is None or d in self.pool][:self.cfg.negative_depth]

@@ -141,6 +141,8 @@ class RunFolder:
         ckpt.check_slots(out, slots)
         self._check_cache_dir(frozen)
         found = ckpt.list_checkpoints(out)
+        if found and "pretrain" not in ckpt.read_state(found[-1]):
+            raise GraphDocError(f"{out} holds a fine-tuning run, not a pretraining run: choose another --output")
         finished = (out / SUMMARY_NAME).is_file() or is_graphdoc_model(out / ckpt.MODEL_DIR)
         held = bool(found) or finished or (out / CONFIG_NAME).is_file()
         # (the writer's lock; a passage cache that a run stopped before its first checkpoint left for the next)
@@ -167,6 +169,12 @@ class RunFolder:
         if cache_dir is None or not frozen:
             return
         check_output_folder(Path(cache_dir), "--cache-dir")
+        inside = Path(cache_dir).resolve()
+        for slot in (ckpt.MODEL_DIR, ckpt.CHECKPOINTS_DIR):  # (replaced by the run: the cache with them)
+            if inside.is_relative_to((self.output / slot).resolve()):
+                raise GraphDocError(f"--cache-dir {cache_dir} is inside {self.output / slot}, which the run writes "
+                                    f"and replaces: put the passage cache elsewhere (by default it is "
+                                    f"{self.output / CACHE_NAME})")
         self.made_cache_dir = not Path(cache_dir).exists()
 
     def discard_new(self, steps: int = 0) -> None:

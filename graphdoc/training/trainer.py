@@ -257,8 +257,10 @@ class Trainer:
         A streamed corpus (a named one, of unknown length) is read again until ``max_steps``, whatever ``epochs``
         says: its schedule was made for that many steps."""
         self.throughput = Throughput()  # the loop's own rates: model loading and counting are left out
-        if self.step:
-            self._check_time()  # a resumed run whose budget is already spent takes no step
+        if 0 < self.step < self.total_steps:
+            self._check_time()  # a resumed run whose budget is already spent takes no step (a finished one: none)
+        if self.position.epoch == 0:  # (resumed inside the first epoch: it is read again from its start, and its
+            self.stats.empty_skipped = 0  # empty documents counted again, not added to those counted before)
         streamed = any(data.is_named_corpus(s) for s in self.sources)
         with logs_beside_bars(self.show_progress_bar), progress_bar(
                 total=self.total_steps, initial=self.step, desc="Pretraining", unit="step", bar_format=BAR_FORMAT,
