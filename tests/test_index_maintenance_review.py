@@ -115,3 +115,12 @@ def test_a_merged_index_is_made_now_by_this_graphdoc(model_dir, tmp_path) -> Non
     assert cli("merge", "--index-dir", tmp_path / "merged", tmp_path / "p1", tmp_path / "p2") == 0
     merged = manifest_json(tmp_path / "merged")
     assert merged["created"] >= old["created"] and merged["graphdoc_version"] == __version__
+
+
+def test_info_calls_an_empty_part_one(model_dir, tmp_path, capsys) -> None:
+    small = write_jsonl(tmp_path / "small.jsonl", make_docs(1))
+    assert cli("index", "--corpus", small, "--index-dir", tmp_path / "p2", "--shard", "2/2", "--model", model_dir) == 0
+    capsys.readouterr()
+    assert cli("info", tmp_path / "p2") == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith(
+        "  an empty part, holding no document (its corpus had none for it): merge it with the other parts; 0 shards")

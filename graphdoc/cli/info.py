@@ -74,7 +74,9 @@ def index_info(folder: Path) -> dict[str, Any]:
 
 def _index_lines(info: dict[str, Any]) -> list[str]:
     model, final = info["model"], info["final"]
-    if final is None:
+    if final is None and not info["shards"] and info["sources"] and all(s["complete"] for s in info["sources"]):
+        state = "an empty part, holding no document (its corpus had none for it): merge it with the other parts"
+    elif final is None:
         state = "not searchable yet"
     else:
         counts = final if final["documents"] is not None else info["counts"]  # (an index of before build.json)
