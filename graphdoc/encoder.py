@@ -332,6 +332,7 @@ def check_model_name(name_or_path: Any) -> None:
 def set_model_config(model: nn.Module, config) -> None:
     """Give ``model`` (a graph or flat model) ``config``, and its sections to the chunker and passage encoder that
     read them (before they exist, while the model is built, there is nothing to give)."""
+    check_config_type(type(model), config)
     model.__dict__["_config"] = config
     chunker = model.__dict__.get("chunker")
     if chunker is not None:

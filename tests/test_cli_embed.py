@@ -537,3 +537,24 @@ def test_a_runs_part_with_its_temporaries_is_still_removed_when_the_run_changes(
     (folder / ".rows-000001.npy.abc123.tmp").write_bytes(b"x")  # a crash mid-write
     assert embed(corpus, tmp_path / "emb.npy", tiny_bert) == 0
     assert not folder.exists() and np.load(tmp_path / "emb.npy").shape[0] == 1
+
+
+def test_a_part_saved_before_the_identity_held_the_encoder_goes_on(tiny_bert: Path, tmp_path: Path, monkeypatch,
+                                                                   capsys) -> None:
+    from graphdoc.cli import embed as embed_command
+
+    records = [{"_id": f"doc{i}", "text": f"Document number {i} has a sentence."} for i in range(9)]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records)
+    monkeypatch.setattr(embed_command, "SAVE_EVERY", 3)
+    stop_after(monkeypatch, 3)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2") != 0
+    state_file = tmp_path / "emb.npy.partial" / "state.json"
+    state = json.loads(state_file.read_text(encoding="utf-8"))
+    assert "encoder" in state["run"]["model"]
+    del state["run"]["model"]["encoder"]  # as graphdoc wrote it before
+    state_file.write_text(json.dumps(state), encoding="utf-8")
+    given = stop_after(monkeypatch, 100)
+    capsys.readouterr()
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2", quiet=False) == 0
+    assert f"going on after the {state['documents']} documents embedded before" in capsys.readouterr().err
+    assert given == [f"doc{i}" for i in range(state["documents"], 9)]

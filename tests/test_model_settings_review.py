@@ -141,3 +141,15 @@ def test_a_title_holding_hash_marks_is_known_on_the_first_line(text, title, expe
     assert starts_with_title(text, title) is expected
 
 
+
+
+def test_a_setting_is_stored_as_its_check_converts_it(fresh) -> None:
+    fresh.passage_encoder.max_seq_length = "32"  # (as a YAML config file's "32" is read)
+    assert fresh.config.passage_encoder.max_seq_length == 32 and fresh.passage_encoder.max_seq_length == 32
+    assert fresh.encode(DOCS).shape == (2, 32)
+
+
+def test_a_config_assigned_must_be_the_models_own_kind(fresh) -> None:
+    with pytest.raises(TypeError, match="^GraphDocEncoder takes a ModelConfig as config; got a dict"):
+        fresh.config = {"chunker": {"max_words": 20}}
+    assert isinstance(fresh.config, ModelConfig)

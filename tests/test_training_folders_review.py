@@ -127,3 +127,17 @@ def test_empty_documents_are_counted_once_across_a_resume_in_the_first_epoch(tin
     assert main(["-q", "pretrain", "--corpus", str(corpus), "--output", str(out), "--config", str(cfg),
                  "--resume", "--max-seconds", "1000"]) == 0
     assert json.loads((out / "pretrain.json").read_text(encoding="utf-8"))["empty_skipped"] == 3
+
+
+def test_a_ranking_run_stopped_after_saving_its_model_before_its_checkpoint_is_not_refused(model_dir, tmp_path,
+                                                                                         capsys) -> None:
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(model_dir, out / "model")
+    (out / "finetune_config.json").write_text("{}", encoding="utf-8")  # the run's own settings, written first
+    files = ranking_files(tmp_path)
+    assert main(["-q", "finetune", "--task", "ranking", "--corpus", str(files["corpus"]), "--queries",
+                 str(files["queries"]), "--qrels", str(files["qrels"]), "--output", str(out), "--model",
+                 "no/such/model", "--resume"]) == 1
+    assert "holds a saved model" not in error_line(capsys, "finetune")  # (it fails on loading the model named)

@@ -65,7 +65,7 @@ class Partial:
             return
         state = self._state()
         try:
-            if state is not None and state.get("run") in (run, earlier):
+            if state is not None and state.get("run") in _accepted_runs(run, earlier):
                 for chunk in range(state["chunks"]):
                     self.ids += (self.folder / f"ids-{chunk:06d}.txt").read_text(encoding="utf-8").splitlines()
                 self.chunks = state["chunks"]
@@ -219,6 +219,14 @@ def _embed(args: argparse.Namespace, documents, model) -> int:
     logger.info("wrote %d x %d embeddings to %s%s and ids to %s", *matrix.shape, args.output, note,
                 ids_path(args.output))
     return 0
+
+
+def _accepted_runs(run: dict, earlier: dict | None) -> list[dict]:
+    """The names of this run a saved part may carry: as now, as graphdoc named it before (``earlier``), and both
+    without the model's ``encoder`` entry (a part saved before the identity held it: the architecture
+    fingerprint pins the encoder there)."""
+    names = [run] + ([earlier] if earlier is not None else [])
+    return names + [{**name, "model": {k: v for k, v in name["model"].items() if k != "encoder"}} for name in names]
 
 
 class _Restart(Exception):

@@ -45,16 +45,41 @@ def run(args: argparse.Namespace) -> int:
             server.serve_forever()
         except KeyboardInterrupt:
             server.server_close()  # no new connection; the requests under way are answered
-            if server.wait_idle(0.1):
-                logger.info("answering the requests under way before stopping (Ctrl-C again: stop now)")
-                server.wait_idle(STOP_WAIT)
-            server.join_request_threads(2.0)  # (a thread of torch work ending as Python exits aborts it)
-            logger.info("stopped")
+            again = False
+            try:
+                if server.wait_idle(0.1):
+                    logger.info("answering the requests under way before stopping (Ctrl-C again: stop now)")
+                    server.wait_idle(STOP_WAIT)
+                server.join_request_threads(2.0)  # (a thread of torch work ending as Python exits aborts it)
+            except KeyboardInterrupt:
+                again = True
+            left = server.request_threads_alive()
+            logger.info("stopped" + (f" ({left} connection(s) dropped)" if left else ""))
+            if left:  # a thread still in torch as Python shuts down aborts it (SIGABRT): leave at once, tidied up
+                restore()
+                server.server_close()
+                server.service.searcher.close()
+                _exit_now(130 if again else 0)
     finally:
         restore()
         server.server_close()
         server.service.searcher.close()
     return 0
+
+
+def _exit_now(status: int) -> None:
+    """End the process without Python's shutdown (the logs and output flushed first)."""
+    import logging
+    import os
+    import sys
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
 
 
 def _stop_on_sigterm():

@@ -32,6 +32,7 @@ from graphdoc.training.optim import build_optimizer, build_scheduler
 logger = logging.getLogger(__name__)
 
 SUMMARY_NAME = "finetune.json"
+RUN_CONFIG_NAME = "finetune_config.json"  # OUTPUT/finetune_config.json: a ranking run's settings, written first
 MODEL_DIR = "model"  # OUTPUT/model: the run's best model, as the trainers save it
 HALFWAY_DIR = "halfway"  # OUTPUT/halfway: a ranking run's model half-way through its epochs
 #: settings that may change on resume: they do not change what is learned (``repeats``: how many few-shot
@@ -105,7 +106,9 @@ def check_run_folder(output: Path, wanted: dict[str, Any], resume: bool) -> None
     if held is None:
         from graphdoc.serialization import is_graphdoc_model
 
-        if is_graphdoc_model(Path(output) / MODEL_DIR):  # (no run's: it would be replaced by this one's)
+        # a saved model no run of this folder wrote (a ranking run writes its settings first, then may save its
+        # best model before its first checkpoint): it would be replaced by this run's
+        if is_graphdoc_model(Path(output) / MODEL_DIR) and not (Path(output) / RUN_CONFIG_NAME).is_file():
             raise GraphDocError(f"{output} holds a saved model in {Path(output) / MODEL_DIR} and no fine-tuning run: "
                                 "the run would replace it; choose another --output (or move the model)")
         if resume and wanted["mode"] != "plain":  # a plain run's EpochLoop says so; k-fold and few-shot runs here

@@ -32,6 +32,7 @@ from graphdoc.finetune.data import RankingData
 from graphdoc.finetune.loop import (
     HALFWAY_DIR,
     OPERATIONAL,
+    RUN_CONFIG_NAME,
     EpochLoop,
     data_fingerprint,
     seed_everything,
@@ -123,7 +124,7 @@ class RankingTrainer:
         """Run the remaining epochs; keep the best dev model in ``OUTPUT/model``; return the summary."""
         self.loop.start_or_resume(resume)
         self.resumed = self.loop.state["step"] > 0
-        with atomic_write(self.output / "finetune_config.json", "w", encoding="utf-8") as handle:
+        with atomic_write(self.output / RUN_CONFIG_NAME, "w", encoding="utf-8") as handle:
             json.dump({"ranking": dataclasses.asdict(self.cfg)}, handle, indent=2)
         try:
             while self.loop.state["epoch"] < self.cfg.epochs:

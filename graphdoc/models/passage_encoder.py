@@ -116,7 +116,7 @@ class PassageEncoder(nn.Module):
     def _set(self, name: str, value) -> None:
         """Set the config's ``name`` to ``value`` in place (the model's config holds the same object), checked as a
         config file's value is; a prompt that would leave too few tokens is refused and nothing changes."""
-        replace(self.config, **{name: value})  # (its checks: a bad value is one error line)
+        value = getattr(replace(self.config, **{name: value}), name)  # checked (one error line) and converted
         before = getattr(self.config, name)
         setattr(self.config, name, value)
         try:

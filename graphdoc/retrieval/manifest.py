@@ -288,7 +288,7 @@ def encoder_identity(encoder) -> dict[str, Any]:
     config = encoder.model.config.to_dict()
     architecture = {key: config[key] for key in ARCHITECTURE_KEYS
                     if key in config and isinstance(config[key], (str, int, float, bool, type(None)))}
-    vocabulary = sorted(encoder.tokenizer.get_vocab().items(), key=lambda item: item[1])
+    vocabulary = sorted(encoder.tokenizer.get_vocab().items(), key=lambda item: (item[1], item[0]))
     digest = hashlib.blake2b(json.dumps(vocabulary, ensure_ascii=False).encode("utf-8"), digest_size=16)
     return {"architecture": architecture, "vocabulary": digest.hexdigest()}
 

@@ -353,6 +353,11 @@ class SearchServer(ThreadingHTTPServer):
             self._idle.wait_for(lambda: self._busy == 0, timeout)
             return self._busy
 
+    def request_threads_alive(self) -> int:
+        """How many threads that answered requests are still running (a connection kept open, a request under
+        way)."""
+        return sum(t.is_alive() and t is not threading.current_thread() for t in list(self._request_threads))
+
     def join_request_threads(self, timeout: float) -> None:
         """Give the threads that answered requests ``timeout`` seconds in all to end (a connection kept open waits
         for its client's next request until then)."""
