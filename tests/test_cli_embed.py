@@ -307,11 +307,9 @@ def test_a_run_goes_on_with_its_model_moved_to_another_folder(tiny_bert: Path, t
     assert given == [f"doc{i}" for i in range(saved, 9)]
 
 
-def test_a_run_saved_by_an_earlier_graphdoc_goes_on(tiny_bert: Path, tmp_path: Path, monkeypatch, capsys) -> None:
-    """Its state names the model by folder, without the architecture fingerprint: the same run, gone on from (it
-    was removed as 'another model's', and everything embedded again)."""
-    import argparse
-
+def stopped_after_a_save(tiny_bert: Path, tmp_path: Path, monkeypatch) -> tuple[Path, Path, dict]:
+    """A run of 9 documents into ``emb.npy`` stopped after saving its first ones: the corpus, its state file and
+    state."""
     from graphdoc.cli import embed as embed_command
 
     records = [{"_id": f"doc{i}", "text": f"Document number {i} has a sentence."} for i in range(9)]
@@ -320,7 +318,17 @@ def test_a_run_saved_by_an_earlier_graphdoc_goes_on(tiny_bert: Path, tmp_path: P
     stop_after(monkeypatch, 3)
     assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2") != 0
     state_file = tmp_path / "emb.npy.partial" / "state.json"
-    state = json.loads(state_file.read_text(encoding="utf-8"))
+    return corpus, state_file, json.loads(state_file.read_text(encoding="utf-8"))
+
+
+def test_a_run_saved_by_an_earlier_graphdoc_goes_on(tiny_bert: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    """Its state names the model by folder, without the architecture fingerprint: the same run, gone on from (it
+    was removed as 'another model's', and everything embedded again)."""
+    import argparse
+
+    from graphdoc.cli import embed as embed_command
+
+    corpus, state_file, state = stopped_after_a_save(tiny_bert, tmp_path, monkeypatch)
     model = GraphDocEncoder.from_pretrained(str(tiny_bert))
     now, earlier = embed_command._run_identities(argparse.Namespace(corpus=corpus, normalize=False), model)
     assert state["run"] == now and earlier["model"]["path"] == str(tiny_bert) and "architecture" not in earlier["model"]
@@ -541,15 +549,7 @@ def test_a_runs_part_with_its_temporaries_is_still_removed_when_the_run_changes(
 
 def test_a_part_saved_before_the_identity_held_the_encoder_goes_on(tiny_bert: Path, tmp_path: Path, monkeypatch,
                                                                    capsys) -> None:
-    from graphdoc.cli import embed as embed_command
-
-    records = [{"_id": f"doc{i}", "text": f"Document number {i} has a sentence."} for i in range(9)]
-    corpus = write_jsonl(tmp_path / "corpus.jsonl", records)
-    monkeypatch.setattr(embed_command, "SAVE_EVERY", 3)
-    stop_after(monkeypatch, 3)
-    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2") != 0
-    state_file = tmp_path / "emb.npy.partial" / "state.json"
-    state = json.loads(state_file.read_text(encoding="utf-8"))
+    corpus, state_file, state = stopped_after_a_save(tiny_bert, tmp_path, monkeypatch)
     assert "encoder" in state["run"]["model"]
     del state["run"]["model"]["encoder"]  # as graphdoc wrote it before
     state_file.write_text(json.dumps(state), encoding="utf-8")
