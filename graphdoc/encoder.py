@@ -325,8 +325,7 @@ def check_model_name(name_or_path: Any) -> None:
         raise TypeError(f"a model is named by a str or a path (a Hugging Face id or a folder); got a "
                         f"{type(name_or_path).__name__}")
     if not str(name_or_path).strip():
-        raise GraphDocError("the model is an empty name: give a model folder or a Hugging Face id (None for the "
-                            "built-in default)")
+        raise GraphDocError("the model is an empty name: give a model folder or a Hugging Face id")
 
 
 def set_model_config(model: nn.Module, config) -> None:

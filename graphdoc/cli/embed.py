@@ -75,10 +75,9 @@ class Partial:
                    else "no state of a run (one stopped before its first save)")
         except (OSError, KeyError, TypeError, UnicodeDecodeError):
             why = "files that cannot be read"
-        check_partial_folder(self.folder)  # (a folder of the user's own with its name is refused, not removed)
-        logger.warning("%s holds %s: starting again", self.folder, why)
         self.ids = []
         self.remove()  # before a chunk of this run is written: no state may ever count another run's chunks
+        logger.warning("%s holds %s: starting again", self.folder, why)
 
     def _state(self) -> dict | None:
         try:
@@ -105,7 +104,7 @@ class Partial:
 
     def remove(self) -> None:
         if self.folder.exists():
-            check_partial_folder(self.folder)
+            check_partial_folder(self.folder)  # (a folder of the user's own with its name is refused, not removed)
             shutil.rmtree(self.folder)  # a failure is an error: this run's chunks must not join another's
 
 

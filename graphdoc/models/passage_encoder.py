@@ -68,45 +68,16 @@ class PassageEncoder(nn.Module):
 
     # The settings below live in ``config`` alone (the passage-encoder section of the model's config, which is saved
     # and recorded in an index): set here, they are checked and set there, so what encodes and what is saved agree.
-    @property
-    def pooling(self) -> str:
-        return self.config.pooling or "cls"
+    def _setting(name: str, unset):  # noqa: N805 (a property factory, called in the class body)
+        return property(lambda self: getattr(self.config, name) or unset, lambda self, value: self._set(name, value),
+                        doc=f"``config.{name}`` ({unset!r} when unset); set, it is checked as a config file's is")
 
-    @pooling.setter
-    def pooling(self, value: str) -> None:
-        self._set("pooling", value)
-
-    @property
-    def normalize(self) -> bool:
-        return bool(self.config.normalize)
-
-    @normalize.setter
-    def normalize(self, value: bool) -> None:
-        self._set("normalize", bool(value))
-
-    @property
-    def max_seq_length(self) -> int:
-        return self.config.max_seq_length or 512
-
-    @max_seq_length.setter
-    def max_seq_length(self, value: int) -> None:
-        self._set("max_seq_length", value)
-
-    @property
-    def query_prompt(self) -> str:
-        return self.config.query_prompt or ""
-
-    @query_prompt.setter
-    def query_prompt(self, value: str) -> None:
-        self._set("query_prompt", value)
-
-    @property
-    def passage_prompt(self) -> str:
-        return self.config.passage_prompt or ""
-
-    @passage_prompt.setter
-    def passage_prompt(self, value: str) -> None:
-        self._set("passage_prompt", value)
+    pooling = _setting("pooling", "cls")
+    normalize = _setting("normalize", False)
+    max_seq_length = _setting("max_seq_length", 512)
+    query_prompt = _setting("query_prompt", "")
+    passage_prompt = _setting("passage_prompt", "")
+    del _setting
 
     @property
     def passage_prompt_tokens(self) -> int:

@@ -16,7 +16,7 @@ import numbers
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,6 +104,15 @@ class _Column:
     vocab: dict[str, int]  # value key -> code
 
 
+def value_keys(value) -> Iterator[str]:
+    """The keys (:func:`value_key`) a document's metadata value is matched by: its own, or each element's of a list;
+    an object, or a list in a list, has none (it is never matched)."""
+    for element in value if isinstance(value, list) else (value,):
+        key = value_key(element)
+        if key is not None:
+            yield key
+
+
 class MetadataTable:
     """Every document's scalar metadata values, by field, read once from an index's document store: memory grows
     with the values held (8 bytes a value, plus each distinct value once), not with the fields times documents."""
@@ -118,11 +127,9 @@ class MetadataTable:
         for row, line in zip(range(size), lines):
             for field, value in _metadata(line).items():
                 rows, codes, vocab = building.setdefault(field, (array("i"), array("i"), {}))
-                for element in value if isinstance(value, list) else (value,):
-                    key = value_key(element)
-                    if key is not None:  # (an object, or a list in a list, is never matched)
-                        rows.append(row)
-                        codes.append(vocab.setdefault(key, len(vocab)))
+                for key in value_keys(value):
+                    rows.append(row)
+                    codes.append(vocab.setdefault(key, len(vocab)))
         columns = {field: _Column(np.asarray(rows, dtype=np.int32), np.asarray(codes, dtype=np.int32), vocab)
                    for field, (rows, codes, vocab) in building.items()}
         return cls(columns, size)
@@ -174,12 +181,8 @@ class MetadataSummary:
         for field, value in metadata.items():
             self._documents[field] = self._documents.get(field, 0) + 1
             values = self._values.setdefault(field, set())
-            for element in value if isinstance(value, list) else (value,):
-                if len(values) > SUMMARY_VALUES:
-                    break
-                key = value_key(element)
-                if key is not None:
-                    values.add(key)
+            if len(values) <= SUMMARY_VALUES:  # (one past the cap tells "more than")
+                values.update(value_keys(value))
 
     def to_dict(self) -> dict[str, dict[str, int | bool]]:
         """``{field: {"documents": n, "values": m}}``, sorted by field; ``"values_capped": true`` where there are more

@@ -240,10 +240,9 @@ class Searcher:
     def model(self, model) -> None:
         if isinstance(model, (str, os.PathLike)):  # loaded with the index's settings (backbone, graph, chunker)
             from graphdoc.backbones import load_index_model
+            from graphdoc.encoder import check_model_name
 
-            if not str(model).strip():
-                raise GraphDocError("the model is an empty name: give a model folder or a Hugging Face id")
-
+            check_model_name(model)
             model = load_index_model(self.manifest.model, self.device, name_or_path=str(model))
         # (the passage cap shapes documents, not queries: a model of another cap encodes them as the index's does)
         check_identity(self.manifest.model, model_identity(model), self.index_dir, ignore=("chunker.max_passages",))
