@@ -6,13 +6,13 @@ other fields of a JSON lines record do. A TSV file without such a header is ``id
 MS MARCO's ``collection.tsv``): its first line is read as a document unless both its fields look like column
 names, letters only once spaces, dashes and underscores are taken out (``pid<TAB>passage``, ``Doc ID<TAB>Text``,
 refused as a header that names no id and text column); an id holding a digit or other sign (``0``, ``d1``,
-``MED-10``) makes it a document, whatever its text. CSV fields follow the usual quoting (a quoted field may hold commas, quotes as
-``""`` and line breaks); TSV fields are taken as they are, with no quoting, unless the header's names are in
-double quotes (as R's ``write.table`` writes them): then quoting is read as in CSV. A field of a TSV read as it
-is that a CSV writer quoted (pandas' or Python's csv module's ``"a ""b"" c"``, or every field in quotes) is warned
-of once. A ``sections`` column is metadata (a cell holds no list of sections). Errors name the line a row starts
-on. Columns of other names are read as id, text or title with :class:`~graphdoc.corpus.fields.Fields` (the file
-then needs its header).
+``MED-10``) makes it a document, whatever its text. CSV fields follow the usual quoting (a quoted field may hold
+commas, quotes as ``""`` and line breaks); TSV fields are taken as they are, with no quoting, unless the header's
+names are in double quotes (as R's ``write.table`` writes them): then quoting is read as in CSV. A field of a TSV
+read as it is that a CSV writer quoted (pandas' or Python's csv module's ``"a ""b"" c"``, or every field in
+quotes) is warned of once. A ``sections`` column is metadata (a cell holds no list of sections). Errors name the
+line a row starts on. Columns of other names are read as id, text or title with
+:class:`~graphdoc.corpus.fields.Fields` (the file then needs its header).
 """
 
 from __future__ import annotations
