@@ -6,7 +6,8 @@ For every (query, relevant meeting) pair with answer spans in ``spans/<split>.ts
 into the meeting text), the meeting's passages, as the index holds them, are ranked three ways:
 
 * explained: ``graphdoc.explain.explain_passages``, by similarity of the graph-contextualised passage
-  nodes to the query (the default model, untrained, as ``graphdoc search --explain`` ranks them);
+  nodes to the query (the queries encoded by the index's model, or ``--model`` checked against it, as
+  ``graphdoc search --explain`` ranks them);
 * BM25: bm25s over the meeting's passages alone (the index's BM25 settings);
 * random: the exact expectation (for hit@1, the fraction of passages that overlap a span);
 * attention: the document node's attention, when the index keeps ``passage_attention.npy``.
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import time
 from collections import defaultdict
@@ -33,14 +33,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
-from graphdoc.config import load_config_file  # noqa: E402
 from graphdoc.corpus import read_queries  # noqa: E402
-from graphdoc.encoder import GraphDocEncoder  # noqa: E402
-from graphdoc.explain import explain_passages, load_passage_attention  # noqa: E402
+from graphdoc.errors import GraphDocError  # noqa: E402
+from graphdoc.explain import explain_passages  # noqa: E402
 from graphdoc.retrieval.bm25 import BM25Config, BM25Index  # noqa: E402
 from graphdoc.retrieval.dense import prepare_vectors  # noqa: E402
-from graphdoc.retrieval.dense_searcher import DenseSearcher  # noqa: E402
-from graphdoc.retrieval.docstore import DocStore  # noqa: E402
+from graphdoc.retrieval.searcher import Searcher  # noqa: E402
 
 from doc_blocks import write_block  # noqa: E402  (benchmarks/)
 
@@ -93,25 +91,23 @@ def score_pair(query: str, vector: np.ndarray, record: dict, vectors: np.ndarray
     return row
 
 
-def evaluate_pairs(index_dir: Path, spans: dict, queries: dict[str, str], model: GraphDocEncoder) -> list[dict]:
-    final = index_dir / "final"
-    doc_ids = (final / "doc_ids.txt").read_text(encoding="utf-8").splitlines()
-    row_of = {d: r for r, d in enumerate(doc_ids)}
-    manifest = json.loads((index_dir / "manifest.json").read_text(encoding="utf-8"))
-    vectors = DenseSearcher(final, manifest["metric"], manifest["faiss_factory"], device="cpu").passage_vectors
-    ptr = np.load(final / "passage_ptr.npy")
-    attention = load_passage_attention(index_dir)
-    store, config = DocStore(final / "docstore.jsonl"), BM25Config.from_dict(manifest["bm25"])
+def evaluate_pairs(searcher: Searcher, spans: dict, queries: dict[str, str]) -> list[dict]:
+    """One row per judged (query, meeting) pair the index holds: its passages as the index keeps them, the query
+    encoded by the searcher's model (the index's, as ``graphdoc search`` encodes it)."""
+    if not searcher.dense.has_passages:
+        raise SystemExit(f"{searcher.index_dir}: keeps no passage vectors (build it without --no-passages)")
+    row_of, vectors, ptr = searcher.row_of, searcher.dense.passage_vectors, searcher.dense.passage_ptr
+    attention, config = searcher.passage_attention, BM25Config.from_dict(searcher.manifest.bm25)
     pairs = sorted((q, d) for q, d in spans if q in queries and d in row_of)
     if not pairs:
-        raise SystemExit(f"{index_dir}: holds none of the meetings the span file's queries are judged on "
+        raise SystemExit(f"{searcher.index_dir}: holds none of the meetings the span file's queries are judged on "
                          "(an index of another corpus?)")
-    qvecs = prepare_vectors(model.encode_queries([queries[q] for q, _ in pairs], batch_size=64),
-                            manifest["metric"])
+    qvecs = prepare_vectors(searcher.encode_queries([queries[q] for q, _ in pairs], batch_size=64),
+                            searcher.manifest.metric)
     rows, bm25_of = [], {}
     for (qid, doc_id), qvec in zip(pairs, qvecs):
         r = row_of[doc_id]
-        record = store[r]
+        record = searcher.record(r)
         if doc_id not in bm25_of:
             bm25_of[doc_id] = BM25Index.build((record["text"][s:e] for s, e, *_ in record["passages"]), config)
         weights = None if attention is None else np.asarray(attention[ptr[r]:ptr[r + 1]])
@@ -151,7 +147,8 @@ def main() -> None:
     parser.add_argument("--index-dir", type=Path, default=Path("/tmp/qmidx"))
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--split", default="val")
-    parser.add_argument("--config", default="section-graph")
+    parser.add_argument("--model", default=None, help="encode the queries with this model, loaded with the index's "
+                        "settings and checked against it, as graphdoc search --model (default: the index's own)")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "explain.md")
     args = parser.parse_args()
     spans_file = args.data / "spans" / f"{args.split}.tsv"
@@ -162,17 +159,20 @@ def main() -> None:
         raise SystemExit(f"{args.index_dir}: not a graphdoc index (build one with `graphdoc index --corpus "
                          "../shared/data/qmsum --index-dir DIR --config section-graph`)")
     started = time.perf_counter()
-    model = GraphDocEncoder.from_pretrained(None, config=load_config_file(args.config), device="cpu")
     spans = read_spans(spans_file)
     queries = dict(read_queries(str(args.data), args.split))
-    rows = evaluate_pairs(args.index_dir, spans, queries, model)
+    try:
+        with Searcher(args.index_dir, model=args.model, device="cpu") as searcher:
+            rows = evaluate_pairs(searcher, spans, queries)
+    except GraphDocError as err:  # (a model that is not the index's, a damaged index: one line)
+        raise SystemExit(str(err)) from None
     assert all(r["explained_top"] == r["explained@1"] for r in rows)  # no ties at the top
     block = (f"QMSum {args.split}: {len(rows)} (query, relevant meeting) pairs, "
              f"{np.mean([len(spans[r['query'], r['meeting']]) for r in rows]):.2f} answer spans per pair; "
              f"a random passage overlaps a span with probability {np.mean([r['fraction'] for r in rows]):.3f} "
              f"on average; {np.mean([r['any'] for r in rows]):.0%} of the pairs have a passage that does "
-             f"(the upper bound of hit@1).\n\n{table(rows)}\n\n({time.perf_counter() - started:.0f} s on the CPU, index "
-             f"{args.index_dir})")
+             f"(the upper bound of hit@1).\n\n{table(rows)}\n\n({time.perf_counter() - started:.0f} s on the CPU, "
+             f"index {args.index_dir})")
     print(block)
     write_block(args.output, block)
 

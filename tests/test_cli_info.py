@@ -119,11 +119,11 @@ def test_the_metadata_a_filter_may_name_is_summed_up(model_dir, tmp_path, capsys
         doc.update(year=2020 + i % 2, url=f"https://x/{i}")
     docs[0]["tags"] = ["graph", "search", 7]
     docs[1]["tags"] = "graph"
-    docs[2]["nested"] = {"a": 1}  # an object: never matched
+    docs[2]["nested"] = {"a": 1}  # an object: its fields are named by their paths
     corpus = write_jsonl(tmp_path / "corpus.jsonl", docs)
     assert cli("index", "--corpus", corpus, "--index-dir", tmp_path / "index", "--model", model_dir) == 0
     lines = info(capsys, tmp_path / "index").splitlines()
-    assert "  metadata (what --filter may name): nested (1 document, 0 values); tags (2 documents, 3 values); " \
+    assert "  metadata (what --filter may name): nested.a (1 document, 1 value); tags (2 documents, 3 values); " \
            "url (5 documents, more than 3 values); year (5 documents, 2 values)" in lines
     final = json.loads(info(capsys, tmp_path / "index", "--json"))["final"]
     assert final["metadata"]["url"] == {"documents": 5, "values": 3, "values_capped": True}

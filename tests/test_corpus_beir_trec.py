@@ -174,6 +174,28 @@ def test_tsv_queries(tmp_path):
         list(read_queries(path))
 
 
+def test_a_queries_or_qrels_header_after_blank_lines_is_skipped(tmp_path):
+    """(review: only line 1 was taken as a header: 'qid<TAB>text' after a blank line was a query, a qrels header
+    a bad relevance 'score')"""
+    queries = tmp_path / "queries.tsv"
+    queries.write_text("\nqid\ttext\nq1\tvolcano lava\n")
+    assert list(read_queries(queries)) == [("q1", "volcano lava")]
+    queries.write_text("\n  \n_id\ttitle\ttext\nq1\tT\tvolcano lava\nq2\tU\n")
+    with pytest.raises(InputError) as err:
+        list(read_queries(queries))
+    assert str(err.value) == f"{queries}:5: 2 columns; the header (line 3) names 3"
+    queries.write_text("\n_id\ttitle\tbody\nq1\tT\tvolcano\n")
+    with pytest.raises(InputError) as err:
+        list(read_queries(queries))
+    assert str(err.value) == (f"{queries}:2: the header names 3 columns and none is the query's text (text, query); "
+                              "it holds '_id\\ttitle\\tbody'")
+    queries.write_text("q1\tcats\nqid\ttext\n")  # a header's names on a later line are a query
+    assert list(read_queries(queries)) == [("q1", "cats"), ("qid", "text")]
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("\nquery-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    assert read_qrels(qrels) == {"q1": {"d1": 1}}
+
+
 def test_txt_queries_one_a_line_are_named_by_their_line(tmp_path):
     path = tmp_path / "queries.txt"
     path.write_text("\ufeffgraph attention networks\n\n  lazy dog \r\nwhat is covid 19\n", encoding="utf-8")

@@ -143,6 +143,32 @@ def test_a_headerless_tsv_whose_first_text_is_a_column_word_is_a_document(tmp_pa
     assert [(d.id, d.text) for d in read_corpus(path)] == [("0", "Content"), ("1", "second document here")]
 
 
+@pytest.mark.parametrize(("doc_id", "text"), [("d1", "volcano"), ("x1", "Graphs"), ("MED-10", "word"),
+                                               ("doc_7", "passage"), ("0", "pid")])
+def test_a_headerless_tsv_whose_first_id_is_no_column_name_is_a_document(tmp_path: Path, doc_id: str,
+                                                                         text: str) -> None:
+    """(review: 'd1<TAB>volcano', a document of one word whose id looks like a name, was refused as no header)"""
+    path = tmp_path / "c.tsv"
+    path.write_text(f"{doc_id}\t{text}\n1\tsecond document here\n", encoding="utf-8")
+    assert [(d.id, d.text) for d in read_corpus(path)] == [(doc_id, text), ("1", "second document here")]
+
+
+def test_a_tsv_first_line_of_two_names_is_a_header_and_the_error_says_how_to_read_it_as_a_document(
+        tmp_path: Path) -> None:
+    path = tmp_path / "c.tsv"
+    path.write_text("doc_a\tGraphs\n", encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        list(read_corpus(path))
+    assert str(info.value) == (f"{path}:1: the first line must name the columns, among them an id (_id, id, docid, "
+                               "doc_id) and a text (text, contents, body); it holds 'doc_a', 'Graphs' (a TSV file "
+                               "without a header holds id<TAB>text on every line; if this line is a document, put "
+                               "a header line id<TAB>text before it)")
+    path.write_text("id\ttext\ndoc_a\tGraphs\n", encoding="utf-8")
+    assert [(d.id, d.text) for d in read_corpus(path)] == [("doc_a", "Graphs")]
+    path.write_text("\n\t\nid\ttext\ttitle\na\tone\tT\n", encoding="utf-8")  # a header after blank lines
+    assert [(d.id, d.text, d.title) for d in read_corpus(path)] == [("a", "one", "T")]
+
+
 def test_a_text_merely_in_quotes_is_not_warned_of(tmp_path: Path, caplog) -> None:
     path = tmp_path / "q.tsv"
     path.write_text('0\t"A quotation on its own."\n1\t"QUOTE_ALL"\n', encoding="utf-8")

@@ -107,10 +107,7 @@ def _index_lines(info: dict[str, Any]) -> list[str]:
                                  f"weighted, alpha {fusion.get('alpha')}, {fusion.get('normalization')}"))
     metadata = (final or {}).get("metadata")
     if metadata is not None:  # (None: a build finalised before graphdoc summed its metadata up)
-        lines.append("  metadata (what --filter may name): " + ("; ".join(
-            f"{field} ({counted(seen['documents'], 'documents')}, "
-            f"{'more than ' if seen.get('values_capped') else ''}{counted(seen['values'], 'values')})"
-            for field, seen in metadata.items()) or "none"))
+        lines.append(_metadata_line(metadata))
     lines.append("  corpora:" if info["sources"] else "  corpora: none read yet")
     for source in info["sources"]:
         part = f" part {source['part']}" if source["part"] != "1/1" else ""
@@ -120,6 +117,18 @@ def _index_lines(info: dict[str, Any]) -> list[str]:
         lines.append(f"    {source['corpus']}{part}: {counted(source['documents_read'], 'documents')} read, "
                      f"{done}{named}")
     return lines
+
+
+def _metadata_line(metadata: dict[str, dict[str, Any]]) -> str:
+    """The fields a filter may name, from ``final/build.json``'s summary. One of no values (an object's, or a list
+    of lists', summed up before graphdoc named an object's fields by their paths) is left out, and said why."""
+    named = "; ".join(f"{field} ({counted(seen['documents'], 'documents')}, "
+                      f"{'more than ' if seen.get('values_capped') else ''}{counted(seen['values'], 'values')})"
+                      for field, seen in metadata.items() if seen["values"])
+    unmatched = [field for field, seen in metadata.items() if not seen["values"]]
+    left_out = (f" (not {', '.join(unmatched)}: no value a filter matches; the fields of an object are named by "
+                "their paths, FIELD.KEY, listed here after the index's next add or delete)") if unmatched else ""
+    return f"  metadata (what --filter may name): {named or 'none'}{left_out}"
 
 
 # ------------------------------------------------------------------ model

@@ -40,8 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("-k", type=int, default=None, help="results per query (default 10 for one query, 100 for many)")
     parser.add_argument("--filter", action="append", default=None, metavar="FIELD=VALUE",
                         help="only documents whose metadata FIELD is VALUE (a number matches its digits; a list, "
-                             "when it holds VALUE); repeatable: the same field again takes either value, other "
-                             "fields must match too")
+                             "when it holds VALUE; a field inside an object by its path, metadata.year=2020); "
+                             "repeatable: the same field again takes either value, other fields must match too")
     parser.add_argument("--output", type=Path, help="with --queries: write the run to this TREC file (-: print "
                         "it; without --output or --qrels the run is printed as TREC lines)")
     parser.add_argument("--qrels", help="with --queries: evaluate the run against these qrels")

@@ -81,15 +81,19 @@ def read_beir_qrels(folder: Path, split: str | None = None) -> Qrels:
 
 
 def read_tsv_qrels(path: Path) -> Qrels:
-    """A BEIR qrels file: ``query-id<TAB>corpus-id<TAB>score`` lines after an optional header."""
+    """A BEIR qrels file: ``query-id<TAB>corpus-id<TAB>score`` lines after an optional header (the first
+    non-blank line)."""
     qrels: Qrels = {}
     qrels_builder = QrelsBuilder(path, qrels)
+    first = True  # the header, if any, is the first non-blank line
     for lineno, line in iter_lines(path, lone_cr=True):
         if not line.strip():
             continue
         fields = line.split("\t")
-        if lineno == 1 and tuple(f.strip().lower() for f in fields) == QRELS_HEADER:
-            continue
+        if first:
+            first = False
+            if tuple(f.strip().lower() for f in fields) == QRELS_HEADER:
+                continue
         if len(fields) != 3:
             raise InputError(f"{path}:{lineno}: expected 3 tab-separated fields "
                              f"(query-id, corpus-id, score), got {len(fields)}")

@@ -3,13 +3,16 @@
 The first line names the columns: an id column (``_id``, ``id``, ``docid``, ``doc_id``), a text column
 (``text``, ``contents``, ``body``), optionally ``title``; other columns go into the document's ``metadata``, as
 other fields of a JSON lines record do. A TSV file without such a header is ``id<TAB>text`` on every line (as
-MS MARCO's ``collection.tsv``). CSV fields follow the usual quoting (a quoted field may hold commas, quotes as
-``""`` and line breaks); TSV fields are taken as they are, with no quoting, unless the header's names are in
-double quotes (as R's ``write.table`` writes them): then quoting is read as in CSV. A field of a TSV read as it
-is that a CSV writer quoted (pandas' or Python's csv module's ``"a ""b"" c"``, or every field in quotes) is warned
-of once. A ``sections`` column is metadata (a cell holds no list of sections). Errors name the line a row starts
-on. Columns of other names are read as id, text or title with :class:`~graphdoc.corpus.fields.Fields` (the file
-then needs its header).
+MS MARCO's ``collection.tsv``): its first line is read as a document unless both its fields look like column
+names, letters only once spaces, dashes and underscores are taken out (``pid<TAB>passage``, ``Doc ID<TAB>Text``,
+refused as a header that names no id and text column); an id holding a digit or other sign (``0``, ``d1``,
+``MED-10``) makes it a document, whatever its text. CSV fields follow the usual quoting (a quoted field may hold
+commas, quotes as ``""`` and line breaks); TSV fields are taken as they are, with no quoting, unless the header's
+names are in double quotes (as R's ``write.table`` writes them): then quoting is read as in CSV. A field of a TSV
+read as it is that a CSV writer quoted (pandas' or Python's csv module's ``"a ""b"" c"``, or every field in
+quotes) is warned of once. A ``sections`` column is metadata (a cell holds no list of sections). Errors name the
+line a row starts on. Columns of other names are read as id, text or title with
+:class:`~graphdoc.corpus.fields.Fields` (the file then needs its header).
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ TSV_SUFFIXES = tuple(".tsv" + c for c in _COMPRESSED)
 TABLE_SUFFIXES = CSV_SUFFIXES + TSV_SUFFIXES
 #: the column names matched whatever their case
 KNOWN_COLUMNS = (*ID_KEYS, *TEXT_KEYS, "title")
-#: what a column name looks like (a header line of two such is not an id<TAB>text document)
-COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: what a column name looks like once spaces, dashes and underscores are taken out: letters only ("Doc ID",
+#: "doc-id", "pid"); a document's id seldom is ("0", "d1", "MED-10"), so a first line that is not two such names is
+#: a TSV file's first id<TAB>text document
+COLUMN_NAME = re.compile(r"[^\W\d_]+")
 #: a field as CSV writers quote one: in double quotes, any inside doubled
 _CSV_QUOTED = re.compile(r'"(?:[^"]|"")*"', re.DOTALL)
 _LITERAL_TSV = ("a TSV file is read as it is, quotes kept, unless its header's names are in double quotes too: "
@@ -134,12 +139,13 @@ def _header(path: Path, lineno: int, line: str, tsv: bool,
         if repeated is not None:
             raise InputError(f"{path}:{lineno}: the header names column {repeated!r} twice")
         return names, quoted
-    if tsv and len(names) == 2 and not all(COLUMN_NAME.fullmatch(name) for name in names) \
-            and not all(_squashed(name) in _SQUASHED_KNOWN for name in names):
+    if tsv and len(names) == 2 and not all(COLUMN_NAME.fullmatch(_squashed(name)) for name in names):
         return None, False  # a document: an id and a text, not two column names ("Doc ID", "Text" are names)
     shown = ", ".join(repr(name) for name in names[:6]) + (", ..." if len(names) > 6 else "")
+    headerless = (" (a TSV file without a header holds id<TAB>text on every line; if this line is a document, "
+                  "put a header line id<TAB>text before it)") if tsv and len(names) == 2 else ""
     raise InputError(f"{path}:{lineno}: the first line must name the columns, among them an id ({', '.join(ID_KEYS)}) "
-                     f"and a text ({', '.join(TEXT_KEYS)}); it holds {shown}")
+                     f"and a text ({', '.join(TEXT_KEYS)}); it holds {shown}{headerless}")
 
 
 def _check_named_columns(path: Path, lineno: int, names: list[str], fields: Fields, id_keys: tuple[str, ...],
@@ -166,7 +172,3 @@ def _csv_quoted(row: list[str]) -> bool:
 
 def _squashed(name: str) -> str:
     return _SQUASHED.sub("", name.lower())
-
-
-_SQUASHED_KNOWN = {_squashed(name) for name in KNOWN_COLUMNS} | {"documentid", "docid", "passageid", "pid",
-                                                                 "passage", "document", "doctext", "content"}

@@ -71,29 +71,33 @@ def read_trec_qrels(path: Path) -> Qrels:
 
 
 def read_tsv_queries(path: Path) -> Iterator[tuple[str, str]]:
-    """Yield ``(query id, text)`` from ``query-id<TAB>text`` lines (a header line is skipped; one of more columns,
-    ``_id<TAB>title<TAB>text``, names the column the text is read from); an id given twice is an error naming
-    both lines."""
+    """Yield ``(query id, text)`` from ``query-id<TAB>text`` lines (a header, the first non-blank line when its
+    first column is a query id's name, is skipped; one of more columns, ``_id<TAB>title<TAB>text``, names the
+    column the text is read from); an id given twice is an error naming both lines."""
     ids = IdTracker(path, "query")
     columns = None  # (count, text column) when a header names more than two columns
+    header_line = 0  # the first non-blank line's number once read (a header may follow blank lines)
     for lineno, line in iter_lines(path, lone_cr=True):
         if not line.strip():
             continue
         qid, tab, text = line.partition("\t")
         if not tab:
             raise InputError(f"{path}:{lineno}: expected 'query-id<TAB>text', found no tab")
-        if lineno == 1 and qid.strip().lower() in TSV_HEADER_IDS:
-            if is_tsv_qrels(line) and "corpus" in line.lower():  # query-id, corpus-id, score
-                raise InputError(f"{path}: its header {line.strip()!r} is that of a BEIR qrels file, not of queries "
-                                 "(query-id<TAB>text)")
-            columns = _query_columns(path, line)
-            continue
+        if not header_line:
+            header_line = lineno
+            if qid.strip().lower() in TSV_HEADER_IDS:
+                if is_tsv_qrels(line) and "corpus" in line.lower():  # query-id, corpus-id, score
+                    raise InputError(f"{path}: its header {line.strip()!r} is that of a BEIR qrels file, not of "
+                                     "queries (query-id<TAB>text)")
+                columns = _query_columns(path, lineno, line)
+                continue
         if columns is not None:
             cells = line.split("\t")
             while len(cells) > columns[0] and not cells[-1].strip():  # trailing tabs
                 cells.pop()
             if len(cells) != columns[0]:
-                raise InputError(f"{path}:{lineno}: {len(cells)} columns; the header (line 1) names {columns[0]}")
+                raise InputError(f"{path}:{lineno}: {len(cells)} columns; the header (line {header_line}) names "
+                                 f"{columns[0]}")
             text = cells[columns[1]]
         ids.check(qid.strip(), lineno)
         if not text.strip():
@@ -167,7 +171,7 @@ def is_text_queries(path: Path) -> bool:
     return "\t" not in first and not is_trec_topics(first)
 
 
-def _query_columns(path: Path, header: str) -> tuple[int, int] | None:
+def _query_columns(path: Path, lineno: int, header: str) -> tuple[int, int] | None:
     """For a header of more than two columns (``_id<TAB>title<TAB>text``): their count and which is the text
     (``text`` or ``query``), read from each line in place of all that follows the id; ``None`` for two."""
     names = [name.strip().lower() for name in header.split("\t")]
@@ -177,7 +181,7 @@ def _query_columns(path: Path, header: str) -> tuple[int, int] | None:
         return None
     text = next((i for i, name in enumerate(names) if i and name in QUERY_TEXT_COLUMNS), None)
     if text is None:
-        raise InputError(f"{path}:1: the header names {len(names)} columns and none is the query's text "
+        raise InputError(f"{path}:{lineno}: the header names {len(names)} columns and none is the query's text "
                          f"({', '.join(QUERY_TEXT_COLUMNS)}); it holds {header.strip()!r}")
     return len(names), text
 

@@ -4,6 +4,11 @@ A filter is a mapping ``{field: value or [values]}``. A document matches when, f
 metadata value equals one of the values given (AND across fields, OR within a field's values). Values compare as
 text (:func:`value_key`), so that ``year=2020`` typed on a command line (the string ``"2020"``) matches the number
 2020; a list in the metadata matches when one of its elements does; a document without the field never matches.
+
+A field is a top-level metadata key or, inside objects, a dotted path (:func:`leaves`): ``metadata.year`` names
+``{"metadata": {"year": 2020}}``'s year, and ``authors.name`` the names of a list of objects. A top-level key that
+holds a dot (``{"a.b": 1}``) is named as it is: where some document has it, ``a.b`` is that key, not the path into
+``{"a": {"b": ...}}``. A field that holds only objects is named by the paths inside it, not by itself.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -30,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 #: a normalised filter: ``((field, frozenset of value keys), ...)`` sorted by field; hashable, so it keys caches
 Conditions = tuple[tuple[str, frozenset], ...]
+#: a field where :func:`leaves` found it: ``(nested, name)``, ``nested`` false for a top-level key
+Found = tuple[bool, str]
+T = TypeVar("T")
 SHOWN_FIELDS = 10  # fields an unknown-field error lists
 SELECTIONS = 8  # filters whose selections an index's searcher keeps (each: a bool a document, one a passage)
 
@@ -97,20 +106,41 @@ def filter_from_pairs(pairs: Iterable[str] | None, name: str = "--filter") -> di
 
 @dataclass
 class _Column:
-    """One metadata field: a ``(row, value code)`` pair for each document holding it (several for a list)."""
+    """One metadata field: a ``(row, value code)`` pair for each value a document holds in it (several for a list)."""
 
     rows: np.ndarray  # int32 [pairs]
     codes: np.ndarray  # int32 [pairs]
     vocab: dict[str, int]  # value key -> code
+    nested: bool = False  # a path into objects, not a top-level key
 
 
-def value_keys(value) -> Iterator[str]:
-    """The keys (:func:`value_key`) a document's metadata value is matched by: its own, or each element's of a list;
-    an object, or a list in a list, has none (it is never matched)."""
+def leaves(metadata: Mapping) -> Iterator[tuple[Found, str]]:
+    """``((nested, field), key)`` for each value of one document's metadata a filter can match (its key:
+    :func:`value_key`): a top-level key's value, or each element of its list, under the key; a value inside an
+    object, or inside an object in a list, under the dotted path to it (``metadata.year``), ``nested`` true. A
+    list in a list holds none."""
+    for field, value in metadata.items():
+        yield from _leaves(str(field), value, False)
+
+
+def _leaves(name: str, value, nested: bool) -> Iterator[tuple[Found, str]]:
     for element in value if isinstance(value, list) else (value,):
-        key = value_key(element)
-        if key is not None:
-            yield key
+        if isinstance(element, Mapping):
+            for key, inner in element.items():
+                yield from _leaves(f"{name}.{key}", inner, True)
+        else:
+            key = value_key(element)  # (None for a list in a list: never matched)
+            if key is not None:
+                yield (nested, name), key
+
+
+def by_name(found: Mapping[Found, T]) -> dict[str, T]:
+    """``found`` by field name, sorted: where a top-level key holding a dot spells a nested path too (``a.b``), the
+    key wins (a filter names it; the path cannot be named)."""
+    named: dict[str, T] = {}
+    for (_, name), item in sorted(found.items(), key=lambda pair: pair[0]):  # (top-level keys first)
+        named.setdefault(name, item)
+    return dict(sorted(named.items()))
 
 
 class MetadataTable:
@@ -123,20 +153,20 @@ class MetadataTable:
     @classmethod
     def read(cls, lines: Iterable[bytes], size: int) -> MetadataTable:
         """From the first ``size`` lines of a document store (JSON records whose ``metadata`` is an object)."""
-        building: dict[str, tuple[array, array, dict[str, int]]] = {}
+        building: dict[Found, tuple[array, array, dict[str, int]]] = {}
         for row, line in zip(range(size), lines):
-            for field, value in _metadata(line).items():
+            for field, key in leaves(_metadata(line)):
                 rows, codes, vocab = building.setdefault(field, (array("i"), array("i"), {}))
-                for key in value_keys(value):
-                    rows.append(row)
-                    codes.append(vocab.setdefault(key, len(vocab)))
-        columns = {field: _Column(np.asarray(rows, dtype=np.int32), np.asarray(codes, dtype=np.int32), vocab)
-                   for field, (rows, codes, vocab) in building.items()}
-        return cls(columns, size)
+                rows.append(row)
+                codes.append(vocab.setdefault(key, len(vocab)))
+        columns = {(nested, name): _Column(np.asarray(rows, dtype=np.int32), np.asarray(codes, dtype=np.int32),
+                                           vocab, nested)
+                   for (nested, name), (rows, codes, vocab) in building.items()}
+        return cls(by_name(columns), size)
 
     @property
     def fields(self) -> list[str]:
-        """The metadata fields some document has, sorted."""
+        """The fields a filter may name, sorted: those holding a value some document has (see the module doc)."""
         return sorted(self.columns)
 
     def mask(self, conditions: Conditions, where: str = "the index") -> np.ndarray:
@@ -156,13 +186,20 @@ class MetadataTable:
 
     def _unknown(self, field: str, where: str) -> str:
         fields = self.fields
+        inside = [name for name in fields if self.columns[name].nested and name.startswith(field + ".")]
+        if inside:
+            return (f"filter field {field!r} holds objects, which no value matches: name a field inside them, as "
+                    f"{inside[0]!r} (fields there: {_listed(inside)})")
         if not fields:
             return f"unknown filter field {field!r}: the documents of {where} have no metadata"
         close = difflib.get_close_matches(field, fields, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        shown = ", ".join(fields[:SHOWN_FIELDS]) + (f", ... ({len(fields)} in all)" if len(fields) > SHOWN_FIELDS
-                                                    else "")
-        return f"unknown filter field {field!r}{hint}: no document of {where} has it; fields: {shown}"
+        hint = (" (a document's id, title and text are no metadata)" if field in ("id", "title", "text") else
+                f" (did you mean {close[0]!r}?)" if close else "")
+        return f"unknown filter field {field!r}{hint}: no document of {where} has it; fields: {_listed(fields)}"
+
+
+def _listed(fields: list[str]) -> str:
+    return ", ".join(fields[:SHOWN_FIELDS]) + (f", ... ({len(fields)} in all)" if len(fields) > SHOWN_FIELDS else "")
 
 
 #: distinct values a field's summary counts: past this, "at least" (a field of ids or URLs would hold them all)
@@ -170,27 +207,31 @@ SUMMARY_VALUES = 1000
 
 
 class MetadataSummary:
-    """What a filter may name in an index: for each metadata field, how many documents have it and how many distinct
-    values a filter matches (counted to :data:`SUMMARY_VALUES`), gathered while ``final/`` is written."""
+    """What a filter may name in an index (the fields of :attr:`MetadataTable.fields`): for each, how many documents
+    hold a value in it and how many distinct values a filter matches (counted to :data:`SUMMARY_VALUES`), gathered
+    while ``final/`` is written."""
 
     def __init__(self) -> None:
-        self._documents: dict[str, int] = {}
-        self._values: dict[str, set[str]] = {}
+        self._documents: dict[Found, int] = {}
+        self._values: dict[Found, set[str]] = {}
 
     def add(self, metadata: Mapping) -> None:
-        for field, value in metadata.items():
-            self._documents[field] = self._documents.get(field, 0) + 1
+        counted = set()  # (a document counted once for a field, however many values it holds there)
+        for field, key in leaves(metadata):
+            if field not in counted:
+                counted.add(field)
+                self._documents[field] = self._documents.get(field, 0) + 1
             values = self._values.setdefault(field, set())
             if len(values) <= SUMMARY_VALUES:  # (one past the cap tells "more than")
-                values.update(value_keys(value))
+                values.add(key)
 
     def to_dict(self) -> dict[str, dict[str, int | bool]]:
         """``{field: {"documents": n, "values": m}}``, sorted by field; ``"values_capped": true`` where there are more
         than ``m``."""
         summary: dict[str, dict[str, int | bool]] = {}
-        for field in sorted(self._documents):
-            count = len(self._values[field])
-            summary[field] = {"documents": self._documents[field], "values": min(count, SUMMARY_VALUES)}
+        seen = by_name({field: (self._documents[field], len(values)) for field, values in self._values.items()})
+        for field, (documents, count) in seen.items():
+            summary[field] = {"documents": documents, "values": min(count, SUMMARY_VALUES)}
             if count > SUMMARY_VALUES:
                 summary[field]["values_capped"] = True
         return summary

@@ -67,11 +67,15 @@ class Searcher:
     (AND across fields, OR within a field's list). Values compare as text: a string as itself, ``None`` as
     ``"null"``, booleans as ``"true"``/``"false"``, a number as its decimal form (``2020``, ``2020.0`` and
     ``"2020"`` are one value; ``0.5`` is ``"0.5"``), so a value typed on a command line matches a number; a list in
-    the metadata matches when one of its elements does. A document without the field never matches; a field no
-    document has is an error listing the fields there are (a typo would find nothing); a filter no document
-    matches finds nothing. ``id``, ``title`` and ``text`` are no metadata fields (``id`` names a metadata field
-    only where the corpus had one besides the id field it named). The index's metadata is read from its document
-    store on the first filter (once per searcher: a rebuilt index is a new searcher's).
+    the metadata matches when one of its elements does. A field inside an object is named by its dotted path
+    (``{"metadata.year": 2020}`` for BEIR's ``{"metadata": {"year": 2020}}``; ``authors.name`` for a list of
+    objects, by element); a top-level key holding a dot is named as it is, and where a document has it, it wins
+    over the path it spells. A document without the field never matches; a field no document holds a value in is
+    an error listing the fields there are (a typo would find nothing), as is one holding only objects (naming the
+    paths inside); a filter no document matches finds nothing. ``id``, ``title`` and ``text`` are no metadata
+    fields (``id`` names a metadata field only where the corpus had one besides the id field it named). The
+    index's metadata is read from its document store on the first filter (once per searcher: a rebuilt index is
+    a new searcher's).
     """
 
     def __init__(self, index_dir: str | Path, model=None, device: str | None = None) -> None:
@@ -346,8 +350,9 @@ class Searcher:
         return None if allowed is None else allowed.mask.copy()
 
     def metadata_fields(self) -> list[str]:
-        """The metadata fields some indexed document has, sorted: what a ``filter`` may name (read from the document
-        store with the filters' metadata, once)."""
+        """The metadata fields some indexed document holds a value in, sorted, a field inside an object by its
+        dotted path (``metadata.year``): what a ``filter`` may name (read from the document store with the filters'
+        metadata, once)."""
         self._check_open()
         try:
             return self.filters.table.fields

@@ -6,7 +6,8 @@
   ``{"query", "mode", "hits": [{rank, doc_id, score, title, passage, metadata}, ...]}``
 - ``/similar?id=DOC_ID[&k=10]``: the documents most like an indexed one (``Searcher.similar``)
 - ``/search`` and ``/similar`` take ``filter=FIELD=VALUE``, repeatable: only documents whose metadata match (a
-  field given twice takes either value; different fields must all match)
+  field given twice takes either value; different fields must all match; a field inside an object by its dotted
+  path, ``metadata.year``)
 - ``/document?id=DOC_ID``: its stored record (id, title, text, metadata, passage spans)
 - ``/info``: documents and passages held, the model, dense, BM25 and fusion settings, the metadata fields a
   filter may name, and the corpora read (with how many documents of each)
