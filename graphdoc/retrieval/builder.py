@@ -37,7 +37,7 @@ from graphdoc.corpus.fields import as_fields
 from graphdoc.corpus.memory import corpus_argument
 from graphdoc.documents import Document
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import LOCK_NAME, remove_stale_temporaries, writer_lock
+from graphdoc.fileio import LOCK_NAME, writer_lock
 from graphdoc.progress import complete, logs_beside_bars, progress_bar
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config
@@ -49,7 +49,7 @@ from graphdoc.retrieval.manifest import (MANIFEST_NAME, Manifest, SourceProgress
 from graphdoc.retrieval.progress import (Cursor, check_read_part_unchanged, corpus_state, open_corpus, state_changed,
                                          part_documents, report_complete, source_fields)
 from graphdoc.retrieval.shards import indexed_ids, write_shard
-from graphdoc.retrieval.finalize import FINAL_DIR, finalize
+from graphdoc.retrieval.finalize import FINAL_DIR, finalize, tidy_after_a_kill
 from graphdoc.retrieval.searcher import final_problem
 
 logger = logging.getLogger(__name__)
@@ -285,8 +285,7 @@ def build_index(model, corpus: str | os.PathLike | Sequence[dict | Document], in
         open_corpus(corpus, fields=fields)
         _check_training_size(index_dir, manifest, corpus, source, part_no, parts)
     with writer_lock(index_dir):
-        for stale in remove_stale_temporaries(index_dir):
-            logger.info("removing %s left by an interrupted run", stale.name)
+        tidy_after_a_kill(index_dir)
         manifest = open_manifest(index_dir, model, settings, identity)  # again: the folder is ours only now
         _record_moved_model(index_dir, manifest, identity)
         remove_orphans(index_dir, manifest)
