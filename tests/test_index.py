@@ -633,6 +633,11 @@ def test_an_index_whose_model_folder_moved_says_so_in_one_line(tiny_bert, tmp_pa
         "place), or search with --mode bm25")
     assert cli("search", "--index-dir", tmp_path / "index", "alpha", "--mode", "bm25") == 0
     capsys.readouterr()
+    assert cli("index", "--corpus", corpus, "--index-dir", tmp_path / "index") == 1  # (no BM25 way out: it encodes)
+    assert error_line(capsys, "index") == (
+        f"graphdoc index: error: the index's model folder {model} is gone (moved or deleted): pass it from its new "
+        "place with --model (its weights are checked against the index; an index run with it records the new "
+        "place)")
     assert cli("search", "--index-dir", tmp_path / "index", "alpha", "--mode", "dense", "-k", "4", "--model",
                moved) == 0
     assert len(capsys.readouterr().out.splitlines()) == 8
