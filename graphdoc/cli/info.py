@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 def index_info(folder: Path) -> dict[str, Any]:
     """The manifest of the index in ``folder`` (as :class:`Manifest` loads it: checked), with its state: ``final``
     (the searchable build's documents and passages, or ``None``), ``building`` (the corpora not read to the
-    end) and ``bytes`` on disk."""
+    end), each source's ``part_documents`` (its part's documents of those read) and ``bytes`` on disk."""
     from dataclasses import asdict
 
     from graphdoc.retrieval.finalize import FINAL_DIR, read_build
@@ -67,6 +67,8 @@ def index_info(folder: Path) -> dict[str, Any]:
          "metadata": None if build is None else build.get("metadata")}
     data["building"] = [f"{s.corpus} ({s.part})" if s.part != "1/1" else s.corpus
                         for s in manifest.sources if not s.complete]
+    for source, shown in zip(manifest.sources, data["sources"]):
+        shown["part_documents"] = source.part_documents()
     data["bytes"] = _size(folder)
     data["path"] = str(folder)
     return data
@@ -112,14 +114,23 @@ def _index_lines(info: dict[str, Any]) -> list[str]:
             f"{'more than ' if seen.get('values_capped') else ''}{counted(seen['values'], 'values')})"
             for field, seen in metadata.items()) or "none"))
     lines.append("  corpora:" if info["sources"] else "  corpora: none read yet")
-    for source in info["sources"]:
-        part = f" part {source['part']}" if source["part"] != "1/1" else ""
-        fields = source.get("fields") or {}
-        named = f"; fields {', '.join(f'{k}={v}' for k, v in fields.items())}" if fields else ""
-        done = "complete" if source["complete"] else "not finished"
-        lines.append(f"    {source['corpus']}{part}: {counted(source['documents_read'], 'documents')} read, "
-                     f"{done}{named}")
+    lines += [_source_line(source) for source in info["sources"]]
     return lines
+
+
+def _source_line(source: dict[str, Any]) -> str:
+    """One corpus read into an index: a ``--shard I/N`` part by its own documents, of those of the corpus read."""
+    part, read, of = "", counted(source["documents_read"], "documents"), ""
+    if source["part"] != "1/1":
+        part = f" part {source['part']}"
+        if source.get("part_documents") is not None:
+            first = "" if source["complete"] else "first "
+            read, of = counted(source["part_documents"], "documents"), \
+                f" (its part of the corpus's {first}{source['documents_read']})"
+    fields = source.get("fields") or {}
+    named = f"; fields {', '.join(f'{k}={v}' for k, v in fields.items())}" if fields else ""
+    done = "complete" if source["complete"] else "not finished"
+    return f"    {source['corpus']}{part}: {read} read{of}, {done}{named}"
 
 
 # ------------------------------------------------------------------ model

@@ -37,6 +37,15 @@ class SourceProgress:
     #: every index built before graphdoc kept it (not saved then, so that an earlier graphdoc reads the manifest)
     fields: dict[str, str] | None = None
 
+    def part_documents(self) -> int | None:
+        """How many of the documents read are its part's (a ``--shard I/N`` part reads every N-th document from
+        the I-th; a whole corpus all of them); ``None`` for a part that is not I/N (a damaged manifest's)."""
+        try:
+            number, parts = part_number(self.part) - 1, split_of(self.part)
+            return max(0, (self.documents_read - number + parts - 1) // parts)
+        except (ValueError, IndexError, AttributeError, TypeError, ZeroDivisionError):
+            return None
+
 
 @dataclass
 class Manifest:
