@@ -99,7 +99,8 @@ def test_manifest_records_model_settings_progress_and_counts(built, model, model
     digest = hashlib.blake2b(f"corpus.jsonl\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode(), digest_size=6)
     assert m["sources"] == [{"corpus": corpus, "part": "1/1", "documents_read": 10, "complete": True,
                              "state": [1, stat.st_size, stat.st_mtime_ns, int.from_bytes(digest.digest(), "big")],
-                             "shards": m["shards"]}]
+                             "shards": m["shards"], "precision": "fp32"}]
+    assert m["shard_size"] == 3
     assert {k: m["counts"][k] for k in ("documents", "passages", "shards", "replaced")} == \
         {"documents": 10, "passages": 30, "shards": 4, "replaced": 0}
     assert m["finalized"] is True
