@@ -175,13 +175,16 @@ def _refuse_classifier(path: Path) -> None:
         raise ModelLoadError(f"{path} is a saved classifier; use {path / ENCODER_DIR} for its encoder")
 
 
-def load_index_model(identity: Mapping[str, Any], device=None, name_or_path: str | None = None):
+def load_index_model(identity: Mapping[str, Any], device=None, name_or_path: str | None = None,
+                     searching: bool = False):
     """The model an index was built with, from the ``model`` identity in its manifest.
 
     A saved model is loaded from its folder. A plain Hugging Face encoder is rebuilt with the settings
     the index recorded (chunker, pooling, graph or flat mode), so either backbone comes back as built.
     ``name_or_path`` names the model in another place (a folder moved since, a copy, its hub id): it is loaded
     from there with the index's settings (whether its weights are the index's is for the caller to check).
+    ``searching``: the model is to search with, which BM25 can do without it (an error says so; adding documents
+    cannot).
     """
     from graphdoc.flat_config import FLAT_GRAPH_TYPE
     from graphdoc.serialization import config_class_of, saved_backbone
@@ -195,7 +198,7 @@ def load_index_model(identity: Mapping[str, Any], device=None, name_or_path: str
     if path and os.path.isabs(path) and not os.path.exists(path):  # a local folder, moved or deleted since
         raise ModelLoadError(f"the index's model folder {path} is gone (moved or deleted): pass it from its new "
                              "place with --model (its weights are checked against the index; an index run with it "
-                             "records the new place), or search with --mode bm25")
+                             f"records the new place){', or search with --mode bm25' if searching else ''}")
     saved = saved_backbone(path)
     if saved is not None:
         model = load_model(path, device=device)

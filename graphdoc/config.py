@@ -134,7 +134,8 @@ class PassageEncoderConfig:
 #: that was in effect before them: what one written earlier is compared as
 LEGACY_PASSAGE_ENCODER = {"query_prompt": "", "passage_prompt": ""}
 #: ``passage_encoder`` settings that do not decide a passage's vector: the name is informational (a weights
-#: fingerprint identifies them), batching and precision change speed
+#: fingerprint identifies them), batching changes speed, and precision is recorded apart, as the arithmetic it
+#: computes in on the device (graphdoc.device.arithmetic: per corpus of an index, in embed's saved part)
 TRANSIENT_ENCODER_SETTINGS = ("model_name_or_path", "max_tokens_per_batch", "precision")
 
 

@@ -78,6 +78,27 @@ def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype
     return torch.float16
 
 
+#: how :func:`arithmetic` names autocast_dtype's answers: the ``--precision`` value that asks for each
+ARITHMETIC_NAMES = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def arithmetic(device: torch.device, precision: str = "auto") -> str:
+    """What ``precision`` computes in on ``device``: ``fp32``, ``bf16`` or ``fp16`` (``bf16`` on a CPU without native
+    bfloat16 is ``fp32``, as it runs). Recorded where work resumes (an index's corpora, embed's saved part), since
+    vectors of two arithmetics differ (by about 1e-3) and must not be mixed in one run unawares."""
+    return ARITHMETIC_NAMES[autocast_dtype(device, precision)]
+
+
+def arithmetic_refusal(what: str, was: str, now: str, precision: str, otherwise: str) -> str:
+    """One line refusing to go on with ``what``, started in arithmetic ``was``, where ``precision`` computes in
+    ``now``; ``otherwise`` is the other way out (starting again)."""
+    if precision == was:  # asked for, but this device does not compute in it
+        how = f" (--precision {was} runs {now} on this device): go on where it computes in {was}"
+    else:
+        how = f": pass --precision {was} to go on"
+    return f"{what} was started at {was}, and this run computes at {now}{how}, or {otherwise}"
+
+
 def cuda_has_bf16(device: torch.device) -> bool:
     """Whether the GPU ``device`` computes in bfloat16 natively (compute capability 8.0 on: Ampere and later).
     ``torch.cuda.is_bf16_supported()`` also says yes for older GPUs that only emulate it (V100, T4: slower than

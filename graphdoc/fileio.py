@@ -344,6 +344,24 @@ def remove_stale_temporaries(folder: str | Path, name: str | None = None) -> lis
     return stale
 
 
+def restore_moved_aside(folder: str | Path, name: str) -> Path | None:
+    """Put the folder ``folder / name`` back where it was when a kill between :func:`atomic_directory`'s two renames
+    left it aside (``.NAME.old-PID``) with nothing in its place; returns where it was found (``None``: nothing to
+    put back). Call it before :func:`remove_stale_temporaries`, which would delete it, and only where no other
+    process is writing ``folder``."""
+    folder, start = Path(folder), f"{hidden_prefix(name)}old-"
+    target = folder / name
+    if target.exists() or target.is_symlink() or not folder.is_dir():
+        return None
+    aside = [p for p in folder.iterdir() if p.name.startswith(start) and p.name[len(start):].isdigit()
+             and p.is_dir() and not p.is_symlink()]
+    if not aside:
+        return None
+    latest = max(aside, key=lambda p: p.stat().st_ctime_ns)  # (one: each run puts it back before it writes)
+    os.replace(latest, target)
+    return latest
+
+
 #: the lock file :func:`writer_lock` holds in the folder it writes
 LOCK_NAME = ".lock"
 

@@ -307,16 +307,16 @@ def test_a_run_goes_on_with_its_model_moved_to_another_folder(tiny_bert: Path, t
     assert given == [f"doc{i}" for i in range(saved, 9)]
 
 
-def stopped_after_a_save(tiny_bert: Path, tmp_path: Path, monkeypatch) -> tuple[Path, Path, dict]:
-    """A run of 9 documents into ``emb.npy`` stopped after saving its first ones: the corpus, its state file and
-    state."""
+def stopped_after_a_save(tiny_bert: Path, tmp_path: Path, monkeypatch, *extra: str) -> tuple[Path, Path, dict]:
+    """A run of 9 documents into ``emb.npy`` (with the options ``extra``) stopped after saving its first ones: the
+    corpus, its state file and state."""
     from graphdoc.cli import embed as embed_command
 
     records = [{"_id": f"doc{i}", "text": f"Document number {i} has a sentence."} for i in range(9)]
     corpus = write_jsonl(tmp_path / "corpus.jsonl", records)
     monkeypatch.setattr(embed_command, "SAVE_EVERY", 3)
     stop_after(monkeypatch, 3)
-    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2") != 0
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2", *extra) != 0
     state_file = tmp_path / "emb.npy.partial" / "state.json"
     return corpus, state_file, json.loads(state_file.read_text(encoding="utf-8"))
 
@@ -552,6 +552,48 @@ def test_a_part_saved_before_the_identity_held_the_encoder_goes_on(tiny_bert: Pa
     corpus, state_file, state = stopped_after_a_save(tiny_bert, tmp_path, monkeypatch)
     assert "encoder" in state["run"]["model"]
     del state["run"]["model"]["encoder"]  # as graphdoc wrote it before
+    state_file.write_text(json.dumps(state), encoding="utf-8")
+    given = stop_after(monkeypatch, 100)
+    capsys.readouterr()
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2", quiet=False) == 0
+    assert f"going on after the {state['documents']} documents embedded before" in capsys.readouterr().err
+    assert given == [f"doc{i}" for i in range(state["documents"], 9)]
+
+
+def test_a_run_goes_on_only_in_the_arithmetic_it_was_started_in(tiny_bert: Path, tmp_path: Path, monkeypatch,
+                                                                capsys) -> None:
+    """A run stopped under --precision bf16 and run again in fp32 (or the other way) mixed rows computed two ways in
+    one output."""
+    from graphdoc import device as device_module
+
+    monkeypatch.setattr(device_module, "cpu_supports_bf16", lambda: True)  # bf16 computes in bf16, on any CPU
+    corpus, state_file, state = stopped_after_a_save(tiny_bert, tmp_path, monkeypatch, "--precision", "bf16")
+    assert state["precision"] == "bf16"
+    before, folder = state_file.read_bytes(), tmp_path / "emb.npy.partial"
+    capsys.readouterr()
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2") == 1
+    assert error_line(capsys) == (f"graphdoc embed: error: {folder} was started at bf16, and this run computes at "
+                                  f"fp32: pass --precision bf16 to go on, or remove {folder} to start again at fp32")
+    monkeypatch.setattr(device_module, "cpu_supports_bf16", lambda: False)  # asked for, but this CPU runs fp32
+    device_module._warn_once.cache_clear()
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2", "--precision", "bf16") == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"graphdoc embed: error: {folder} was started at bf16, and this run computes at fp32 (--precision bf16 runs "
+        f"fp32 on this device): go on where it computes in bf16, or remove {folder} to start again at fp32")
+    assert state_file.read_bytes() == before
+    monkeypatch.setattr(device_module, "cpu_supports_bf16", lambda: True)
+    given = stop_after(monkeypatch, 100)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2", "--precision", "bf16") == 0
+    assert given == [f"doc{i}" for i in range(state["documents"], 9)]
+
+
+def test_a_part_saved_before_its_arithmetic_was_recorded_goes_on(tiny_bert: Path, tmp_path: Path, monkeypatch,
+                                                                  capsys) -> None:
+    from graphdoc import device as device_module
+
+    monkeypatch.setattr(device_module, "cpu_supports_bf16", lambda: True)
+    corpus, state_file, state = stopped_after_a_save(tiny_bert, tmp_path, monkeypatch, "--precision", "bf16")
+    del state["precision"]  # as graphdoc wrote it before
     state_file.write_text(json.dumps(state), encoding="utf-8")
     given = stop_after(monkeypatch, 100)
     capsys.readouterr()

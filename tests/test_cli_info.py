@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from _retrieval_helpers import cli, error_line, make_docs, manifest_json, write_jsonl
+from _retrieval_helpers import cli, error_line, kill_on_shard, make_docs, manifest_json, write_jsonl
 
 pytestmark = pytest.mark.usefixtures("restore_cli_state")
 
@@ -36,15 +36,17 @@ def test_an_index_is_described(index, model_dir, capsys) -> None:
         "  passages: 12 words, at most 100 a document (chunker version 2)",
         "  graph: full graph, 2 GAT layers, 2 heads",
         f"  weights: {manifest['model']['fingerprint'][:12]}",
+        "  arithmetic: fp32",
         "  dense: Flat, cosine, passage weight 1.0; passages stored",
         "  BM25: lucene (k1 1.5, b 0.75), stop words en, stemmer english, unicode terms",
         "  fusion: weighted, alpha 0.6, zscore",
         "  metadata (what --filter may name): none",
         "  corpora:",
-        f"    {index.parent / 'corpus.jsonl'}: 4 documents read, complete"]
+        f"    {index.parent / 'corpus.jsonl'}: 4 documents read, complete, encoded at fp32"]
     data = json.loads(info(capsys, index, "--json"))
     assert data["counts"]["documents"] == 4 and data["final"] == {"documents": 4, "passages": 12, "metadata": {}}
     assert data["building"] == [] and data["model"] == manifest["model"] and data["bytes"] > 0
+    assert data["arithmetic"] == ["fp32"] and data["sources"][0]["part_documents"] == 4
 
 
 def test_a_build_under_way_is_not_searchable_yet(index, tmp_path, capsys) -> None:
@@ -61,7 +63,7 @@ def test_a_build_under_way_is_not_searchable_yet(index, tmp_path, capsys) -> Non
     assert lines[2] == ("  build under way or stopped (rerun the graphdoc index command, or build_index with the same "
                         "documents, to finish it): "
                         f"{index.parent / 'corpus.jsonl'}")
-    assert lines[-1] == f"    {index.parent / 'corpus.jsonl'}: 3 documents read, not finished"
+    assert lines[-1] == f"    {index.parent / 'corpus.jsonl'}: 3 documents read, not finished, encoded at fp32"
 
 
 def test_a_saved_model_is_described(model_dir, tiny_bert, capsys) -> None:
@@ -139,3 +141,31 @@ def test_an_index_finalised_before_metadata_was_summed_up_says_nothing_of_it(ind
     (copy / "final" / "build.json").write_text(json.dumps(build), encoding="utf-8")
     assert not any(line.startswith("  metadata") for line in info(capsys, copy).splitlines())
     assert json.loads(info(capsys, copy, "--json"))["final"] == {"documents": 4, "passages": 12, "metadata": None}
+
+
+def test_a_part_counts_its_own_documents(model_dir, tmp_path, capsys, monkeypatch) -> None:
+    """A --shard I/N part showed the whole corpus's count as its documents read."""
+    from graphdoc.retrieval import builder
+
+    five, three = write_jsonl(tmp_path / "five.jsonl", make_docs(5)), write_jsonl(tmp_path / "three.jsonl", make_docs(3))
+    for corpus, part in ((five, "1/2"), (five, "2/2"), (three, "4/4")):
+        assert cli("index", "--corpus", corpus, "--index-dir", tmp_path / part.replace("/", "of"), "--model",
+                   model_dir, "--shard", part) == 0
+    assert info(capsys, tmp_path / "1of2").splitlines()[-1] == \
+        f"    {five} part 1/2: 3 documents read (its part of the corpus's 5), complete, encoded at fp32"
+    assert info(capsys, tmp_path / "2of2").splitlines()[-1] == \
+        f"    {five} part 2/2: 2 documents read (its part of the corpus's 5), complete, encoded at fp32"
+    empty = info(capsys, tmp_path / "4of4").splitlines()
+    assert empty[1].startswith("  an empty part, holding no document (its corpus had none for it): merge it with the "
+                               "other parts; 0 shards, ")
+    assert empty[-1] == f"    {three} part 4/4: 0 documents read (its part of the corpus's 3), complete, encoded at fp32"
+    encode_shard = builder._encode_shard
+    kill_on_shard(monkeypatch)  # part 1/2 of 9 in shards of 2: killed after its documents 1 and 3 of the corpus
+    nine = write_jsonl(tmp_path / "nine.jsonl", make_docs(9))
+    assert cli("index", "--corpus", nine, "--index-dir", tmp_path / "stopped", "--model", model_dir, "--shard", "1/2",
+               "--shard-size", 2) == 130
+    monkeypatch.setattr(builder, "_encode_shard", encode_shard)
+    assert info(capsys, tmp_path / "stopped").splitlines()[-1] == \
+        f"    {nine} part 1/2: 2 documents read (its part of the corpus's first 3), not finished, encoded at fp32"
+    sources = json.loads(info(capsys, tmp_path / "stopped", "--json"))["sources"]
+    assert (sources[0]["documents_read"], sources[0]["part_documents"]) == (3, 2)

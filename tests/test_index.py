@@ -99,7 +99,8 @@ def test_manifest_records_model_settings_progress_and_counts(built, model, model
     digest = hashlib.blake2b(f"corpus.jsonl\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode(), digest_size=6)
     assert m["sources"] == [{"corpus": corpus, "part": "1/1", "documents_read": 10, "complete": True,
                              "state": [1, stat.st_size, stat.st_mtime_ns, int.from_bytes(digest.digest(), "big")],
-                             "shards": m["shards"]}]
+                             "shards": m["shards"], "precision": "fp32"}]
+    assert m["shard_size"] == 3
     assert {k: m["counts"][k] for k in ("documents", "passages", "shards", "replaced")} == \
         {"documents": 10, "passages": 30, "shards": 4, "replaced": 0}
     assert m["finalized"] is True
@@ -633,6 +634,11 @@ def test_an_index_whose_model_folder_moved_says_so_in_one_line(tiny_bert, tmp_pa
         "place), or search with --mode bm25")
     assert cli("search", "--index-dir", tmp_path / "index", "alpha", "--mode", "bm25") == 0
     capsys.readouterr()
+    assert cli("index", "--corpus", corpus, "--index-dir", tmp_path / "index") == 1  # (no BM25 way out: it encodes)
+    assert error_line(capsys, "index") == (
+        f"graphdoc index: error: the index's model folder {model} is gone (moved or deleted): pass it from its new "
+        "place with --model (its weights are checked against the index; an index run with it records the new "
+        "place)")
     assert cli("search", "--index-dir", tmp_path / "index", "alpha", "--mode", "dense", "-k", "4", "--model",
                moved) == 0
     assert len(capsys.readouterr().out.splitlines()) == 8

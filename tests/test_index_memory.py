@@ -86,7 +86,7 @@ def test_a_list_of_dicts_is_indexed_and_searched_as_its_jsonl_file(from_list, fr
     assert records(from_list) == records(from_file)
     source = manifest_json(from_list)["sources"]
     assert source == [{"corpus": key_of(docs), "part": "1/1", "documents_read": 10, "complete": True, "state": None,
-                       "shards": ["00000", "00001", "00002", "00003"]}]
+                       "shards": ["00000", "00001", "00002", "00003"], "precision": "fp32"}]
     assert MemoryCorpus(tuple(dict(d) for d in docs)).key == key_of(docs)  # a copy, a tuple: the same documents
 
 
@@ -103,7 +103,7 @@ def test_a_list_of_documents_is_indexed_as_the_dicts_are(from_list, model, docs,
 
 def test_graphdoc_info_lists_the_list_by_its_key(from_list, docs, capsys) -> None:
     assert cli("info", from_list) == 0
-    assert f"    {key_of(docs)}: 10 documents read, complete\n" in capsys.readouterr().out
+    assert f"    {key_of(docs)}: 10 documents read, complete, encoded at fp32\n" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------ resuming and adding

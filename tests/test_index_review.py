@@ -17,6 +17,7 @@ from _retrieval_helpers import (
     cli,
     doc_ids,
     error_line,
+    kill_on_shard,
     make_docs,
     manifest_json,
     write_jsonl,
@@ -526,6 +527,44 @@ def test_a_searcher_opened_while_an_add_swaps_final_waits_for_the_new_one(model,
         Searcher(tmp_path / "idx")
     build_index(model, str(tmp_path / "a.jsonl"), tmp_path / "idx", IndexSettings())  # the rerun mends it
     assert len(Searcher(tmp_path / "idx").doc_ids) == 4 and not aside.exists()
+
+
+def killed_between_the_renames(monkeypatch) -> None:
+    """Make finalising stop (as a kill) after it moved final/ aside and before it put the new build in its place."""
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if Path(dst).name == "final" and Path(src).name.endswith(".tmp"):
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+def test_a_rerun_that_fails_after_a_kill_between_the_renames_leaves_the_last_build_searchable(
+        model, tmp_path, monkeypatch, caplog) -> None:
+    """A kill between finalising's two renames leaves the last complete build aside (.final.old-PID) and no final/:
+    the next run deleted it as a temporary, so when that run failed too, no build was left to search."""
+    index = tmp_path / "idx"
+    build_index(model, str(write_jsonl(tmp_path / "a.jsonl", make_docs(4))), index, IndexSettings())
+    killed_between_the_renames(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(model, str(write_jsonl(tmp_path / "b.jsonl", make_docs(2, start=4))), index, IndexSettings())
+    monkeypatch.undo()
+    assert not (index / "final").exists() and [p.name for p in index.glob(".final.*")] == [f".final.old-{os.getpid()}"]
+    kill_on_shard(monkeypatch, 1)  # the next run (adding another corpus) is killed too, before it finalises
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="graphdoc"), pytest.raises(KeyboardInterrupt):
+        build_index(model, str(write_jsonl(tmp_path / "c.jsonl", make_docs(2, start=6))), index, IndexSettings())
+    monkeypatch.undo()
+    with caplog.at_level(logging.WARNING, logger="graphdoc"), Searcher(index) as searcher:
+        assert searcher.doc_ids == [d["_id"] for d in make_docs(4)]  # the last complete build, searched
+    assert "being finalised after an add or a delete" in caplog.text
+    assert f"putting back final/ from .final.old-{os.getpid()}, where a run stopped while replacing it left it" \
+        in caplog.messages
+    assert not list(index.glob(".final.*"))
+    build_index(model, str(tmp_path / "c.jsonl"), index, IndexSettings())  # the next run that ends finishes both
+    assert doc_ids(index) == [d["_id"] for d in make_docs(8)]
 
 
 def test_a_final_in_place_before_the_manifest_counts_it_is_searched(model, tmp_path, caplog) -> None:

@@ -106,6 +106,10 @@ def test_a_listed_shard_that_is_missing_is_refused_and_nothing_removed(index, mo
     ({"dense": {"passage_weight": "x"}}, "its dense settings are not usable ("),
     ({"bm25": {"k1": "x"}}, "its bm25 settings are not usable ("),
     ({"fusion": {"alpha": "x"}}, "its fusion settings are not usable ("),
+    ({"shard_size": "3"}, 'shard_size must be an integer or null; got "3"'),
+    ({"shard_size": 0}, "shard_size must be at least 1; got 0"),
+    ({"sources": [{"corpus": "c.jsonl", "precision": "fp8"}]},
+     'sources[].precision must be one of fp32, bf16, fp16; got "fp8"'),
 ])
 def test_a_manifest_value_of_the_wrong_type_is_one_error_line(index, more, capsys, changes, message) -> None:
     data = manifest_json(index)

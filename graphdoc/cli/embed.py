@@ -1,7 +1,8 @@
 """``graphdoc embed``: one float32 row per document in a .npy file, ids in row order beside it.
 
 A long run keeps what it has embedded in ``FILE.npy.partial/`` every few thousand documents; run the same
-command again after a crash and it goes on from there (with the same model, corpus, field options and ``--normalize``).
+command again after a crash and it goes on from there (with the same model, corpus, field options and ``--normalize``;
+a run computing in another arithmetic than the saved part, ``--precision``, is refused).
 """
 
 from __future__ import annotations
@@ -53,19 +54,23 @@ def partial_path(output: Path) -> Path:
 
 class Partial:
     """The saved part of a run: chunks ``rows-N.npy`` and ``ids-N.txt``, and ``state.json`` naming the run (model
-    identity, corpus and its state, ``--normalize``) and how many chunks and documents are saved. A chunk is
-    written before the state that counts it, so a crash between the two leaves a chunk no state counts."""
+    identity, corpus and its state, ``--normalize``), the arithmetic its rows were computed in (``precision``:
+    ``fp32``, ``bf16``, ``fp16``) and how many chunks and documents are saved. A chunk is written before the state
+    that counts it, so a crash between the two leaves a chunk no state counts."""
 
-    def __init__(self, output: Path, run: dict, earlier: dict | None = None) -> None:
+    def __init__(self, output: Path, run: dict, earlier: dict | None = None, encoder=None) -> None:
         """``earlier``: the same run as graphdoc named it before (its model by folder, not architecture), also
-        gone on from."""
+        gone on from. ``encoder``: the passage encoder, whose arithmetic a part it goes on from must have been
+        computed in (a part saved before graphdoc recorded it goes on as before)."""
         self.folder, self.run = partial_path(output), run
         self.chunks, self.ids = 0, []
+        self.arithmetic = None if encoder is None else encoder.arithmetic  # recorded with every save
         if not self.folder.exists():
             return
         state = self._state()
         try:
             if state is not None and state.get("run") in _accepted_runs(run, earlier):
+                self.arithmetic = self._check_arithmetic(state.get("precision"), encoder)
                 for chunk in range(state["chunks"]):
                     self.ids += (self.folder / f"ids-{chunk:06d}.txt").read_text(encoding="utf-8").splitlines()
                 self.chunks = state["chunks"]
@@ -78,6 +83,16 @@ class Partial:
         self.ids = []
         self.remove()  # before a chunk of this run is written: no state may ever count another run's chunks
         logger.warning("%s holds %s: starting again", self.folder, why)
+
+    def _check_arithmetic(self, was: str | None, encoder) -> str | None:
+        """``was``, the arithmetic the saved part was computed in, when this run computes in it too (``None``: not
+        recorded); else one error line saying how to go on."""
+        from graphdoc.device import arithmetic_refusal
+
+        if was is None or encoder is None or was == self.arithmetic:
+            return was
+        raise GraphDocError(arithmetic_refusal(str(self.folder), was, self.arithmetic, encoder.config.precision,
+                                               f"remove {self.folder} to start again at {self.arithmetic}"))
 
     def _state(self) -> dict | None:
         try:
@@ -96,8 +111,9 @@ class Partial:
         self.chunks += 1
         self.ids += ids
         with atomic_write(self.folder / "state.json", "w", encoding="utf-8") as handle:
+            arithmetic = {"precision": self.arithmetic} if self.arithmetic else {}  # (not recorded: left so)
             json.dump({"format": PARTIAL_FORMAT, "run": self.run, "chunks": self.chunks,
-                       "documents": len(self.ids)}, handle)
+                       "documents": len(self.ids), **arithmetic}, handle)
 
     def rows(self) -> list[np.ndarray]:
         return [np.load(self.folder / f"rows-{chunk:06d}.npy", allow_pickle=False) for chunk in range(self.chunks)]
@@ -160,7 +176,7 @@ def _check_corpus_outside_partial(corpus, folder: Path) -> None:
 def _embed(args: argparse.Namespace, documents, model) -> int:
     from graphdoc.corpus import ReadStats, document_count, read_corpus
 
-    partial = Partial(args.output, *_run_identities(args, model))
+    partial = Partial(args.output, *_run_identities(args, model), encoder=model.passage_encoder)
     done = partial.ids
     ids: list[str] = []  # this session's, since the last save
     rows: list[np.ndarray] = []

@@ -26,8 +26,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--metric", choices=("cosine", "ip"), default=None,
                         help="default cosine (ip for a model fine-tuned with dot products)")
     parser.add_argument("--shard", default="1/1", metavar="I/N", help="build part I of N (join with graphdoc merge)")
-    parser.add_argument("--shard-size", type=int, default=1000, metavar="N",
-                        help="documents per resumable shard (default 1000)")
+    parser.add_argument("--shard-size", type=int, default=None, metavar="N",
+                        help="documents per resumable shard (default: the size the index recorded, 1000 for a new "
+                             "one; a size given is recorded for the runs after it)")
     parser.add_argument("--on-duplicate", choices=("error", "skip", "replace"), default="error",
                         help="an id already in the index: refuse (default), skip it, or replace the old one")
     parser.add_argument("--no-passages", action="store_true",

@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
 def index_info(folder: Path) -> dict[str, Any]:
     """The manifest of the index in ``folder`` (as :class:`Manifest` loads it: checked), with its state: ``final``
     (the searchable build's documents and passages, or ``None``), ``building`` (the corpora not read to the
-    end) and ``bytes`` on disk."""
+    end), ``arithmetic`` (what its corpora were encoded in, as recorded), each source's ``part_documents`` (its
+    part's documents of those read) and ``bytes`` on disk."""
     from dataclasses import asdict
 
     from graphdoc.retrieval.finalize import FINAL_DIR, read_build
@@ -67,6 +68,9 @@ def index_info(folder: Path) -> dict[str, Any]:
          "metadata": None if build is None else build.get("metadata")}
     data["building"] = [f"{s.corpus} ({s.part})" if s.part != "1/1" else s.corpus
                         for s in manifest.sources if not s.complete]
+    data["arithmetic"] = sorted({s.precision for s in manifest.sources if s.precision})
+    for source, shown in zip(manifest.sources, data["sources"]):
+        shown["part_documents"] = source.part_documents()
     data["bytes"] = _size(folder)
     data["path"] = str(folder)
     return data
@@ -95,6 +99,8 @@ def _index_lines(info: dict[str, Any]) -> list[str]:
                      f"{', '.join(info['building'])}")
     lines += _model_settings(model.get("path") or model.get("name"), model, info["dimension"])
     lines.append(f"  weights: {str(model.get('fingerprint', ''))[:12]}")
+    if info["sources"]:
+        lines.append(f"  arithmetic: {_arithmetic(info)}")
     dense = info.get("dense") or {}
     lines.append(f"  dense: {info['faiss_factory']}, {info['metric']}, passage weight "
                  f"{dense.get('passage_weight', 1.0)}; passages {'stored' if info['store_passages'] else 'not stored'}")
@@ -109,13 +115,7 @@ def _index_lines(info: dict[str, Any]) -> list[str]:
     if metadata is not None:  # (None: a build finalised before graphdoc summed its metadata up)
         lines.append(_metadata_line(metadata))
     lines.append("  corpora:" if info["sources"] else "  corpora: none read yet")
-    for source in info["sources"]:
-        part = f" part {source['part']}" if source["part"] != "1/1" else ""
-        fields = source.get("fields") or {}
-        named = f"; fields {', '.join(f'{k}={v}' for k, v in fields.items())}" if fields else ""
-        done = "complete" if source["complete"] else "not finished"
-        lines.append(f"    {source['corpus']}{part}: {counted(source['documents_read'], 'documents')} read, "
-                     f"{done}{named}")
+    lines += [_source_line(source) for source in info["sources"]]
     return lines
 
 
@@ -129,6 +129,35 @@ def _metadata_line(metadata: dict[str, dict[str, Any]]) -> str:
     left_out = (f" (not {', '.join(unmatched)}: no value a filter matches; the fields of an object are named by "
                 "their paths, FIELD.KEY, listed here after the index's next add or delete)") if unmatched else ""
     return f"  metadata (what --filter may name): {named or 'none'}{left_out}"
+
+
+def _arithmetic(info: dict[str, Any]) -> str:
+    """What an index's corpora were encoded in (``bf16 and fp32``), as their sources recorded it."""
+    recorded = info["arithmetic"]
+    if not recorded:
+        return "not recorded (built before graphdoc recorded it)"
+    shown = " and ".join(recorded)
+    if len(recorded) > 1:
+        shown += " (their vectors differ by about 1e-3; each corpus's below)"
+    if not all(source.get("precision") for source in info["sources"]):
+        shown += "; not recorded for a corpus read before graphdoc recorded it"
+    return shown
+
+
+def _source_line(source: dict[str, Any]) -> str:
+    """One corpus read into an index: a ``--shard I/N`` part by its own documents, of those of the corpus read."""
+    part, read, of = "", counted(source["documents_read"], "documents"), ""
+    if source["part"] != "1/1":
+        part = f" part {source['part']}"
+        if source.get("part_documents") is not None:
+            first = "" if source["complete"] else "first "
+            read, of = counted(source["part_documents"], "documents"), \
+                f" (its part of the corpus's {first}{source['documents_read']})"
+    fields = source.get("fields") or {}
+    named = f"; fields {', '.join(f'{k}={v}' for k, v in fields.items())}" if fields else ""
+    done = "complete" if source["complete"] else "not finished"
+    at = f", encoded at {source['precision']}" if source.get("precision") else ""
+    return f"    {source['corpus']}{part}: {read} read{of}, {done}{at}{named}"
 
 
 # ------------------------------------------------------------------ model

@@ -14,7 +14,7 @@ from torch import nn
 
 from graphdoc.batching import token_budget_batches
 from graphdoc.config import MIN_SEQ_LENGTH, POOLING_MODES, PassageEncoderConfig
-from graphdoc.device import autocast
+from graphdoc.device import arithmetic, autocast
 from graphdoc.errors import GraphDocError, ModelLoadError
 from graphdoc.fileio import check_finite
 from graphdoc.models import st_dense, st_files
@@ -114,6 +114,12 @@ class PassageEncoder(nn.Module):
                                 f"at least {MIN_SEQ_LENGTH} are needed")
         self._prompt_counts[key] = count
         return count
+
+    @property
+    def arithmetic(self) -> str:
+        """What its passages are encoded in on its device, its ``precision`` as it runs there: ``fp32``, ``bf16``
+        or ``fp16`` (:func:`graphdoc.device.arithmetic`)."""
+        return arithmetic(next(self.model.parameters()).device, self.config.precision)
 
     @property
     def hidden_size(self) -> int:

@@ -25,7 +25,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -35,9 +35,10 @@ from graphdoc.config import check_count
 from graphdoc.corpus import Fields, ReadStats, check_outside_corpus, document_count, source_key
 from graphdoc.corpus.fields import as_fields
 from graphdoc.corpus.memory import corpus_argument
+from graphdoc.device import arithmetic_refusal
 from graphdoc.documents import Document
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import LOCK_NAME, remove_stale_temporaries, writer_lock
+from graphdoc.fileio import LOCK_NAME, writer_lock
 from graphdoc.progress import complete, logs_beside_bars, progress_bar
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config
@@ -49,31 +50,35 @@ from graphdoc.retrieval.manifest import (MANIFEST_NAME, Manifest, SourceProgress
 from graphdoc.retrieval.progress import (Cursor, check_read_part_unchanged, corpus_state, open_corpus, state_changed,
                                          part_documents, report_complete, source_fields)
 from graphdoc.retrieval.shards import indexed_ids, write_shard
-from graphdoc.retrieval.finalize import FINAL_DIR, finalize
+from graphdoc.retrieval.finalize import FINAL_DIR, finalize, tidy_after_a_kill
 from graphdoc.retrieval.searcher import final_problem
 
 logger = logging.getLogger(__name__)
 
 DUPLICATE_POLICIES = ("error", "skip", "replace")
+#: documents a shard holds in a new index (or one built before graphdoc recorded its shard size) unless told
+DEFAULT_SHARD_SIZE = 1000
 
 
 @dataclass
 class IndexSettings:
     """How an index is built. ``None`` for faiss/metric/bm25 keeps an existing index's own setting (a new
-    index gets Flat, cosine, or the metric a fine-tuned model recorded, and ``BM25Config()``)."""
+    index gets Flat, cosine, or the metric a fine-tuned model recorded, and ``BM25Config()``), and ``None`` for
+    ``shard_size`` the size the index recorded (1,000 for a new index); a size given is recorded for later runs
+    (search results do not depend on it)."""
 
     faiss_factory: str | None = None
     metric: str | None = None
     bm25: BM25Config | None = None
     store_passages: bool = True
-    shard_size: int = 1000
+    shard_size: int | None = None
     on_duplicate: str = "error"
 
     def __post_init__(self) -> None:
         if self.on_duplicate not in DUPLICATE_POLICIES:
             raise GraphDocError(f"on_duplicate must be one of {', '.join(DUPLICATE_POLICIES)}; "
                                 f"got {self.on_duplicate!r}")
-        if self.shard_size < 1:
+        if self.shard_size is not None and self.shard_size < 1:
             raise GraphDocError("shard_size must be at least 1")
         if self.metric is not None and self.metric not in METRICS:
             raise GraphDocError(f"unknown metric {self.metric!r}; valid: {', '.join(METRICS)}")
@@ -282,11 +287,11 @@ def build_index(model, corpus: str | os.PathLike | Sequence[dict | Document], in
     fields = _corpus_fields(manifest, key, corpus, index_dir, as_fields(fields))
     source = manifest.source(key, part) or SourceProgress(corpus=key, part=part, fields=fields.to_dict() or None)
     if not source.complete and not manifest.whole(key):  # a corpus already indexed is not read again
+        _check_arithmetic(index_dir, corpus, source, model)
         open_corpus(corpus, fields=fields)
         _check_training_size(index_dir, manifest, corpus, source, part_no, parts)
     with writer_lock(index_dir):
-        for stale in remove_stale_temporaries(index_dir):
-            logger.info("removing %s left by an interrupted run", stale.name)
+        tidy_after_a_kill(index_dir)
         manifest = open_manifest(index_dir, model, settings, identity)  # again: the folder is ours only now
         _record_moved_model(index_dir, manifest, identity)
         remove_orphans(index_dir, manifest)
@@ -379,9 +384,13 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
         return
     if source.documents_read == 0:
         source.state = corpus_state(corpus)
-    elif state_changed(source.state, corpus):
-        check_read_part_unchanged(corpus, index_dir, manifest, source, part, settings.on_duplicate)
-        source.state = corpus_state(corpus)
+        _record_arithmetic(index_dir, manifest, corpus, source, model.passage_encoder.arithmetic)
+    else:
+        _check_arithmetic(index_dir, corpus, source, model)  # (the manifest read again under the lock)
+        if state_changed(source.state, corpus):
+            check_read_part_unchanged(corpus, index_dir, manifest, source, part, settings.on_duplicate)
+            source.state = corpus_state(corpus)
+    settings = replace(settings, shard_size=_shard_size(index_dir, manifest, settings))
     warn_other_chunker(manifest, index_dir, "documents added now")
     stats, cursor, cut_before = ReadStats(), Cursor(source.documents_read), model.chunker.counts()
     known = _known_ids(index_dir, manifest)
@@ -421,6 +430,41 @@ def _index_source(model, corpus: str, index_dir: Path, manifest: Manifest, sourc
     source.complete, source.state, manifest.finalized = True, corpus_state(corpus), False
     source.documents_read = max(source.documents_read, cursor.position)
     manifest.save(index_dir)
+
+
+def _check_arithmetic(index_dir: Path, corpus, source: SourceProgress, model) -> None:
+    """Refuse to go on with a corpus read part-way in another arithmetic than this run's (:attr:`SourceProgress.
+    precision`): one corpus's vectors would be computed two ways. A corpus recorded before graphdoc kept it goes on
+    as before."""
+    now = model.passage_encoder.arithmetic
+    if source.complete or not source.documents_read or source.precision in (None, now):
+        return
+    part = f" part {source.part}" if source.part != "1/1" else ""
+    raise GraphDocError(arithmetic_refusal(f"{corpus}{part} in {index_dir}", source.precision, now,
+                                           model.passage_encoder.config.precision, "index it into a new folder"))
+
+
+def _record_arithmetic(index_dir: Path, manifest: Manifest, corpus, source: SourceProgress, now: str) -> None:
+    """Record the arithmetic a corpus read from its start is encoded in; warn when the index holds documents
+    encoded in another (allowed: their vectors differ by about 1e-3, so scores across the two shift that much)."""
+    source.precision = now
+    others = sorted({s.precision for s in manifest.sources
+                     if s is not source and s.precision not in (None, now) and s.part_documents()})
+    if others:
+        logger.warning("%s is encoded at %s, and %s holds documents encoded at %s: their vectors differ by about "
+                       "1e-3 (pass --precision %s to add it as they were)", corpus, now, index_dir,
+                       " and ".join(others), others[0])
+
+
+def _shard_size(index_dir: Path, manifest: Manifest, settings: IndexSettings) -> int:
+    """The documents a shard of this run holds: ``settings.shard_size`` when given, else the size the index
+    recorded (else the default); recorded in the manifest for the runs after this one."""
+    size = settings.shard_size or manifest.shard_size or DEFAULT_SHARD_SIZE
+    if manifest.shard_size not in (None, size):
+        logger.info("index %s: shards of %d documents from now on (they held %d; search results do not depend on "
+                    "it)", index_dir, size, manifest.shard_size)
+    manifest.shard_size = size
+    return size
 
 
 def _finalize(index_dir: Path, manifest: Manifest, part: str, show_progress_bar: bool) -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Iterable
 
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import remove_stale_temporaries, writer_lock
+from graphdoc.fileio import writer_lock
 from graphdoc.retrieval.dense import training_minimum
-from graphdoc.retrieval.finalize import finalize
+from graphdoc.retrieval.finalize import finalize, tidy_after_a_kill
 from graphdoc.retrieval.manifest import Manifest
 from graphdoc.retrieval.shards import indexed_ids
 
@@ -54,8 +54,7 @@ def deleting(index_dir: str | os.PathLike, ids: Iterable[str | int], *, missing:
     index_dir = Path(index_dir)
     Manifest.load(index_dir)  # not an index: one line, before a lock file is left in the folder
     with writer_lock(index_dir):
-        for stale in remove_stale_temporaries(index_dir):
-            logger.info("removing %s left by an interrupted run", stale.name)
+        tidy_after_a_kill(index_dir)
         manifest = Manifest.load(index_dir)  # again: the folder is ours only now
         _check_deletable(index_dir, manifest)
         from graphdoc.retrieval.builder import remove_orphans  # (refuses links and missing shards too)

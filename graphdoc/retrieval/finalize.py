@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from graphdoc.errors import DamagedIndexError, GraphDocError, InputError
-from graphdoc.fileio import atomic_directory
+from graphdoc.fileio import atomic_directory, remove_stale_temporaries, restore_moved_aside
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config, BM25Index
 from graphdoc.retrieval.dense import DenseIndex, prepare_vectors
@@ -23,6 +23,18 @@ logger = logging.getLogger(__name__)
 FINAL_DIR = "final"
 #: Written last into ``final/``: the build's id and sizes, which the files of that folder must agree with.
 BUILD_FILE = "build.json"
+
+
+def tidy_after_a_kill(index_dir: Path) -> None:
+    """Undo what a killed run left in ``index_dir``, under its writer lock: the last complete build, which finalising
+    moves aside (``.final.old-PID``) just before putting the new one in its place, is put back when a kill came
+    between the two (removing it then left no searchable build until a later run finished); then the temporaries
+    of killed writes are removed."""
+    aside = restore_moved_aside(index_dir, FINAL_DIR)
+    if aside is not None:
+        logger.info("putting back %s/ from %s, where a run stopped while replacing it left it", FINAL_DIR, aside.name)
+    for stale in remove_stale_temporaries(index_dir):
+        logger.info("removing %s left by an interrupted run", stale.name)
 
 
 def _kept_rows(ids: list[str], deleted: np.ndarray | None = None) -> np.ndarray:

@@ -36,6 +36,18 @@ class SourceProgress:
     #: the record fields it was read with (:meth:`graphdoc.corpus.Fields.to_dict`); ``None``: the default keys, as
     #: every index built before graphdoc kept it (not saved then, so that an earlier graphdoc reads the manifest)
     fields: dict[str, str] | None = None
+    #: the arithmetic its passages were encoded in (``fp32``, ``bf16``, ``fp16``: :func:`graphdoc.device.arithmetic`),
+    #: which a run resuming it must compute in too; ``None``: not recorded (before graphdoc kept it), not saved then
+    precision: str | None = None
+
+    def part_documents(self) -> int | None:
+        """How many of the documents read are its part's (a ``--shard I/N`` part reads every N-th document from
+        the I-th; a whole corpus all of them); ``None`` for a part that is not I/N (a damaged manifest's)."""
+        try:
+            number, parts = part_number(self.part) - 1, split_of(self.part)
+            return max(0, (self.documents_read - number + parts - 1) // parts)
+        except (ValueError, IndexError, AttributeError, TypeError, ZeroDivisionError):
+            return None
 
 
 @dataclass
@@ -61,6 +73,9 @@ class Manifest:
     #: deleted documents: id -> how many shards the index had when it was deleted (its rows in those shards are
     #: left out of ``final/``; one added again later, in a later shard, is back). Saved only when not empty.
     deleted: dict[str, int] = field(default_factory=dict)
+    #: documents a shard holds (``--shard-size``), kept for a run resuming or adding without it; ``None``: not
+    #: recorded (an index built before graphdoc kept it: such a run takes the default, 1,000)
+    shard_size: int | None = None
     finalized: bool = False
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     graphdoc_version: str = ""
@@ -70,8 +85,11 @@ class Manifest:
     def save(self, folder: Path) -> None:
         data = asdict(self)
         for source in data["sources"]:
-            if not source["fields"]:
-                del source["fields"]
+            for name in ("fields", "precision"):  # (not recorded: as graphdoc before them saved the source)
+                if not source[name]:
+                    del source[name]
+        if data["shard_size"] is None:
+            del data["shard_size"]
         if not data["deleted"]:  # an index without deletions keeps the manifest an earlier graphdoc reads
             del data["deleted"]
         with atomic_write(folder / MANIFEST_NAME, "w", encoding="utf-8") as handle:
@@ -159,9 +177,12 @@ SHARD_NAME = re.compile(r"\d{5,}")
 #: the JSON type of each manifest field (``None`` allowed where the field's default is ``None``)
 _TYPES = {"model": dict, "dimension": int, "metric": str, "faiss_factory": str, "bm25": dict, "fusion": dict,
           "dense": dict, "store_passages": bool, "shards": list, "sources": list, "counts": dict, "deleted": dict,
-          "finalized": bool, "created": str, "graphdoc_version": str, "format": str, "format_version": int}
+          "finalized": bool, "created": str, "graphdoc_version": str, "format": str, "format_version": int,
+          "shard_size": (int, type(None))}
 _SOURCE_TYPES = {"corpus": str, "part": str, "documents_read": int, "complete": bool, "state": (list, type(None)),
-                 "shards": (list, type(None)), "fields": (dict, type(None))}
+                 "shards": (list, type(None)), "fields": (dict, type(None)), "precision": (str, type(None))}
+#: the arithmetics a source may record (:data:`graphdoc.device.ARITHMETIC_NAMES`' names)
+ARITHMETICS = ("fp32", "bf16", "fp16")
 _MODEL_TYPES = {"name": (str, type(None)), "path": (str, type(None)), "fingerprint": (str, type(None)),
                 "chunker": dict, "passage_encoder": dict, "graph": dict}
 #: how a message names each JSON type
@@ -188,6 +209,8 @@ def _check_values(path: Path, data: dict[str, Any]) -> None:
             _check_type(path, f"model.{name}", data["model"][name], kind)
     if data["dimension"] < 1:
         raise GraphDocError(f"{path}: dimension must be at least 1; got {data['dimension']}")
+    if data.get("shard_size") is not None and data["shard_size"] < 1:
+        raise GraphDocError(f"{path}: shard_size must be at least 1; got {data['shard_size']}")
     for name, count in data.get("counts", {}).items():
         _check_type(path, f"counts.{name}", count, (int, float))
     _check_deleted(path, data.get("deleted", {}), len(data.get("shards", [])))
@@ -199,6 +222,9 @@ def _check_values(path: Path, data: dict[str, Any]) -> None:
         if source.get("documents_read", 0) < 0:
             raise GraphDocError(f"{path}: sources[].documents_read must not be negative")
         _check_source_fields(path, source.get("fields"))
+        if source.get("precision") not in (None, *ARITHMETICS):
+            raise GraphDocError(f"{path}: sources[].precision must be one of {', '.join(ARITHMETICS)}; got "
+                                f"{json.dumps(source['precision'])[:80]}")
         shard_lists.append(("sources[].shards", source.get("shards") or []))
     for name, shards in shard_lists:
         for shard in shards:

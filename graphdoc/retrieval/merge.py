@@ -107,6 +107,7 @@ def _check_compatible(parts: list[Path], manifests: list[Manifest]) -> None:
         logger.warning("the parts were chunked by different graphdoc chunkers (%s: a sentence over the word limit "
                        "ends differently): the merged index mixes the two; rebuild the older parts for one chunking",
                        ", ".join(f"{path} version {version}" for path, version in versions.items()))
+    _warn_other_arithmetics(parts, manifests)
     for path, manifest in zip(parts, manifests):
         difference = first_difference(first.model, manifest.model)
         if difference is not None:
@@ -140,6 +141,17 @@ def _check_compatible(parts: list[Path], manifests: list[Manifest]) -> None:
             if getattr(manifest, name) != getattr(first, name):
                 logger.warning("%s's search settings (%s) differ from %s's: the merged index takes %s's", path, name,
                                parts[0], parts[0])
+
+
+def _warn_other_arithmetics(parts: list[Path], manifests: list[Manifest]) -> None:
+    """Parts encoded in different arithmetics (``--precision``) merge, with a warning: the merged index mixes
+    vectors that differ by about 1e-3 (each corpus part keeps its own record)."""
+    found = {path: sorted({s.precision for s in manifest.sources if s.precision})
+             for path, manifest in zip(parts, manifests)}
+    if len({arithmetic for each in found.values() for arithmetic in each}) > 1:
+        logger.warning("the parts were encoded in different arithmetics (%s): the merged index mixes vectors that "
+                       "differ by about 1e-3", ", ".join(f"{path} {' and '.join(each)}"
+                                                        for path, each in found.items() if each))
 
 
 def _check_splits(parts: list[Path], manifests: list[Manifest]) -> None:

@@ -237,7 +237,7 @@ class Searcher:
 
             with self._model_lock:
                 if self._model is None:
-                    self.model = load_index_model(self.manifest.model, device=self.device)
+                    self.model = load_index_model(self.manifest.model, device=self.device, searching=True)
         return self._model
 
     @model.setter
