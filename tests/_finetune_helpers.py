@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -34,6 +35,23 @@ def ranking_interrupted_in_epoch(monkeypatch, epoch: int, start: Callable[[], An
         patch.setattr(RankingTrainer, "_epoch", stop)
         with pytest.raises(KeyboardInterrupt):
             start()
+
+
+@contextlib.contextmanager
+def fine_tuning_killed_after_its_first_checkpoint(monkeypatch):
+    """Within the block, a fine-tuning run (either task, any mode) is interrupted (KeyboardInterrupt) once its first
+    epoch checkpoint is written: for k-fold and few-shot runs, in the first fold's or seed's run."""
+    from graphdoc.finetune.loop import EpochLoop
+
+    real_end_epoch = EpochLoop.end_epoch
+
+    def end_epoch(self, row, score):
+        real_end_epoch(self, row, score)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(EpochLoop, "end_epoch", end_epoch)
+        yield
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:

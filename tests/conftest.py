@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -153,9 +154,10 @@ def model(model_dir: Path):
     return GraphDocEncoder.from_pretrained(str(model_dir), device="cpu")
 
 
-def pretrain_killed_before_step_5(corpus, output, setup, monkeypatch) -> None:
-    """Start a pretraining run into ``output`` and kill it (KeyboardInterrupt) as step 5 begins."""
-    from graphdoc.training import pretrain
+@contextlib.contextmanager
+def pretraining_killed_before_step_5(monkeypatch):
+    """Within the block, a pretraining run (the API's or the CLI's) is killed (KeyboardInterrupt) as step 5
+    begins."""
     from graphdoc.training.trainer import Trainer
 
     original = Trainer._train_step
@@ -166,6 +168,15 @@ def pretrain_killed_before_step_5(corpus, output, setup, monkeypatch) -> None:
         return original(self, batch)
 
     monkeypatch.setattr(Trainer, "_train_step", killed_at_step_5)
-    with pytest.raises(KeyboardInterrupt):
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(Trainer, "_train_step", original)
+
+
+def pretrain_killed_before_step_5(corpus, output, setup, monkeypatch) -> None:
+    """Start a pretraining run into ``output`` and kill it (KeyboardInterrupt) as step 5 begins."""
+    from graphdoc.training import pretrain
+
+    with pretraining_killed_before_step_5(monkeypatch), pytest.raises(KeyboardInterrupt):
         pretrain(corpus, output, setup, device="cpu")
-    monkeypatch.setattr(Trainer, "_train_step", original)

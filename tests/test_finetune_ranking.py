@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -269,9 +270,11 @@ def test_lists_of_the_same_data_and_settings_are_reused(tiny_bert, tmp_path, mon
     monkeypatch.setattr(CorpusRanker, "bm25_run", lambda self, *a: calls.append(a) or real(self, *a))
     finetune_ranking(*args, tmp_path / "run", config=_config(), model=str(tiny_bert))
     assert calls == [] and (tmp_path / "run" / "negatives" / "bm25.json").read_text() == kept
-    # the same lists left where a run with another setting they depend on starts: ranked again
+    # the same lists left where a run with another setting they depend on starts (an earlier attempt in that
+    # folder, stopped before its first checkpoint: its record and its lists): ranked again
     (tmp_path / "deep" / "negatives").mkdir(parents=True)
     (tmp_path / "deep" / "negatives" / "bm25.json").write_text(kept)
+    shutil.copy(tmp_path / "run" / "finetune_config.json", tmp_path / "deep")
     finetune_ranking(*args, tmp_path / "deep", config=_config(negative_depth=3), model=str(tiny_bert))
     assert len(calls) == 1
     assert all(len(v) <= 3 for v in _kept_lists(tmp_path / "deep" / "negatives" / "bm25.json").values())

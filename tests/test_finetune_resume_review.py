@@ -156,6 +156,7 @@ def test_a_model_folder_of_the_users_files_is_refused_before_training(runs, tiny
 
     (tmp_path / "run" / "model").mkdir(parents=True)
     (tmp_path / "run" / "model" / "mine.txt").write_text("precious\n", encoding="utf-8")
+    (tmp_path / "run" / "finetune_config.json").write_text("{}", encoding="utf-8")  # a run's folder (its record)
 
     def no_model(*args, **kwargs):
         raise AssertionError("the start model was loaded")
@@ -168,7 +169,7 @@ def test_a_model_folder_of_the_users_files_is_refused_before_training(runs, tiny
         else:
             finetune_classification(*runs["classification"], tmp_path / "run",
                                     config=ClassificationConfig(**CLASSIFICATION), model=str(tiny_bert))
-    assert _files(tmp_path / "run") == {"model/mine.txt": b"precious\n"}
+    assert _files(tmp_path / "run") == {"finetune_config.json": b"{}", "model/mine.txt": b"precious\n"}
 
 
 def test_an_output_inside_a_text_folder_corpus_is_refused(tmp_path):

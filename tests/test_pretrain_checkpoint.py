@@ -19,7 +19,7 @@ from graphdoc.config import ChunkerConfig, GraphConfig, ModelConfig, PassageEnco
 from graphdoc.errors import GraphDocError
 from graphdoc.training import PretrainConfig, PretrainSetup, pretrain
 from graphdoc.training import checkpoint as ckpt
-from graphdoc.training.metrics import read_log
+from graphdoc.training.metrics import TrainLog, read_log
 
 WORDS = "graph attention passage document retrieval vector dense sparse meeting topic section fox dog".split()
 
@@ -106,6 +106,37 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bert, tmp_path, mo
     losses = [float(r["loss"]) for r in read_log(tmp_path / "run")]
     assert losses == pytest.approx([float(r["loss"]) for r in read_log(tmp_path / "whole")], rel=1e-5)
     assert resumed.epoch_loss == pytest.approx(whole.epoch_loss, rel=1e-5)  # its sum is in the checkpoint
+
+
+def _log_of_10_steps(output: Path) -> Path:
+    log = TrainLog(output)
+    for step in range(1, 11):
+        log.write({"step": step, "epoch": 0, "loss": 1.0 / step, "lr": 1e-3, "documents": 4 * step})
+    return log.path
+
+
+def test_a_log_row_a_kill_cut_short_goes_on_resume(tmp_path):
+    path = _log_of_10_steps(tmp_path)
+    with open(path, "ab") as handle:  # the kill came after the first character of step 11's row: it reads as step 1
+        handle.write(b"1")
+    TrainLog(tmp_path, resume_step=10)
+    assert [int(r["step"]) for r in read_log(tmp_path)] == list(range(1, 11))
+    assert path.read_bytes().endswith(b"\n") and len(path.read_bytes().splitlines()) == 11
+
+
+def test_a_failure_while_the_log_is_cut_to_the_checkpoint_loses_no_row(tmp_path, monkeypatch):
+    import csv
+
+    path = _log_of_10_steps(tmp_path)
+    before = path.read_bytes()
+
+    def killed(self, rows):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(csv.DictWriter, "writerows", killed)
+    with pytest.raises(KeyboardInterrupt):
+        TrainLog(tmp_path, resume_step=4)
+    assert path.read_bytes() == before  # (it was emptied first, and the kill left it so)
 
 
 @pytest.mark.parametrize("kept", ["step-00000002", "step-00000004"])

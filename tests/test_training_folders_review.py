@@ -80,6 +80,22 @@ def test_finetune_into_a_pretraining_run_is_refused(task, tmp_path, capsys) -> N
                                                  "another --output"
 
 
+@pytest.mark.parametrize("task", ["ranking", "classification"])
+def test_finetune_into_a_folder_of_other_files_is_refused_and_writes_nothing(task, tmp_path, capsys) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n", encoding="utf-8")
+    files = ranking_files(tmp_path) if task == "ranking" else labelled_files(tmp_path)
+    inputs = (["--corpus", str(files["corpus"]), "--queries", str(files["queries"]), "--qrels", str(files["qrels"])]
+              if task == "ranking" else ["--train", str(files["train"]), "--dev", str(files["dev"])])
+    for extra in ([], ["--resume"]):  # (refused before the model named is loaded)
+        assert main(["-q", "finetune", "--task", task, *inputs, "--output", str(out), "--model", "no/such/model",
+                     *extra]) == 1
+        assert error_line(capsys, "finetune") == f"--output {out} holds other files and no fine-tuning run: choose a " \
+                                                 "new or empty folder"
+        assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
 def test_finetune_refuses_to_replace_a_saved_model_it_did_not_train(model_dir, tmp_path, capsys) -> None:
     import shutil
 

@@ -26,7 +26,8 @@ SCORE_NAMES = {"macro_f1": "macro-F1"}  # as the closing line spells the scores 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("finetune", help="fine-tune a model for ranking or classification", description=__doc__)
-    parser.add_argument("--task", required=True, choices=tuple(NEEDS))
+    parser.add_argument("--task", choices=tuple(NEEDS),
+                        help="what to fine-tune for (with --resume: default, the run's)")
     parser.add_argument("--output", required=True, metavar="DIR", help="run folder; the model in DIR/model")
     parser.add_argument("--config", default=None, metavar="YAML",
                         help="a YAML/JSON file, or a built-in config by name: finetune-ranking, finetune-classification")
@@ -78,7 +79,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--cache-dir", default=None, metavar="DIR",
                        help="passage vector cache (frozen mode; default: DIR/passage_cache)")
     add_field_arguments(parser)
-    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the latest checkpoint in --output, with the task, settings, inputs, start "
+                             "model and options the run recorded (DIR/finetune_config.json); options given apply on "
+                             "top and must match the run's (but --cache-dir and --repeats)")
     parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     parser.set_defaults(func=run)
@@ -93,27 +97,20 @@ def _default_help(text: str, name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphdoc.finetune import (
-        check_one_process,
-        finetune_classification,
-        finetune_ranking,
-        load_finetune_setup,
-    )
-    from graphdoc.serialization import saved_backbone
+    from graphdoc.finetune import check_one_process, finetune_classification, finetune_ranking
+    from graphdoc.finetune.record import read_record
 
     check_one_process()  # before the model and data are read
-    _check_task_options(args)
     if not args.output.strip():
         raise GraphDocError("--output is empty: name the run's folder")
     output = Path(args.output)
     if output.exists() and not output.is_dir():
         raise GraphDocError(f"--output {output} exists and is not a folder")
+    recorded = _take_recorded_options(args, read_record(output) if args.resume else None)
+    _check_task_options(args, output)
     common = {"frozen_encoder": args.frozen_encoder, "epochs": args.epochs, "batch_size": args.batch_size,
               "lr": args.lr, "seed": args.seed, "max_passages": args.max_passages, "cache_dir": args.cache_dir}
-    setup = load_finetune_setup(args.config, args.backbone or saved_backbone(args.model))
-    _warn_of_the_other_tasks_section(args)
-    if args.backbone is not None:
-        setup = setup.with_backbone(args.backbone)
+    setup = _setup(args, recorded)
     model_config = _model_config(args, setup)
     fields = fields_from(args)
     if args.task == "ranking":
@@ -148,11 +145,51 @@ def _warn_of_the_other_tasks_section(args: argparse.Namespace) -> None:
                        args.config, other, args.task, args.task, args.task)
 
 
-def _check_task_options(args: argparse.Namespace) -> None:
-    """One error line for a missing option of ``--task``, one of the other task, or bad ``--folds``."""
+def _take_recorded_options(args: argparse.Namespace, record: dict | None) -> dict | None:
+    """On resume, give each option not given the value the run recorded: its task, inputs, ``--folds``, model,
+    backbone, precision, fields and label field. Returns the ``record`` taken; ``None`` when there is none, or it is
+    of another ``--task`` (refused later, if the folder holds that run)."""
+    if record is None or args.task not in (None, record["task"]):
+        return None
+    args.task = record["task"]
+    recorded = {**record["inputs"], "model": record.get("model"), "backbone": record.get("backbone"),
+                "precision": record.get("precision")}
+    recorded.update({"folds": record["run"].get("folds")} if args.task == "ranking" else
+                    {"label_field": record.get("label_field")})
+    for name, value in recorded.items():
+        if name in vars(args) and getattr(args, name) is None:  # (a record edited by hand may name others)
+            setattr(args, name, value)
+    if fields_from(args) is None:
+        for role, name in (record.get("fields") or {}).items():
+            setattr(args, f"{role}_field", name)
+    return record
+
+
+def _setup(args: argparse.Namespace, record: dict | None):
+    """The run's settings: on resume without ``--config`` the ``record``'s, else the config file's (or the
+    defaults), as a new run reads them; then ``--backbone``'s model."""
+    from graphdoc.finetune import FinetuneSetup, load_finetune_setup
+    from graphdoc.serialization import saved_backbone
+
+    if record is not None and args.config is None:
+        model = record.get("model_config") or {}
+        setup = FinetuneSetup.from_dict({"backbone": model.get("backbone", "graph"), "model": model.get("settings", {}),
+                                         args.task: record[args.task]})
+    else:
+        setup = load_finetune_setup(args.config, args.backbone or saved_backbone(args.model))
+        _warn_of_the_other_tasks_section(args)
+    return setup if args.backbone is None else setup.with_backbone(args.backbone)
+
+
+def _check_task_options(args: argparse.Namespace, output: Path) -> None:
+    """One error line for no ``--task``, a missing option of it, one of the other task, or bad ``--folds``."""
+    if args.task is None:
+        held = f" ({output} records no run to resume)" if args.resume else ""
+        raise GraphDocError(f"--task is needed: ranking or classification{held}")
     missing = [_flag(name) for name in NEEDS[args.task] if getattr(args, name) is None]
     if missing:
-        raise GraphDocError(f"--task {args.task} needs {', '.join(missing)}")
+        held = f" ({output} records none of them to resume with)" if args.resume else ""
+        raise GraphDocError(f"--task {args.task} needs {', '.join(missing)}{held}")
     other = next(task for task in OPTIONS if task != args.task)
     stray = [_flag(name) for name in OPTIONS[other] if getattr(args, name) is not None]
     if stray:

@@ -22,9 +22,10 @@ from graphdoc.training.config import OBJECTIVES
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("pretrain", help="pretrain a model contrastively on unlabelled documents",
                             description=__doc__)
-    parser.add_argument("--corpus", required=True, action="append", metavar="PATH_OR_NAME",
+    parser.add_argument("--corpus", action="append", metavar="PATH_OR_NAME",
                         help="JSON lines, CSV/TSV, BEIR folder, text folder, MediaWiki dump or a named corpus such as "
-                             "openwebtext; repeat to read several in turn")
+                             "openwebtext; repeat to read several in turn (with --resume: default, those the run "
+                             "read)")
     parser.add_argument("--output", required=True, metavar="DIR",
                         help="run folder: checkpoints, log.csv, and the trained model in DIR/model")
     parser.add_argument("--config", default=None, metavar="YAML",
@@ -54,34 +55,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--cache-dir", default=None, metavar="DIR",
                         help="passage vector cache of the frozen mode (default DIR/passage_cache)")
     add_field_arguments(parser, recorded="with --resume, those the run recorded")
-    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the latest checkpoint in --output, with the run's recorded settings, "
+                             "corpus, start model and precision; options given apply on top and must match the "
+                             "run's (but --max-seconds and --cache-dir)")
     parser.add_argument("--device", default=None, help=DEVICE_HELP)
     parser.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphdoc.serialization import saved_backbone
-    from graphdoc.training import load_setup, pretrain
+    from graphdoc.training import pretrain
+    from graphdoc.training.run_folder import recorded_run
 
     rank = int(os.environ.get("RANK", "0"))
     if rank != 0 and not args.verbose:  # under torchrun process 0 logs; the others would repeat its lines
         logging.getLogger().setLevel(logging.ERROR)
-    backbone = args.backbone or saved_backbone(args.model)
-    setup = load_setup(args.config, backbone)
-    if backbone is not None:
-        setup = setup.with_backbone(backbone)
-    setup = setup.with_overrides(
-        objective=args.objective, frozen_encoder=args.frozen_encoder, max_steps=args.max_steps,
-        max_seconds=args.max_seconds,
-        batch_size=args.batch_size, epochs=args.epochs, seed=args.seed, cache_dir=args.cache_dir)
     if not args.output.strip():  # Path("") is the working folder
         raise GraphDocError("--output is empty: name the run's folder")
     args.output = Path(args.output)
     if args.output.exists() and not args.output.is_dir():
         raise GraphDocError(f"--output {args.output} exists and is not a folder")
-    result = pretrain(args.corpus, args.output, setup, model=args.model, resume=args.resume, device=args.device,
-                      precision=args.precision, show_progress_bar=not args.quiet, fields=fields_from(args))
+    recorded = recorded_run(args.output) if args.resume else None
+    corpus = args.corpus or _recorded_corpus(recorded, args)
+    model = args.model or (recorded.model if recorded else None)
+    precision = args.precision or (recorded.precision if recorded else None)
+    setup = _setup(args, model, recorded.setup if recorded else None)
+    result = pretrain(corpus, args.output, setup, model=model, resume=args.resume, device=args.device,
+                      precision=precision, show_progress_bar=not args.quiet, fields=fields_from(args))
     if rank != 0:
         return 0  # under torchrun, process 0 reports
     logger.info("%s (%d empty and %d too short documents skipped); %.1f documents/s, %.2f steps/s, peak memory "
@@ -92,6 +93,35 @@ def run(args: argparse.Namespace) -> int:
                        result.total_steps)
     logger.info("model saved in %s", result.model_dir)
     return 0
+
+
+def _setup(args: argparse.Namespace, model: str | None, recorded):
+    """The run's settings: on resume without ``--config`` the ``recorded`` ones, else the config file's (or the
+    defaults), as a new run reads them; the options given on top (a resume checks them against the run's)."""
+    from graphdoc.serialization import saved_backbone
+    from graphdoc.training import load_setup
+
+    backbone = args.backbone or saved_backbone(model)
+    setup = recorded if recorded is not None and args.config is None else load_setup(args.config, backbone)
+    if backbone is not None:
+        setup = setup.with_backbone(backbone)
+    return setup.with_overrides(
+        objective=args.objective, frozen_encoder=args.frozen_encoder, max_steps=args.max_steps,
+        max_seconds=args.max_seconds,
+        batch_size=args.batch_size, epochs=args.epochs, seed=args.seed, cache_dir=args.cache_dir)
+
+
+def _recorded_corpus(recorded, args: argparse.Namespace) -> list[str]:
+    """The corpus a resumed run read, when ``--corpus`` is not given (one error line when it is not known)."""
+    if not args.resume:
+        raise GraphDocError("--corpus is needed: the documents to pretrain on")
+    if recorded is None:
+        raise GraphDocError(f"--corpus is needed: {args.output} holds no checkpoint of a pretraining run to take it "
+                            "from")
+    if not recorded.sources:
+        raise GraphDocError(f"--corpus is needed: the checkpoint in {args.output} is from a graphdoc that did not "
+                            "record the corpus paths")
+    return recorded.sources
 
 
 def describe_run(result) -> str:

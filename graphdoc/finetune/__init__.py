@@ -127,7 +127,9 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
         precision: the passage encoder's arithmetic, replacing the model's own (``None`` keeps it).
         bm25: a :class:`BM25Index` over the corpus in its order (default: built here).
         show_progress_bar: a bar per epoch (default: when the ``graphdoc`` logger shows INFO).
-    Returns the summary also written as ``output/finetune.json`` (``crossval.json`` with ``folds``).
+    Returns the summary also written as ``output/finetune.json`` (``crossval.json`` with ``folds``). The run's
+    inputs, settings and start model are recorded in ``output/finetune_config.json``
+    (:mod:`graphdoc.finetune.record`), which ``graphdoc finetune --resume`` takes the options not given from.
     """
     from graphdoc.finetune.crossval import cross_validate
     from graphdoc.finetune.data import (
@@ -139,6 +141,7 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
     from graphdoc.finetune.inputs import open_cache
     from graphdoc.finetune.loop import MODEL_DIR, check_run_folder, check_start_model, run_kind
     from graphdoc.finetune.ranking_trainer import RankingTrainer
+    from graphdoc.finetune.record import record_run
     from graphdoc.retrieval.trec import unwritable_ids
     from graphdoc.retrieval.tuning import assign_folds
     from graphdoc.serialization import check_save_target
@@ -160,19 +163,27 @@ def finetune_ranking(corpus, queries, qrels, output: str | Path, *, dev_qrels=No
         if bad:
             raise GraphDocError(f"{_name(corpus) or 'the corpus'}: {len(bad)} document id(s) cannot go into the "
                                 f"TREC runs cross-validation writes (empty or with whitespace), e.g. {bad[0]!r}")
-    check_run_folder(output, run_kind("ranking", folds=folds), resume)
+    kind = run_kind("ranking", folds=folds)
+    check_run_folder(output, kind, resume, config.cache_dir)
     if folds is None:  # the run ends by saving there: a folder of the user's is refused now, not after training
         check_save_target(output / MODEL_DIR)
-    model = load_start_model(model, model_config, device, backbone, precision)
+    given, model = model, load_start_model(model, model_config, device, backbone, precision)
     check_start_model(output, model, resume)
+    record = functools.partial(record_run, output, config, kind, {"corpus": corpus, "queries": queries, "qrels": qrels,
+                                                                  "dev_qrels": dev_qrels}, model=given,
+                               model_config=model_config, backbone=backbone, precision=precision, fields=fields)
+    record(ended=False)
     if config.frozen_encoder and not hasattr(model, "forward_passage_vectors"):
         raise GraphDocError("a flat model has nothing to train over a frozen encoder: fine-tune it with "
                             "frozen_encoder false (--no-frozen-encoder) or use a graph model")
     cache = open_cache(model, config.frozen_encoder, config.cache_dir, output)
     data = load_ranking_data(model, sources, cache=cache, max_passages=config.max_passages, bm25=bm25)
     if folds is not None:
-        return cross_validate(model, config, data, train, output, folds, resume, show_progress_bar=show_progress_bar)
-    return RankingTrainer(model, config, data, train, output, dev, show_progress_bar).train(resume)
+        result = cross_validate(model, config, data, train, output, folds, resume, show_progress_bar=show_progress_bar)
+    else:
+        result = RankingTrainer(model, config, data, train, output, dev, show_progress_bar).train(resume)
+    record(ended=True)
+    return result
 
 
 def _check_labels(splits: dict[str, list], sources: dict[str, Any], config: ClassificationConfig) -> list[str]:
@@ -268,6 +279,7 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
         seed_everything,
         write_summary,
     )
+    from graphdoc.finetune.record import record_run
 
     config = config or ClassificationConfig()
     seed_everything(config.seed)  # the new graph layers and head start the same in every run
@@ -277,11 +289,16 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     if test is not None:
         splits["test"] = read_labelled(test, "test", fields, label_field)
     classes = _check_labels(splits, {"train": train, "dev": dev, "test": test}, config)
-    check_run_folder(output, run_kind("classification", shots=config.shots), resume)
+    kind = run_kind("classification", shots=config.shots)
+    check_run_folder(output, kind, resume, config.cache_dir)
     if config.shots is None:  # the run ends by saving there: a folder of the user's is refused now
         DocumentClassifier.check_save_target(output / MODEL_DIR)
     encoder = load_start_model(model, model_config, device, backbone, precision)
     check_start_model(output, encoder, resume)
+    record = functools.partial(record_run, output, config, kind, {"train": train, "dev": dev, "test": test},
+                               model=model, model_config=model_config, backbone=backbone, precision=precision,
+                               fields=fields, label_field=label_field)
+    record(ended=False)
     if config.objective == "supcon" and config.frozen_encoder and not hasattr(encoder, "forward_passage_vectors"):
         raise GraphDocError(SUPCON_NEEDS_LAYERS)  # before the passages are encoded
     cache = open_cache(encoder, config.frozen_encoder, config.cache_dir, output)
@@ -289,8 +306,10 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     keys = {name: [d.id for d in docs] for name, docs in splits.items()}
     classifier = DocumentClassifier(encoder, classes, config.dropout)
     if config.shots is not None:
-        return few_shot(classifier, config, data, keys["train"], keys.get("test", keys["dev"]), output,
-                        config.shots, config.repeats, resume, show_progress_bar)
+        result = few_shot(classifier, config, data, keys["train"], keys.get("test", keys["dev"]), output,
+                          config.shots, config.repeats, resume, show_progress_bar)
+        record(ended=True)
+        return result
     trainer = ClassificationTrainer(classifier, config, data, keys["train"], output, keys["dev"], show_progress_bar)
     summary = trainer.train(resume)
     best = DocumentClassifier.from_pretrained(output / "model", device=device)
@@ -300,4 +319,5 @@ def finetune_classification(train, dev, output: str | Path, *, test=None, config
     summary["dev_scores"] = evaluate_classifier(best, data, keys["dev"])
     if "test" in keys:
         summary["test_scores"] = evaluate_classifier(best, data, keys["test"])
+    record(ended=True)
     return write_summary(output, summary)

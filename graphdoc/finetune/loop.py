@@ -95,22 +95,23 @@ def describe_run(kind: dict[str, Any]) -> str:
     return f"{mode}{kind['task']} run{flag}"
 
 
-def check_run_folder(output: Path, wanted: dict[str, Any], resume: bool) -> None:
+def check_run_folder(output: Path, wanted: dict[str, Any], resume: bool, cache_dir: str | Path | None = None) -> None:
     """Refuse, in one line and before a model loads, a run into a folder holding a fine-tuning run (without
-    ``resume``, or of another kind: the other task; plain, k-fold or few-shot), and resuming a k-fold run with
-    another number of folds. Resuming a run of the same kind is left to :meth:`EpochLoop.start_or_resume`
-    (settings, data)."""
+    ``resume``, or of another kind: the other task; plain, k-fold or few-shot), into a folder holding other files
+    and no fine-tuning run (see :func:`_check_no_other_files`), and resuming a k-fold run with another number of
+    folds. Resuming a run of the same kind is left to :meth:`EpochLoop.start_or_resume` (settings, data)."""
     held = held_run(Path(output))
     if held is not None and held["task"] == "pretraining":
         raise GraphDocError(f"{output} holds a pretraining run, not a fine-tuning run: choose another --output")
     if held is None:
         from graphdoc.serialization import is_graphdoc_model
 
-        # a saved model no run of this folder wrote (a ranking run writes its settings first, then may save its
-        # best model before its first checkpoint): it would be replaced by this run's
+        # a saved model no run of this folder wrote (a run writes its record first, then may save its best model
+        # before its first checkpoint): it would be replaced by this run's
         if is_graphdoc_model(Path(output) / MODEL_DIR) and not (Path(output) / RUN_CONFIG_NAME).is_file():
             raise GraphDocError(f"{output} holds a saved model in {Path(output) / MODEL_DIR} and no fine-tuning run: "
                                 "the run would replace it; choose another --output (or move the model)")
+        _check_no_other_files(Path(output), cache_dir)
         if resume and wanted["mode"] != "plain":  # a plain run's EpochLoop says so; k-fold and few-shot runs here
             logger.warning("nothing to resume in %s: starting from scratch", output)
         return
@@ -127,6 +128,23 @@ def check_run_folder(output: Path, wanted: dict[str, Any], resume: bool) -> None
     if resume and held["folds"] is not None and held["folds"] != wanted["folds"]:
         raise GraphDocError(f"cannot resume {held['folder']} over different training data: the run was started "
                             f"with --folds {held['folds']}, not --folds {wanted['folds']}")
+
+
+def _check_no_other_files(output: Path, cache_dir: str | Path | None) -> None:
+    """A run writes into a folder that is new, empty or a fine-tuning run's (its record written first, see
+    :mod:`graphdoc.finetune.record`), as ``graphdoc pretrain`` does: refuse one holding anything else but the
+    writer's lock and a passage cache (``passage_cache``, or the ``cache_dir`` given), whose vectors a run stopped
+    before its first checkpoint leaves for the next."""
+    from graphdoc.fileio import LOCK_NAME
+    from graphdoc.training.cache import CACHE_NAME
+
+    if not output.is_dir() or (output / RUN_CONFIG_NAME).is_file():
+        return
+    caches = [(output / CACHE_NAME).resolve()] + ([Path(cache_dir).resolve()] if cache_dir is not None else [])
+    for entry in output.iterdir():
+        if entry.name != LOCK_NAME and not (entry.is_dir() and any(c.is_relative_to(entry.resolve()) for c in caches)):
+            raise GraphDocError(f"--output {output} holds other files and no fine-tuning run: choose a new or empty "
+                                "folder")
 
 
 def held_run(output: Path) -> dict[str, Any] | None:

@@ -2,7 +2,8 @@
 
 Output folder layout::
 
-    OUTPUT/finetune_config.json     the settings of the run
+    OUTPUT/finetune_config.json     how the run started: settings, inputs, start model (graphdoc.finetune.record;
+                                    written by finetune_ranking)
     OUTPUT/negatives/bm25.json      BM25's top ``negative_depth`` per training query, with a digest of the data
                                     and settings it was ranked for (another run's lists are ranked again)
     OUTPUT/negatives/model.json     the model's own top ``negative_depth``, ranked with the half-way weights
@@ -16,7 +17,6 @@ Output folder layout::
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 from collections.abc import Mapping
@@ -25,14 +25,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphdoc.fileio import atomic_write
 from graphdoc.finetune import ranking as rk
 from graphdoc.finetune.config import RankingConfig
 from graphdoc.finetune.data import RankingData
 from graphdoc.finetune.loop import (
     HALFWAY_DIR,
     OPERATIONAL,
-    RUN_CONFIG_NAME,
     EpochLoop,
     data_fingerprint,
     seed_everything,
@@ -124,8 +122,6 @@ class RankingTrainer:
         """Run the remaining epochs; keep the best dev model in ``OUTPUT/model``; return the summary."""
         self.loop.start_or_resume(resume)
         self.resumed = self.loop.state["step"] > 0
-        with atomic_write(self.output / RUN_CONFIG_NAME, "w", encoding="utf-8") as handle:
-            json.dump({"ranking": dataclasses.asdict(self.cfg)}, handle, indent=2)
         try:
             while self.loop.state["epoch"] < self.cfg.epochs:
                 epoch = self.loop.state["epoch"]

@@ -49,7 +49,9 @@ def pretrain(corpus: str | Sequence[str], output: str | Path, setup: PretrainSet
             backbone, a saved graphdoc model of it, or any Hugging Face encoder, built with
             ``setup.model``) instead of ``setup.model``'s encoder.
         resume: continue from the latest checkpoint in ``output`` (the same result as a run that was
-            never interrupted).
+            never interrupted). Checkpoints keep the settings, the sources' absolute paths, the start model and
+            the ``precision`` given: ``graphdoc pretrain --output DIR --resume`` goes on with them
+            (:func:`graphdoc.training.run_folder.recorded_run`).
         device: ``cpu``, ``cuda`` or ``cuda:N``; under torchrun each process takes its local GPU.
         precision: the passage encoder's arithmetic (``auto``, ``fp32``, ``fp16``, ``bf16``), replacing the
             model's own ``passage_encoder.precision`` (also on resume); ``None`` keeps it.

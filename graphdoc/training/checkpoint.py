@@ -9,7 +9,9 @@ no partial folder behind)::
     scheduler.json            the learning-rate scheduler's state
     rng.safetensors           torch random states (CPU, and CUDA where used) of every process
     rng.json                  numpy's and Python's global random states (of process 0)
-    trainer_state.json        step, data position, data counts, schedule length, loss scaler, settings
+    trainer_state.json        step, data position, data counts, schedule length, loss scaler, settings, corpus
+                              (paths, sizes, digests), start model and precision given: what a resume checks
+                              and, with only --output given, goes on with
     NAME.safetensors          weights trained beside the model, if any (mlm_head: a flat model's MLM head;
                               projection_head: the head of pretrain.projection_head)
 """

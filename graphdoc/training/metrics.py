@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import resource
 import sys
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 import torch
 
 from graphdoc.errors import GraphDocError
+from graphdoc.fileio import atomic_write
 
 LOG_NAME = "log.csv"
 #: ``loss`` is the whole objective; ``mlm_loss`` its masked-language-model term before weighting (empty when off)
@@ -63,12 +65,18 @@ class TrainLog:
         self.writer = _tensorboard_writer(output) if tensorboard else None
 
     def _truncate(self, step: int) -> None:
-        with open(self.path, newline="", encoding="utf-8") as handle:
-            rows = [r for r in csv.DictReader(handle) if int(r["step"]) <= step]
-        with open(self.path, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, COLUMNS, lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(rows)
+        """Keep the rows up to the checkpoint's ``step``. A last line without its line end is a row that a kill cut
+        short (its step may read as an earlier one: ``1`` of ``12,...``): it goes too. Replaced atomically, so a kill
+        here loses no row."""
+        data = self.path.read_bytes()
+        complete = data[:data.rfind(b"\n") + 1].decode("utf-8")
+        rows = [r for r in csv.DictReader(io.StringIO(complete, newline="")) if int(r["step"]) <= step]
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        with atomic_write(self.path, "wb") as handle:
+            handle.write(text.getvalue().encode("utf-8"))
 
     def write(self, row: dict) -> None:
         with open(self.path, "a", newline="", encoding="utf-8") as handle:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -17,7 +18,7 @@ from graphdoc.backbones import FLAT
 from graphdoc.corpus import Fields, ReadStats, check_outside_corpus, corpus_files, source_key
 from graphdoc.errors import GraphDocError
 from graphdoc.fileio import LOCK_NAME, check_output_folder
-from graphdoc.serialization import is_graphdoc_model
+from graphdoc.serialization import is_graphdoc_model, saved_backbone
 from graphdoc.training import checkpoint as ckpt
 from graphdoc.training import data
 from graphdoc.training.cache import CACHE_NAME, cache_folder, discard_empty_cache
@@ -46,6 +47,52 @@ def corpus_identity(sources: list[str]) -> list[list]:
         files = corpus_files(path)  # a BEIR folder's queries and qrels are not read, so not counted
         out.append([path.name, sum(f.stat().st_size for f in files), _content_digest(files)])
     return out
+
+
+def source_paths(sources: list[str]) -> list[str]:
+    """Each source as a resumed run finds it again from any working folder: a file or folder by its absolute path,
+    a named corpus by its name (kept in checkpoints: the corpus of a resume that names none)."""
+    return [str(Path(source).resolve()) if Path(source).exists() else source for source in sources]
+
+
+@dataclasses.dataclass
+class RecordedRun:
+    """What a pretraining run recorded, the defaults of ``--resume``: the settings (``None``: no readable
+    ``pretrain_config.json``), the corpus (``None``: a checkpoint from before sources were kept), the start model's
+    name or path and the precision given (``None``: none)."""
+
+    setup: PretrainSetup | None
+    sources: list[str] | None
+    model: str | None
+    precision: str | None
+
+
+def recorded_run(output: Path) -> RecordedRun | None:
+    """What the pretraining run in ``output`` recorded in its latest checkpoint and ``pretrain_config.json``;
+    ``None`` without a checkpoint (nothing to resume) or for a checkpoint of another kind of run (refused later,
+    by :meth:`RunFolder.check`). The setup's ``pretrain`` section is the latest checkpoint's: settings that may
+    change on resume (``max_seconds``, ``cache_dir``, ...) are those the run last went on with."""
+    found = ckpt.list_checkpoints(output) if output.is_dir() else []
+    if not found:
+        return None
+    state = ckpt.read_state(found[-1])
+    if "pretrain" not in state:
+        return None
+    model = (state.get("start_model") or {}).get("name")
+    return RecordedRun(_recorded_setup(output, state, model), state.get("sources"), model, state.get("precision"))
+
+
+def _recorded_setup(output: Path, state: dict, model: str | None) -> PretrainSetup | None:
+    try:
+        data = json.loads((output / CONFIG_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    data = {**data, "pretrain": state["pretrain"], "backbone": state.get("backbone", data.get("backbone", "graph"))}
+    if saved_backbone(model) is not None:  # a saved model brings its own settings (a config's are warned unused)
+        data.pop("model", None)
+    return PretrainSetup.from_dict(data)
 
 
 def _content_digest(files: list[Path]) -> str:

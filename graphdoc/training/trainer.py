@@ -61,6 +61,7 @@ from graphdoc.training.run_folder import (
     RunFolder,
     check_resumable,
     corpus_identity,
+    source_paths,
 )
 
 logger = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class Trainer:
         self.corpus: list[list] = []  # corpus_identity of the sources, set by start()
         self.time_up = False
         self.start_model: dict = {}  # checkpoint.start_identity of the weights the run started from
+        self.precision: str | None = None  # the precision given (kept in checkpoints: the default of a resume)
         self.saved_step = 0  # the step of the latest checkpoint written or resumed from
         self.folder = RunFolder(setup, sources, output, ctx, fields)
         self.lock = contextlib.ExitStack()  # process 0's hold on the output folder, from start() to the end
@@ -114,6 +116,7 @@ class Trainer:
         ``precision`` replaces the passage encoder's own (``passage_encoder.precision``), also on resume.
         """
         self.cfg.check_backbone(self.setup.backbone)
+        self.precision = precision
         check_output_folder(self.output, "--output")  # (a file in the way: one line, before the lock's mkdir)
         if self.ctx.is_main:  # a second run into the same output stops here, before it looks at the folder (what
             # it finds may be the first run's), until pretrain() releases it; the lock removes a folder it made
@@ -428,8 +431,9 @@ class Trainer:
         return {"step": self.step, "epoch": self.position.epoch, "offset": self.position.offset,
                 "stats": dataclasses.asdict(self.stats), "total_steps": self.total_steps,
                 "world_size": self.ctx.world_size, "backbone": self.setup.backbone,
-                "loop_seconds": self.loop_seconds(), "corpus": self.corpus, "fields": self.folder.fields.to_dict(),
-                "pretrain": dataclasses.asdict(self.cfg), "start_model": self.start_model,
+                "loop_seconds": self.loop_seconds(), "corpus": self.corpus, "sources": source_paths(self.sources),
+                "fields": self.folder.fields.to_dict(), "pretrain": dataclasses.asdict(self.cfg),
+                "start_model": self.start_model, "precision": self.precision,
                 "scaler": self.scaler.state_dict() if self.scaler is not None else None,
                 "loss": self.last_loss, "mlm_loss": self.last_mlm, "epoch_loss": self.epoch_loss}
 
