@@ -1,5 +1,5 @@
 """``--max-passages``: the passage cap of one run of ``embed``, ``index`` (kept for documents added later, not
-needed by a search) and ``compare``."""
+needed by a search) and ``compare``; warned of where a flat FirstP model reads no passages."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _retrieval_helpers import cli, error_line, make_docs, manifest_json, write_jsonl
+from _retrieval_helpers import cli, error_line, make_docs, manifest_json, records, write_jsonl
 
 from graphdoc.encoder import GraphDocEncoder
 from graphdoc.retrieval.searcher import Searcher
@@ -85,3 +85,58 @@ def test_compare_takes_the_cap(model_dir, tmp_path, capsys) -> None:
 
     result = json.loads(capsys.readouterr().out)
     assert len(result["passage_similarity"]) == 1 and len(result["passage_similarity"][0]) == 1
+
+
+@pytest.fixture(scope="module")
+def flat_dirs(tiny_bert, tmp_path_factory) -> dict[str, Path]:
+    """Saved flat models on ``tiny_bert`` (12-word passages, as the graph model's) in document modes first and
+    mean."""
+    from graphdoc.flat_config import FlatModelConfig
+    from graphdoc.flat_encoder import FlatEncoder
+
+    folders = {}
+    for document in ("first", "mean"):
+        config = FlatModelConfig.from_dict({"chunker": {"max_words": 12}, "passage_encoder": {"pooling": "mean"},
+                                            "graph": {"document": document}})
+        folders[document] = tmp_path_factory.mktemp(f"flat-{document}")
+        FlatEncoder.from_pretrained(str(tiny_bert), config=config, device="cpu").save_pretrained(folders[document])
+    return folders
+
+
+NOT_APPLIED = ("WARNING graphdoc.cli: --max-passages does not apply to this model: a flat model in document mode "
+               "first (FirstP) embeds a document's title and text as one sequence cut at the encoder's limit, not its "
+               "passages (--flat-document mean embeds passages)")
+
+
+def test_a_cap_a_flat_first_model_does_not_read_is_warned_of(flat_dirs, corpus, tmp_path, capsys) -> None:
+    first = flat_dirs["first"]
+    for command in (["embed", "--corpus", corpus, "--output", tmp_path / "one.npy"],
+                    ["cluster", "--corpus", corpus, "-k", 2, "--output", tmp_path / "clusters.tsv"],
+                    ["plot", "embeddings", "--corpus", corpus, "--output", tmp_path / "map.png"]):
+        assert cli(*command, "--model", first, "--max-passages", 1) == 0
+        assert capsys.readouterr().err.splitlines() == [NOT_APPLIED], command[0]
+    assert cli("embed", "--corpus", corpus, "--output", tmp_path / "all.npy", "--model", first) == 0
+    assert np.array_equal(np.load(tmp_path / "one.npy"), np.load(tmp_path / "all.npy"))  # the cap changed nothing
+
+
+def test_a_cap_a_flat_model_reads_is_not_warned_of(flat_dirs, corpus, tmp_path, capsys) -> None:
+    import json
+
+    def run(*command) -> str:
+        assert cli(*command, "--max-passages", 1) == 0
+        err = capsys.readouterr().err
+        assert NOT_APPLIED not in err.splitlines()
+        return err
+
+    # the passages an index keeps (their vectors, or without them the spans its hits' passages come from), the
+    # passages compare matches, a mean model's vector: each is capped
+    run("index", "--corpus", corpus, "--index-dir", tmp_path / "index", "--model", flat_dirs["first"])
+    assert manifest_json(tmp_path / "index")["counts"]["passages"] == 5
+    run("index", "--corpus", corpus, "--index-dir", tmp_path / "bare", "--model", flat_dirs["first"], "--no-passages")
+    assert [len(record["passages"]) for record in records(tmp_path / "bare")] == [1] * 5
+    a, b = (write_jsonl(tmp_path / f"{d['_id']}.jsonl", [d]) for d in make_docs(2))
+    run("compare", a, b, "--model", flat_dirs["first"], "--json")
+    err = run("embed", "--corpus", corpus, "--output", tmp_path / "mean.npy", "--model", flat_dirs["mean"])
+    assert "5 document(s) had more than 1 passages" in err
+    assert cli("compare", a, b, "--model", flat_dirs["first"], "--json") == 0
+    assert len(json.loads(capsys.readouterr().out)["passage_similarity"]) == 3  # (1 with the cap, above)

@@ -155,6 +155,31 @@ def test_compare_one_record_files_without_an_id_take_the_file_name(model_dir, tm
                                                   f"--corpus {tmp_path / 'two.jsonl'} ID_A ID_B")
 
 
+def test_compare_field_options_apply_to_the_json_record_not_the_text_file(model_dir, tmp_path, capsys) -> None:
+    record, notes, other = tmp_path / "paper.json", tmp_path / "notes.md", tmp_path / "other.txt"
+    record.write_text(json.dumps({"paper_id": "p1", "abstract": "Graph attention reads long documents.",
+                                  "text": "The full text, kept as metadata."}), encoding="utf-8")
+    notes.write_text(MARKDOWN, encoding="utf-8")
+    other.write_text("Dense vectors and BM25 are fused.", encoding="utf-8")
+    fields = ("--id-field", "paper_id", "--text-field", "abstract")
+    assert cli("compare", record, notes, "--model", model_dir, *fields, "--json") == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert (data["a"]["id"], data["b"]["id"]) == ("p1", "notes")
+    assert [p["text"] for p in data["a"]["passages"]] == ["Graph attention reads long documents."]
+    assert [s["title"] for s in data["b"]["sections"]] == ["Start", "Next"]  # the Markdown file, read as it is
+    assert captured.err == (f"WARNING graphdoc.cli: --id-field, --text-field apply to the JSON record {record}, not "
+                            f"to {notes}, a text file: it is read as it is\n")
+    assert cli("compare", other, record, "--model", model_dir, "--text-field", "abstract", "--json") == 0
+    captured = capsys.readouterr()
+    assert [json.loads(captured.out)[side]["id"] for side in ("a", "b")] == ["other", "paper"]  # (no id field named)
+    assert captured.err == (f"WARNING graphdoc.cli: --text-field applies to the JSON record {record}, not to "
+                            f"{other}, a text file: it is read as it is\n")
+    assert cli("compare", notes, other, "--model", model_dir, "--text-field", "abstract") == 1
+    assert error_line(capsys, "compare") == (f"graphdoc compare: error: {notes} and {other} are text files: "
+                                             "--text-field applies only to a JSON record (.json, .jsonl)")
+
+
 def test_compare_summary_names_the_columns_in_full(model_dir, tmp_path, capsys) -> None:
     a, b = tmp_path / "a.md", tmp_path / "b.md"
     a.write_text(MARKDOWN, encoding="utf-8")

@@ -5,53 +5,35 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
 from _retrieval_helpers import cli, error_line, make_docs, write_jsonl
+from _serve_helpers import build_served_index, fetch, get, post, raw, serving
 
-from graphdoc.retrieval.builder import IndexSettings, build_index
+from graphdoc.retrieval.builder import build_index
 from graphdoc.retrieval.searcher import Searcher
 from graphdoc.retrieval.server import make_server
 
-pytestmark = pytest.mark.usefixtures("restore_cli_state")
+pytestmark = pytest.mark.usefixtures("restore_cli_state", "no_key_in_the_environment")
+
+
+@pytest.fixture
+def no_key_in_the_environment(monkeypatch) -> None:
+    monkeypatch.delenv("GRAPHDOC_API_KEY", raising=False)  # (a developer's own would make every serve need it)
 
 
 @pytest.fixture(scope="module")
 def built(model, tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("serve")
-    docs = make_docs(10)
-    docs[4]["label"] = "four"
-    build_index(model, str(write_jsonl(folder / "corpus.jsonl", docs)), folder / "index", IndexSettings(shard_size=4))
-    return folder / "index"
+    return build_served_index(model, tmp_path_factory.mktemp("serve"))
 
 
 @pytest.fixture
 def served(built, model, tmp_path):
     index = Path(shutil.copytree(built, tmp_path / "index"))
-    server = make_server(index, port=0, model=model)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield index, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
-
-
-def get(url: str) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(url, timeout=30) as response:
-            return response.status, json.loads(response.read().decode("utf-8"))
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read().decode("utf-8"))
-
-
-def post(url: str, body: bytes) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
-    return get(request)  # type: ignore[arg-type]
+    with serving(index, model) as base:
+        yield index, base
 
 
 def test_search_similar_and_document_answer_as_the_searcher(served, model) -> None:
@@ -68,7 +50,7 @@ def test_search_similar_and_document_answer_as_the_searcher(served, model) -> No
     assert get(f"{base}/document?id=d004") == (200, record) and record["metadata"] == {"label": "four"}
     body = json.dumps({"queries": {"a": "graph attention", "b": "lazy dog"}, "k": 4, "mode": "bm25"}).encode()
     assert post(f"{base}/search", body) == (200, {"run": run})
-    assert get(f"{base}/health") == (200, {"status": "ok", "documents": 10})
+    assert get(f"{base}/health") == (200, {"status": "ok", "documents": 10, "build": recorded_build(index)})
     info = get(f"{base}/info")[1]
     assert (info["documents"], info["fusion"]["alpha"], info["dimension"]) == (10, 0.6, 32)
     assert info["metadata_fields"] == ["label"]
@@ -143,6 +125,39 @@ def test_a_rebuilt_index_is_served_from_the_next_request(served, model, tmp_path
     assert get(f"{base}/document?id=d011")[0] == 200
 
 
+def recorded_build(index: Path) -> str:
+    """The build id ``final/build.json`` records."""
+    return json.loads((index / "final" / "build.json").read_text(encoding="utf-8"))["build"]
+
+
+def test_answers_name_their_build_and_a_delete_while_serving_changes_it(served) -> None:
+    from graphdoc.retrieval import delete_documents
+    from graphdoc.retrieval.server import BUILD_HEADER
+
+    index, base = served
+    first = recorded_build(index)
+    assert get(f"{base}/health") == (200, {"status": "ok", "documents": 10, "build": first})
+    assert get(f"{base}/info")[1]["build"] == first
+    for status, _, headers in (fetch(f"{base}/search?q=zebra"), fetch(f"{base}/similar?id=nope"),
+                               fetch(f"{base}/search", b"{"), fetch(f"{base}/health")):
+        assert headers[BUILD_HEADER] == first  # an answer or an error alike
+    delete_documents(index, ["d007"])  # (final/ rebuilt while the server runs)
+    second = recorded_build(index)
+    assert second != first
+    status, body, headers = fetch(f"{base}/search?q=zebra&mode=bm25")
+    assert (status, headers[BUILD_HEADER], body["hits"]) == (200, second, [])  # d007, the zebra's, deleted
+    assert get(f"{base}/health") == (200, {"status": "ok", "documents": 9, "build": second})
+    assert get(f"{base}/info")[1]["build"] == fetch(f"{base}/info")[2][BUILD_HEADER] == second
+
+
+def test_an_index_finalised_before_build_json_is_named_by_the_id_a_rebuild_records(built, model, tmp_path) -> None:
+    index = Path(shutil.copytree(built, tmp_path / "index"))
+    recorded = recorded_build(index)
+    (index / "final" / "build.json").unlink()
+    with Searcher(index, model=model) as searcher:
+        assert searcher.build == recorded
+
+
 def test_cli_refuses_a_bad_port_and_a_missing_index(tmp_path, capsys) -> None:
     assert cli("serve", "--index-dir", tmp_path, "--port", 70000) == 1
     assert error_line(capsys, "serve") == "graphdoc serve: error: --port must be from 0 to 65535; got 70000"
@@ -162,22 +177,6 @@ def test_cli_serves_until_interrupted(built, monkeypatch, capsys) -> None:
     assert out.startswith(f"serving {built} (10 documents) on http://127.0.0.1:") and out.endswith(
         "/ (Ctrl-C stops)\n")
     assert urllib.parse.urlsplit(out.split(" on ")[1].split(" ")[0]).port > 0
-
-
-def raw(base: str, data: bytes) -> bytes:
-    """Send ``data`` on one connection and read until the server closes it (or 10 s pass)."""
-    import socket
-
-    port = urllib.parse.urlsplit(base).port
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(data)
-        received = b""
-        try:
-            while chunk := sock.recv(65536):
-                received += chunk
-        except TimeoutError:
-            pass
-    return received
 
 
 def test_a_body_not_read_closes_the_connection(served) -> None:

@@ -77,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
     if args.embeddings is not None:
         vectors = _read_embeddings(args.embeddings, [doc.id for doc in docs])
     else:
-        vectors = load_model(args).encode(docs, batch_size=32 if args.batch_size is None else args.batch_size,
-                                          show_progress_bar=not args.quiet)
+        vectors = load_model(args, passages=False).encode(
+            docs, batch_size=32 if args.batch_size is None else args.batch_size, show_progress_bar=not args.quiet)
     found = kmeans(vectors, args.clusters, seed=args.seed, n_init=args.n_init)
     note = "" if to_stdout else replacing(args.output)
     with contextlib.nullcontext(sys.stdout) if to_stdout else atomic_write(args.output, "w",

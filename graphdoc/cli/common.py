@@ -140,8 +140,10 @@ def check_at_least_one(flag: str, value: int | None) -> None:
         check_count(flag, value)
 
 
-def load_model(args: argparse.Namespace):
-    """The model named by ``--model``/``--config``/``--backbone``; the config's encoder when no model is named."""
+def load_model(args: argparse.Namespace, passages: bool = True):
+    """The model named by ``--model``/``--config``/``--backbone``; the config's encoder when no model is named.
+    ``passages``: whether the command reads the documents' passages, not their vectors alone (see
+    :func:`set_max_passages`)."""
     from graphdoc import backbones
     from graphdoc.serialization import saved_backbone
 
@@ -174,7 +176,7 @@ def load_model(args: argparse.Namespace):
         model.config = replace(model.config, graph=replace(model.config.graph, document=args.flat_document))
     if getattr(args, "precision", None) is not None:
         model.passage_encoder.config.precision = args.precision
-    set_max_passages(model, args)
+    set_max_passages(model, args, passages)
     return model
 
 
@@ -189,11 +191,20 @@ def max_passages_given(args: argparse.Namespace) -> tuple[bool, int | None]:
     return True, value or None
 
 
-def set_max_passages(model, args: argparse.Namespace) -> None:
-    """Give ``model``'s chunker the cap of ``--max-passages``, when given."""
+def set_max_passages(model, args: argparse.Namespace, passages: bool = True) -> None:
+    """Give ``model``'s chunker the cap of ``--max-passages``, when given. A command that reads document vectors
+    alone (``passages=False``) of a model that makes them without passages (a flat model in document mode
+    ``first``) is told that the cap changes nothing."""
+    from graphdoc.serialization import backbone_of
+
     given, cap = max_passages_given(args)
-    if given:
-        model.config.chunker.max_passages = cap
+    if not given:
+        return
+    model.config.chunker.max_passages = cap
+    if not passages and backbone_of(model) == FLAT and model.config.graph.document == "first":
+        logger.warning("--max-passages does not apply to this model: a flat model in document mode first (FirstP) "
+                       "embeds a document's title and text as one sequence cut at the encoder's limit, not its "
+                       "passages (--flat-document mean embeds passages)")
 
 
 def _config_file(path: str, data, where: str, backbone: str, guessed: bool):

@@ -70,6 +70,28 @@ def read_document_file(path: Path, fields=None):
     raise InputError(f"{path}: unknown document file (accepted: {FILE_KINDS}; or --corpus with ids)")
 
 
+def read_document_files(paths: list[Path], fields=None) -> list:
+    """The documents of ``paths`` (:func:`read_document_file`), which may be of different kinds: ``fields`` name
+    the fields of the JSON records among them, and a text file, which has none, is read as it is (a warning says
+    the options do not apply to it); ``fields`` given for text files only are refused."""
+    from graphdoc.corpus.textdir import is_text_file
+
+    texts = [is_text_file(path) for path in paths]
+    docs = [read_document_file(path, None if text else fields) for path, text in zip(paths, texts)]
+    named = [] if fields is None else [f"--{role}-field" for role in fields.named()]
+    if not named or not any(texts):
+        return docs
+    options = f"{', '.join(named)} {'applies' if len(named) == 1 else 'apply'}"
+    records = [str(path) for path, text in zip(paths, texts) if not text]
+    if not records:
+        raise InputError(f"{' and '.join(map(str, paths))} are text files: {options} only to a JSON record (.json, "
+                         ".jsonl)")
+    for path in (path for path, text in zip(paths, texts) if text):
+        logger.warning("%s to the JSON record %s, not to %s, a text file: it is read as it is", options,
+                       " and ".join(records), path)
+    return docs
+
+
 def _record_document(path: Path, where: str, record: dict, default_id: str, fields=None):
     """The document of a file's one JSON record; without an id, the file's name (``default_id``) is its id."""
     from graphdoc.documents import Document
@@ -123,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
                            "the page")
     fields = fields_from(args)
     docs = (read_from_corpus(args.corpus, [args.a, args.b], fields) if args.corpus
-            else [read_document_file(Path(args.a), fields), read_document_file(Path(args.b), fields)])
+            else read_document_files([Path(args.a), Path(args.b)], fields))
     for doc in docs:  # before the model loads
         check_has_text(doc)
     comparison = compare_documents(load_model(args), docs[0], docs[1], top=args.top)

@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         args.corpus = stdin_corpus("embed", args.fields)
     documents = read_corpus(args.corpus, stats=ReadStats(), fields=args.fields)  # a bad corpus fails here, at once
     with file_lock(args.output):  # one run at a time writes FILE.npy and FILE.npy.partial/ (checked before loading)
-        return _embed(args, documents, load_model(args))
+        return _embed(args, documents, load_model(args, passages=False))
 
 
 def _check_corpus_outside_partial(corpus, folder: Path) -> None:

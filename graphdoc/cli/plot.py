@@ -80,7 +80,8 @@ def run_embeddings(args: argparse.Namespace) -> int:
     if labels is not None and all(label is None for label in labels):
         what = "a title" if field == "title" else f"a {field!r} field"  # a blank title is no title
         raise GraphDocError(f"no document of {args.corpus} has {what}")
-    vectors = load_model(args).encode(docs, batch_size=args.batch_size, show_progress_bar=not args.quiet)
+    vectors = load_model(args, passages=False).encode(docs, batch_size=args.batch_size,
+                                                     show_progress_bar=not args.quiet)
     note = replacing(args.output)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     plot_embeddings(vectors, labels, args.output, method=args.method, seed=args.seed)

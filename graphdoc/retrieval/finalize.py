@@ -98,15 +98,19 @@ def _save_dense(folder: Path, index_name: str, vectors_name: str, vectors: np.nd
 
 
 def _build_record(manifest: Manifest, documents: int, passages: int) -> dict:
-    """What :data:`BUILD_FILE` holds. The id is a digest of what decides ``final/``'s content (the shards, which
-    are never rewritten, and the settings), so that another build of an index has another id, while a rebuild
-    of a damaged ``final/`` writes the same bytes."""
+    """What :data:`BUILD_FILE` holds."""
+    return {"build": build_id(manifest, documents, passages), "documents": documents, "passages": passages}
+
+
+def build_id(manifest: Manifest, documents: int, passages: int) -> str:
+    """The id of the build of ``manifest``'s shards and settings: a digest of what decides ``final/``'s content
+    (the shards, which are never rewritten, and the settings), so that another build of an index has another id,
+    while a rebuild of a damaged ``final/`` writes the same bytes."""
     decided_by = [manifest.shards, manifest.metric, manifest.faiss_factory, manifest.bm25, manifest.store_passages,
                   documents, passages]
     if manifest.deleted:  # (an index without deletions keeps the id it had before they existed)
         decided_by.append(manifest.deleted)
-    digest = hashlib.blake2b(json.dumps(decided_by, sort_keys=True).encode("utf-8"), digest_size=16)
-    return {"build": digest.hexdigest(), "documents": documents, "passages": passages}
+    return hashlib.blake2b(json.dumps(decided_by, sort_keys=True).encode("utf-8"), digest_size=16).hexdigest()
 
 
 def read_build(final: Path) -> dict | None:

@@ -23,7 +23,7 @@ from graphdoc.progress import logs_beside_bars, progress_bar
 from graphdoc.retrieval.dense_searcher import DenseSearcher, DenseSettings
 from graphdoc.retrieval.docstore import DocStore, offsets_path
 from graphdoc.retrieval.filters import MetadataFilters
-from graphdoc.retrieval.finalize import FINAL_DIR, read_build
+from graphdoc.retrieval.finalize import FINAL_DIR, build_id, read_build
 from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig, fuse_arrays
 from graphdoc.retrieval.manifest import MANIFEST_NAME, Manifest, check_identity, model_identity
 from graphdoc.retrieval.queries import check_query, split_queries
@@ -223,6 +223,15 @@ class Searcher:
     def row_of(self) -> dict[str, int]:
         """Document id -> row number (built once, on first use)."""
         return {doc_id: row for row, doc_id in enumerate(self.doc_ids)}
+
+    @functools.cached_property
+    def build(self) -> str:
+        """The id of the build opened (32 hex digits): ``final/build.json``'s, another after every add or delete;
+        for an index finalised before graphdoc wrote that file, the id a rebuild of it would record."""
+        recorded = self.opened[0][2]
+        if recorded is not None:
+            return recorded
+        return build_id(self.manifest, len(self.doc_ids), self.manifest.counts.get("passages", 0))
 
     @functools.cached_property
     def name_rank(self) -> np.ndarray:

@@ -9,9 +9,9 @@
   field given twice takes either value; different fields must all match; a field inside an object by its dotted
   path, ``metadata.year``)
 - ``/document?id=DOC_ID``: its stored record (id, title, text, metadata, passage spans)
-- ``/info``: documents and passages held, the model, dense, BM25 and fusion settings, the metadata fields a
-  filter may name, and the corpora read (with how many documents of each)
-- ``/health``: ``{"status": "ok", "documents": N}``
+- ``/info``: the build, documents and passages held, the model, dense, BM25 and fusion settings, the metadata
+  fields a filter may name, and the corpora read (with how many documents of each)
+- ``/health``: ``{"status": "ok", "documents": N, "build": ID}``
 
 ``POST /search`` with a JSON body ``{"queries": {id: text, ...} or [text, ...], "k": 100, "mode": ...}`` (and
 ``"filter": {field: value or [values]}``) ranks many queries at once: ``{"run": {query id: {doc id: score}}}``.
@@ -20,11 +20,17 @@ id or path ``404``.
 
 One :class:`~graphdoc.retrieval.searcher.Searcher` serves every thread. When the index is rebuilt (documents
 added or deleted), the next request opens the new build; requests under way finish on the one they began with.
+Every answer names the build that gave it in the header ``X-Graphdoc-Build`` (``Searcher.build``).
+
+With an API key (``make_server(..., api_key=KEY)``), every request but ``/health`` must send it as
+``Authorization: Bearer KEY`` or ``X-API-Key: KEY``; one without it, or with another, is answered ``401`` with
+``{"error": "..."}`` and ``WWW-Authenticate: Bearer``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import logging
 import threading
@@ -36,7 +42,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from graphdoc.errors import DamagedIndexError, GraphDocError, ModelLoadError
+from graphdoc.errors import ArgumentTypeError, DamagedIndexError, GraphDocError, ModelLoadError
 from graphdoc.retrieval.filters import filter_from_pairs
 from graphdoc.retrieval.searcher import MODES, Searcher
 
@@ -49,6 +55,11 @@ PARAMETERS = {"/search": ("q", "k", "mode", "alpha", "fusion", "normalization", 
               "/similar": ("id", "k", "filter"), "/document": ("id",)}
 #: the fields of a POST /search body
 BODY_FIELDS = ("queries", "k", "mode", "fusion", "filter")
+#: the response header naming the index build that answered (``Searcher.build``)
+BUILD_HEADER = "X-Graphdoc-Build"
+#: the answers (401) to a request without the server's API key, or with another
+NO_KEY = "this service needs an API key: send it as Authorization: Bearer KEY (or X-API-Key: KEY)"
+WRONG_KEY = "the API key sent is not this service's"
 
 
 class NotFound(GraphDocError):
@@ -86,8 +97,9 @@ class SearchService:
             return self.searcher
 
     # ----------------------------------------------------------------- answers
-    def answer(self, method: str, path: str, params: dict[str, list[str]], body: bytes | None) -> dict[str, Any]:
-        """The JSON answer to one request; raises :class:`GraphDocError` (400) or :class:`NotFound` (404)."""
+    def answer(self, method: str, path: str, params: dict[str, list[str]], body: bytes | None) -> "Answer":
+        """The JSON answer to one request, with the build that gave it (``.build``); raises
+        :class:`GraphDocError` (400) or :class:`NotFound` (404)."""
         routes = {("GET", "/search"): self._search, ("GET", "/similar"): self._similar,
                   ("GET", "/document"): self._document, ("GET", "/info"): self._info,
                   ("GET", "/health"): self._health, ("POST", "/search"): self._batch}
@@ -101,11 +113,10 @@ class SearchService:
         if unknown:  # (a typo, mod=bm25, would be passed over)
             valid = f"valid: {', '.join(allowed)}" if allowed else "it takes none"
             raise GraphDocError(f"unknown parameter {unknown[0]!r} for {method} {path} ({valid})")
-        if method == "POST":
-            return route(body or b"")
-        return route(params)
+        searcher = self.current()  # (one build answers the whole request, and names itself)
+        return Answer(route(searcher, (body or b"") if method == "POST" else params), build=searcher.build)
 
-    def _search(self, params) -> dict[str, Any]:
+    def _search(self, searcher: Searcher, params) -> dict[str, Any]:
         query = _one(params, "q")
         if query is None:
             raise GraphDocError("give the query as q=...")
@@ -116,29 +127,26 @@ class SearchService:
                   if value is not None}
         if fusion and mode != "hybrid":
             raise GraphDocError(f"{', '.join(fusion)} applies to mode hybrid, not {mode}")
-        hits = self.current().search(query, k=_k(params, 10), mode=mode, fusion=fusion or None,
-                                     filter=filter_from_pairs(params.get("filter"), "filter"))
+        hits = searcher.search(query, k=_k(params, 10), mode=mode, fusion=fusion or None,
+                               filter=filter_from_pairs(params.get("filter"), "filter"))
         return {"query": query, "mode": mode, "hits": [vars(hit) for hit in hits]}
 
-    def _similar(self, params) -> dict[str, Any]:
+    def _similar(self, searcher: Searcher, params) -> dict[str, Any]:
         doc_id = _required_id(params)
-        searcher = self.current()
         if doc_id not in searcher:
             raise NotFound(f"the index holds no document {doc_id!r}")
         hits = searcher.similar(doc_id, k=_k(params, 10), filter=filter_from_pairs(params.get("filter"), "filter"))
         return {"id": doc_id, "hits": [vars(hit) for hit in hits]}
 
-    def _document(self, params) -> dict[str, Any]:
+    def _document(self, searcher: Searcher, params) -> dict[str, Any]:
         doc_id = _required_id(params)
-        searcher = self.current()
         if doc_id not in searcher:
             raise NotFound(f"the index holds no document {doc_id!r}")
         return searcher.document(doc_id)
 
-    def _info(self, params) -> dict[str, Any]:
-        searcher = self.current()
+    def _info(self, searcher: Searcher, params) -> dict[str, Any]:
         manifest = searcher.manifest
-        return {"index": str(self.index_dir), "documents": len(searcher.doc_ids),
+        return {"index": str(self.index_dir), "build": searcher.build, "documents": len(searcher.doc_ids),
                 "passages": manifest.counts.get("passages"), "model": manifest.model,
                 "dimension": manifest.dimension, "metric": manifest.metric, "faiss_factory": manifest.faiss_factory,
                 "bm25": manifest.bm25, "fusion": searcher.fusion.to_dict(), "dense": manifest.dense,
@@ -146,10 +154,10 @@ class SearchService:
                 "corpora": [{"corpus": s.corpus, "part": s.part, "documents_read": s.documents_read,
                              "complete": s.complete} for s in manifest.sources]}
 
-    def _health(self, params) -> dict[str, Any]:
-        return {"status": "ok", "documents": len(self.current().doc_ids)}
+    def _health(self, searcher: Searcher, params) -> dict[str, Any]:
+        return {"status": "ok", "documents": len(searcher.doc_ids), "build": searcher.build}
 
-    def _batch(self, body: bytes) -> dict[str, Any]:
+    def _batch(self, searcher: Searcher, body: bytes) -> dict[str, Any]:
         try:
             request = json.loads(body.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -171,9 +179,17 @@ class SearchService:
         if not isinstance(queries, (dict, list)):
             raise GraphDocError(f'"queries" must be an object {{id: text}} or a list of texts; got '
                                 f"{type(queries).__name__}")
-        run = self.current().batch_search(queries, k=k, mode=mode, fusion=request.get("fusion"),
-                                          filter=request.get("filter"))
+        run = searcher.batch_search(queries, k=k, mode=mode, fusion=request.get("fusion"),
+                                    filter=request.get("filter"))
         return {"run": run}
+
+
+class Answer(dict):
+    """A request's JSON answer, and ``build``: the id of the index build that gave it (``Searcher.build``)."""
+
+    def __init__(self, payload: dict[str, Any], build: str) -> None:
+        super().__init__(payload)
+        self.build = build
 
 
 def _one(params: dict[str, list[str]], name: str) -> str | None:
@@ -224,7 +240,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _respond(self, method: str) -> None:
         with self.server.answering():
-            self._answer(method)
+            if self._authorised(method):
+                self._answer(method)
+
+    def _authorised(self, method: str) -> bool:
+        """Whether the request may be answered; if not, it is answered ``401`` here."""
+        refused = self._refused(method, urlsplit(self.path).path)
+        if refused is None:
+            return True
+        if self.headers.get("Content-Length") not in (None, "0"):
+            self.close_connection = True  # (a body not read: its bytes would be taken as the next request)
+        logger.info("%s %s %d (%s, from %s)", method, self.path, HTTPStatus.UNAUTHORIZED,
+                    "no API key" if refused == NO_KEY else "a wrong API key", self.client_address[0])  # (not the key)
+        self._send(HTTPStatus.UNAUTHORIZED, {"error": refused}, {"WWW-Authenticate": "Bearer"})
+        return False
 
     def _answer(self, method: str) -> None:
         start = time.perf_counter()
@@ -276,11 +305,31 @@ class _Handler(BaseHTTPRequestHandler):
             raise GraphDocError(f"the body ended after {len(body)} of the {length} bytes Content-Length gave")
         return body
 
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
+    def _refused(self, method: str, path: str) -> str | None:
+        """Why a request is refused for its API key (``None``: the server has none, it is ``GET /health``, or it
+        carries the key as ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``)."""
+        key = self.server.api_key
+        if key is None or (method, path.rstrip("/") or "/") == ("GET", "/health"):
+            return None
+        scheme, _, token = (self.headers.get("Authorization") or "").strip().partition(" ")
+        sent = [token.strip()] if scheme.lower() == "bearer" else []
+        sent += [self.headers.get("X-API-Key", "").strip()]
+        sent = [value for value in sent if value]
+        if not sent:
+            return NO_KEY
+        # (compared in constant time: how long a refusal takes tells nothing of the key)
+        matches = [hmac.compare_digest(value.encode("latin-1", "replace"), key.encode("ascii")) for value in sent]
+        return None if any(matches) else WRONG_KEY
+
+    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
+        # the build that answered (the latest one opened, for an answer no build gave): another after a rebuild
+        self.send_header(BUILD_HEADER, getattr(payload, "build", None) or self.server.service.searcher.build)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
@@ -305,7 +354,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class SearchServer(ThreadingHTTPServer):
-    """The HTTP server of a :class:`SearchService`; ``server_address`` holds the port it got (0: any free)."""
+    """The HTTP server of a :class:`SearchService`; ``server_address`` holds the port it got (0: any free).
+    ``api_key``: what every request but ``/health`` must send (``None``: none needed)."""
 
     daemon_threads = True
 
@@ -319,10 +369,12 @@ class SearchServer(ThreadingHTTPServer):
         else:
             logger.exception("request from %s failed", client_address[0])
 
-    def __init__(self, service: SearchService, host: str = "127.0.0.1", port: int = 8080) -> None:
+    def __init__(self, service: SearchService, host: str = "127.0.0.1", port: int = 8080,
+                 api_key: str | None = None) -> None:
         import socket
 
         self.service = service
+        self.api_key = None if api_key is None else check_api_key(api_key)
         self._busy, self._idle = 0, threading.Condition()
         self._request_threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
         if ":" in host:  # an IPv6 address (::1, ::)
@@ -369,12 +421,29 @@ class SearchServer(ThreadingHTTPServer):
 
 
 def make_server(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080, model=None,
-                device: str | None = None) -> SearchServer:
+                device: str | None = None, api_key: str | None = None) -> SearchServer:
     """A server of the index in ``index_dir`` on ``host:port`` (``port`` 0: a free one), not yet serving: call
-    ``serve_forever()`` (and ``shutdown()`` from another thread, ``server_close()`` at the end)."""
+    ``serve_forever()`` (and ``shutdown()`` from another thread, ``server_close()`` at the end). With ``api_key``,
+    every request but ``GET /health`` must send it (``Authorization: Bearer KEY`` or ``X-API-Key: KEY``), or is
+    answered ``401``."""
+    if api_key is not None:
+        check_api_key(api_key)  # (before the index and model are opened)
     service = SearchService(index_dir, model=model, device=device)
     try:
-        return SearchServer(service, host, port)
+        return SearchServer(service, host, port, api_key)
     except OSError as exc:
         service.searcher.close()
         raise GraphDocError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+
+
+def check_api_key(key: str, name: str = "api_key") -> str:
+    """``key``, refused (``name`` says where it came from) when it is not a str, is empty, or holds what a client
+    cannot send as ``Authorization: Bearer KEY``: a space, a control character, a non-ASCII character."""
+    if not isinstance(key, str):
+        raise ArgumentTypeError(f"{name} must be a str; got {type(key).__name__}")
+    if not key:
+        raise GraphDocError(f"{name} is empty: give a key, or None to serve without one")
+    if not (key.isascii() and key.isprintable()) or " " in key:
+        raise GraphDocError(f"{name} holds a space, a control or a non-ASCII character: a key goes into an HTTP "
+                            "header (Authorization: Bearer KEY), which carries printable ASCII without spaces")
+    return key
