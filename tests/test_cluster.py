@@ -154,3 +154,19 @@ def test_cli_labels_are_one_cell_each_and_ids_with_tabs_are_refused(model_dir, t
                tmp_path / "t.tsv", "--model", model_dir) == 1
     assert error_line(capsys, "cluster") == ("graphdoc cluster: error: document id 'with\\ttab' holds a tab: it "
                                              "cannot go into id<TAB>cluster lines")
+
+
+def test_cli_blank_labels_are_no_labels(model_dir, tmp_path, capsys) -> None:
+    docs = make_docs(8)
+    for i, doc in enumerate(docs):
+        doc["topic"] = ["a", "b", "", " \t"][i % 4]
+    corpus = write_jsonl(tmp_path / "c.jsonl", docs)
+    assert cli("cluster", "--corpus", corpus, "-k", 2, "--output", tmp_path / "c.tsv", "--model", model_dir,
+               "--labels-field", "topic") == 0
+    rows = [line.split("\t") for line in (tmp_path / "c.tsv").read_text(encoding="utf-8").splitlines()]
+    assert [row[2] for row in rows] == ["a", "b", "", ""] * 2
+    scores = cluster_scores(["a", "b", None, None] * 2, [int(row[1]) for row in rows])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (f"against topic: NMI {scores['NMI']:.4f}  ARI {scores['ARI']:.4f}  purity "
+                      f"{scores['purity']:.4f} (4 documents without a label left out)")
+    assert all(line.split("most common topic: ")[1][0] in "ab" for line in out[1:])

@@ -70,10 +70,9 @@ def run(args: argparse.Namespace) -> int:
         raise GraphDocError(f"document id {tabbed!r} holds a tab: it cannot go into id<TAB>cluster lines")
     labels = None
     if args.labels_field is not None:
-        labels = [label_of(doc, args.labels_field, fields) for doc in docs]
+        labels = [_label_text(label_of(doc, args.labels_field, fields)) for doc in docs]
         if all(label is None for label in labels):
             raise GraphDocError(f"no document of {args.corpus} has a {args.labels_field!r} field")
-        labels = [None if label is None else _label_text(label) for label in labels]
     if args.embeddings is not None:
         vectors = _read_embeddings(args.embeddings, [doc.id for doc in docs])
     else:
@@ -112,12 +111,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _label_text(label) -> str:
+def _label_text(label) -> str | None:
     """A label as one TSV cell: a string with its whitespace runs as single spaces (a tab or a line break would
-    break the line), anything else as JSON (``1``, ``true``, ``["a", "b"]``)."""
+    break the line), anything else as JSON (``1``, ``true``, ``["a", "b"]``); ``None`` for no label, a blank
+    string included (as a blank title is no title: not a class of its own in the scores)."""
     import json
 
-    return " ".join((label if isinstance(label, str) else json.dumps(label, ensure_ascii=False)).split())
+    if label is None:
+        return None
+    text = " ".join((label if isinstance(label, str) else json.dumps(label, ensure_ascii=False)).split())
+    return text or None
 
 
 def _read_embeddings(path: Path, ids: list[str]):
