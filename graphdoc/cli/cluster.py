@@ -144,6 +144,9 @@ def _read_embeddings(path: Path, ids: list[str]):
     if vectors.ndim != 2:
         raise GraphDocError(f"--embeddings {path}: an array of shape {vectors.shape}, not [documents, dimension] "
                             "as graphdoc embed writes")
+    if vectors.dtype.kind not in "fiu":  # (complex, bool, text, records: not vectors to read as float32)
+        raise GraphDocError(f"--embeddings {path}: an array of {vectors.dtype}, not of real numbers as graphdoc "
+                            "embed writes")
     if len(vectors) != len(written):
         raise GraphDocError(f"--embeddings {path}: {len(vectors)} rows for the {len(written)} ids of {ids_file.name}")
     if written != ids:
@@ -153,4 +156,18 @@ def _read_embeddings(path: Path, ids: list[str]):
                  else f"{len(written)} ids there, {len(ids)} documents in the corpus")
         raise GraphDocError(f"--embeddings {path} is not of this corpus: {shown} (embed the corpus again, or "
                             "leave --embeddings out)")
-    return vectors
+    return _finite(path, vectors, ids)
+
+
+def _finite(path: Path, vectors, ids: list[str]):
+    """``vectors`` as float32, refused in one line naming the file and a document when a row is not finite."""
+    import numpy as np
+
+    with np.errstate(over="ignore"):  # (a value past float32's range is infinite there: refused below)
+        matrix = vectors.astype(np.float32, copy=False)
+    bad = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
+    if len(bad):
+        more = f" and {counted(len(bad) - 1, 'other rows')}" if len(bad) > 1 else ""
+        raise GraphDocError(f"--embeddings {path}: row {bad[0]} (document {ids[bad[0]]!r}){more} "
+                            f"{'hold' if more else 'holds'} NaN or infinite values; embed the corpus again")
+    return matrix
