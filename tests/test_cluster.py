@@ -124,14 +124,25 @@ def test_cli_takes_an_embed_output_of_the_same_corpus(corpus, model_dir, tmp_pat
     (["-k", "2", "--embeddings", "e.txt"], "--embeddings e.txt: name a .npy file written by graphdoc embed"),
     (["-k", "2", "--embeddings", "flat.npy"], "--embeddings flat.npy: an array of shape (12,), not [documents, "
                                               "dimension] as graphdoc embed writes"),
+    (["-k", "2", "--embeddings", "nan.npy"], "--embeddings nan.npy: row 3 (document 'd003') holds NaN or infinite "
+                                             "values; embed the corpus again"),
+    (["-k", "2", "--embeddings", "huge.npy"], "--embeddings huge.npy: row 0 (document 'd000') and 11 other rows hold "
+                                              "NaN or infinite values; embed the corpus again"),
+    (["-k", "2", "--embeddings", "complex.npy"], "--embeddings complex.npy: an array of complex64, not of real "
+                                                 "numbers as graphdoc embed writes"),
     (["-k", "2", "--n-init", "0"], "--n-init must be at least 1; got 0"),
     (["-k", "2", "--seed", "-1"], "--seed must be at least 0; got -1"),
 ])
 def test_cli_errors_are_one_line(corpus, model_dir, tmp_path, capsys, monkeypatch, extra, message) -> None:
     path, _ = corpus
     monkeypatch.chdir(tmp_path)
-    np.save(tmp_path / "flat.npy", np.ones(12, dtype=np.float32))
-    (tmp_path / "flat.ids.txt").write_text("".join(f"d{i:03d}\n" for i in range(12)), encoding="utf-8")
+    vectors = np.random.default_rng(0).normal(size=(12, 4)).astype(np.float32)
+    vectors[3, 1] = np.nan
+    arrays = {"flat": np.ones(12, dtype=np.float32), "nan": vectors, "huge": np.full((12, 4), 1e39),
+              "complex": np.ones((12, 4), dtype=np.complex64)}  # (1e39: past float32's range)
+    for name, array in arrays.items():
+        np.save(tmp_path / f"{name}.npy", array)
+        (tmp_path / f"{name}.ids.txt").write_text("".join(f"d{i:03d}\n" for i in range(12)), encoding="utf-8")
     model = [] if "--embeddings" in extra else ["--model", model_dir]
     assert cli("cluster", "--corpus", path, "--output", "c.tsv", *model, *extra) == 1
     assert error_line(capsys, "cluster") == f"graphdoc cluster: error: {message.format(path=path)}"
@@ -154,3 +165,19 @@ def test_cli_labels_are_one_cell_each_and_ids_with_tabs_are_refused(model_dir, t
                tmp_path / "t.tsv", "--model", model_dir) == 1
     assert error_line(capsys, "cluster") == ("graphdoc cluster: error: document id 'with\\ttab' holds a tab: it "
                                              "cannot go into id<TAB>cluster lines")
+
+
+def test_cli_blank_labels_are_no_labels(model_dir, tmp_path, capsys) -> None:
+    docs = make_docs(8)
+    for i, doc in enumerate(docs):
+        doc["topic"] = ["a", "b", "", " \t"][i % 4]
+    corpus = write_jsonl(tmp_path / "c.jsonl", docs)
+    assert cli("cluster", "--corpus", corpus, "-k", 2, "--output", tmp_path / "c.tsv", "--model", model_dir,
+               "--labels-field", "topic") == 0
+    rows = [line.split("\t") for line in (tmp_path / "c.tsv").read_text(encoding="utf-8").splitlines()]
+    assert [row[2] for row in rows] == ["a", "b", "", ""] * 2
+    scores = cluster_scores(["a", "b", None, None] * 2, [int(row[1]) for row in rows])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (f"against topic: NMI {scores['NMI']:.4f}  ARI {scores['ARI']:.4f}  purity "
+                      f"{scores['purity']:.4f} (4 documents without a label left out)")
+    assert all(line.split("most common topic: ")[1][0] in "ab" for line in out[1:])

@@ -204,3 +204,20 @@ def test_labels_past_the_palette_warn_and_numbers_sort_by_value(tmp_path, caplog
         plot_embeddings(vectors, [str(i) for i in range(22)], tmp_path / "b.png", "tsne", dpi=20)
     assert [r.getMessage() for r in caplog.records] == [
         "22 distinct labels: past 20 the colours repeat and the map has no legend"]
+
+
+def test_blank_labels_are_no_label(model_dir, tmp_path, caplog, capsys, cli_state) -> None:
+    vectors = np.random.default_rng(0).normal(size=(22, 8))
+    labels = [f"c{i}" for i in range(19)] + [" ", "\t\n", None]  # 19 classes and "(no label)": no more colours
+    with caplog.at_level(logging.WARNING, logger="graphdoc.explain.plot"):
+        plot_embeddings(vectors, labels, tmp_path / "a.png", "tsne", dpi=20)
+    assert not caplog.records
+    with caplog.at_level(logging.WARNING, logger="graphdoc.explain.plot"):
+        plot_embeddings(vectors, labels[:19] + ["x", "y", None], tmp_path / "b.png", "tsne", dpi=20)
+    assert [r.getMessage() for r in caplog.records] == [
+        "22 distinct labels: past 20 the colours repeat and the map has no legend"]
+    corpus = write_jsonl(tmp_path / "blank.jsonl", [{"_id": c, "text": f"text {c}", "topic": " "} for c in "abc"])
+    assert cli("plot", "embeddings", "--corpus", corpus, "--output", tmp_path / "m.png", "--model", model_dir,
+               "--labels-field", "topic") == 1
+    assert error_line(capsys, "plot embeddings") == (f"graphdoc plot embeddings: error: no document of {corpus} has "
+                                                     "a 'topic' field")

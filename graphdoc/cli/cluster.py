@@ -70,10 +70,9 @@ def run(args: argparse.Namespace) -> int:
         raise GraphDocError(f"document id {tabbed!r} holds a tab: it cannot go into id<TAB>cluster lines")
     labels = None
     if args.labels_field is not None:
-        labels = [label_of(doc, args.labels_field, fields) for doc in docs]
+        labels = [_label_text(label_of(doc, args.labels_field, fields)) for doc in docs]
         if all(label is None for label in labels):
             raise GraphDocError(f"no document of {args.corpus} has a {args.labels_field!r} field")
-        labels = [None if label is None else _label_text(label) for label in labels]
     if args.embeddings is not None:
         vectors = _read_embeddings(args.embeddings, [doc.id for doc in docs])
     else:
@@ -112,12 +111,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _label_text(label) -> str:
+def _label_text(label) -> str | None:
     """A label as one TSV cell: a string with its whitespace runs as single spaces (a tab or a line break would
-    break the line), anything else as JSON (``1``, ``true``, ``["a", "b"]``)."""
+    break the line), anything else as JSON (``1``, ``true``, ``["a", "b"]``); ``None`` for no label, a blank
+    string included (as a blank title is no title: not a class of its own in the scores)."""
     import json
 
-    return " ".join((label if isinstance(label, str) else json.dumps(label, ensure_ascii=False)).split())
+    if label is None:
+        return None
+    text = " ".join((label if isinstance(label, str) else json.dumps(label, ensure_ascii=False)).split())
+    return text or None
 
 
 def _read_embeddings(path: Path, ids: list[str]):
@@ -141,6 +144,9 @@ def _read_embeddings(path: Path, ids: list[str]):
     if vectors.ndim != 2:
         raise GraphDocError(f"--embeddings {path}: an array of shape {vectors.shape}, not [documents, dimension] "
                             "as graphdoc embed writes")
+    if vectors.dtype.kind not in "fiu":  # (complex, bool, text, records: not vectors to read as float32)
+        raise GraphDocError(f"--embeddings {path}: an array of {vectors.dtype}, not of real numbers as graphdoc "
+                            "embed writes")
     if len(vectors) != len(written):
         raise GraphDocError(f"--embeddings {path}: {len(vectors)} rows for the {len(written)} ids of {ids_file.name}")
     if written != ids:
@@ -150,4 +156,18 @@ def _read_embeddings(path: Path, ids: list[str]):
                  else f"{len(written)} ids there, {len(ids)} documents in the corpus")
         raise GraphDocError(f"--embeddings {path} is not of this corpus: {shown} (embed the corpus again, or "
                             "leave --embeddings out)")
-    return vectors
+    return _finite(path, vectors, ids)
+
+
+def _finite(path: Path, vectors, ids: list[str]):
+    """``vectors`` as float32, refused in one line naming the file and a document when a row is not finite."""
+    import numpy as np
+
+    with np.errstate(over="ignore"):  # (a value past float32's range is infinite there: refused below)
+        matrix = vectors.astype(np.float32, copy=False)
+    bad = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
+    if len(bad):
+        more = f" and {counted(len(bad) - 1, 'other rows')}" if len(bad) > 1 else ""
+        raise GraphDocError(f"--embeddings {path}: row {bad[0]} (document {ids[bad[0]]!r}){more} "
+                            f"{'hold' if more else 'holds'} NaN or infinite values; embed the corpus again")
+    return matrix

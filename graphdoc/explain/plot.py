@@ -120,12 +120,14 @@ def as_matrix(values: Any, what: str, shape: str) -> np.ndarray:
 def plot_embeddings(vectors: np.ndarray, labels: Sequence[str] | None, path: str | Path, method: str = "auto",
                     seed: int = 0, title: str | None = None, size: tuple[float, float] = (8, 6),
                     dpi: int = 100) -> Path:
-    """Save a scatter map of ``vectors`` (``[n, d]``) coloured by ``labels`` as a PNG of ``size * dpi`` pixels."""
+    """Save a scatter map of ``vectors`` (``[n, d]``) coloured by ``labels`` as a PNG of ``size * dpi`` pixels; a
+    label's whitespace runs show as single spaces, and ``None`` or a blank label is "(no label)"."""
     _check_path(path)
     vectors = as_matrix(vectors, "document embeddings", "[n, d]")
     if isinstance(labels, str):
         raise GraphDocError("labels must be a sequence of labels, one per document, not a str")
-    labels = [""] * len(vectors) if labels is None else ["" if x is None else str(x) for x in labels]
+    # (" ".join(split()): a blank label is no label, not a class drawn with an empty name)
+    labels = [""] * len(vectors) if labels is None else ["" if x is None else " ".join(str(x).split()) for x in labels]
     if len(labels) != len(vectors):
         raise GraphDocError(f"{len(labels)} labels for {len(vectors)} documents")
     coords, used = project_2d(vectors, method, seed)
