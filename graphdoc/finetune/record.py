@@ -15,18 +15,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from graphdoc.fileio import atomic_write
+from graphdoc.fileio import atomic_write, recorded_path
 from graphdoc.finetune.loop import RUN_CONFIG_NAME, latest_state
 
 TASKS = ("ranking", "classification")
 
 
 def input_path(source: Any) -> str | None:
-    """A path or name as a resume finds it again: absolute when it is there, else as given (a hub or data set
-    name); ``None`` for anything else (data or a model given in memory)."""
-    if not isinstance(source, (str, os.PathLike)):
-        return None
-    return str(Path(source).resolve()) if Path(source).exists() else str(source)
+    """A path or name as a resume finds it again (:func:`~graphdoc.fileio.recorded_path`); ``None`` for anything
+    else (data or a model given in memory)."""
+    return recorded_path(source) if isinstance(source, (str, os.PathLike)) else None
 
 
 def config_record(model_config: Any) -> dict[str, Any] | None:
