@@ -13,19 +13,9 @@ from _finetune_helpers import fine_tuning_killed_after_its_first_checkpoint, lab
 from conftest import pretraining_killed_before_step_5
 from safetensors.torch import load_file
 from test_pretrain_checkpoint import write_corpus
+from test_training_folders_review import cli_state, error_line  # noqa: F401 (cli_state: an autouse fixture)
 
 from graphdoc.cli import main
-
-
-@pytest.fixture(autouse=True)
-def cli_state(restore_cli_state):
-    yield
-
-
-def error_line(capsys, command: str) -> str:
-    lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 1, lines  # one line, no traceback
-    return lines[0].removeprefix(f"graphdoc {command}: error: ")
 
 
 def files(folder: Path) -> dict[str, bytes]:
@@ -222,3 +212,28 @@ def test_a_fine_tuning_resume_reads_the_recorded_inputs_as_given_ones(tiny_bert,
     assert error_line(capsys, "finetune") == (f"--task ranking needs --corpus, --queries, --qrels ({tmp_path / 'new'} "
                                               "records none of them to resume with)")
     assert not (tmp_path / "new").exists()
+
+
+def test_a_fine_tuning_run_whose_config_names_a_relative_model_folder_resumes_from_another_folder(
+        tiny_bert, tmp_path, monkeypatch, capsys):
+    """The record names the config's encoder folder by its absolute path (as given, ``encoder``, a resume elsewhere
+    looked it up on the hub)."""
+    import shutil
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copytree(tiny_bert, work / "encoder")
+    labelled_files(work)
+    (work / "model.yaml").write_text(yaml.safe_dump({"model": {"passage_encoder": {"model_name_or_path": "encoder"}}}),
+                                     encoding="utf-8")
+    monkeypatch.chdir(work)
+    options = ["--task", "classification", "--config", "model.yaml", "--backbone", "flat", "--epochs", "2",
+               "--batch-size", "4", "--train", "train.jsonl", "--dev", "dev.jsonl", "--max-passages", "2",
+               "--device", "cpu"]
+    with fine_tuning_killed_after_its_first_checkpoint(monkeypatch):
+        assert main(["-q", "finetune", "--output", "run", *options]) == 130
+    monkeypatch.chdir(elsewhere)
+    capsys.readouterr()
+    assert main(["-q", "finetune", "--output", str(work / "run"), "--resume"]) == 0
+    assert capsys.readouterr().err == ""
+    assert len(json.loads((work / "run" / "finetune.json").read_text(encoding="utf-8"))["history"]) == 2
