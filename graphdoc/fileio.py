@@ -151,6 +151,22 @@ def check_output_folder(path: str | Path, flag: str = "--output") -> None:
         raise GraphDocError(f"{flag} {path}: {err}") from None
 
 
+def recorded_path(source: str | os.PathLike) -> str:
+    """A path or name as a run records it for a later resume to find again from any working folder: a file or
+    folder that is there by its absolute path, anything else (a hub model or data set name) as given."""
+    return str(Path(source).resolve()) if Path(source).exists() else str(source)
+
+
+def check_recorded_inputs(output: str | Path, taken: dict[str, str | list[str] | None]) -> None:
+    """Refuse, in one line, a resume of the run in ``output`` whose recorded inputs (``taken``: option -> the
+    path(s) the record gave it, :func:`recorded_path`) are gone: a file or folder moved or deleted since."""
+    for flag, values in taken.items():
+        for value in [values] if isinstance(values, str) else values or ():
+            if isinstance(value, str) and os.path.isabs(value) and not os.path.exists(value):
+                raise GraphDocError(f"{flag} {value}, which the run in {output} recorded, is gone (moved or "
+                                    f"deleted): pass it from its new place with {flag}")
+
+
 class UnreadableFileError(GraphDocError):
     """A file that cannot be read (truncated, overwritten or missing); ``path`` names it, ``reason`` says why."""
 

@@ -13,19 +13,9 @@ from _finetune_helpers import fine_tuning_killed_after_its_first_checkpoint, lab
 from conftest import pretraining_killed_before_step_5
 from safetensors.torch import load_file
 from test_pretrain_checkpoint import write_corpus
+from test_training_folders_review import cli_state, error_line  # noqa: F401 (cli_state: an autouse fixture)
 
 from graphdoc.cli import main
-
-
-@pytest.fixture(autouse=True)
-def cli_state(restore_cli_state):
-    yield
-
-
-def error_line(capsys, command: str) -> str:
-    lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 1, lines  # one line, no traceback
-    return lines[0].removeprefix(f"graphdoc {command}: error: ")
 
 
 def files(folder: Path) -> dict[str, bytes]:
@@ -89,6 +79,42 @@ def test_a_pretraining_run_resumed_with_its_output_alone_ends_as_the_uninterrupt
              for name in ("whole", "run")]
     assert steps[0] == steps[1] > 4
     same_weights(tmp_path / "whole" / "model", tmp_path / "run" / "model")
+
+
+def test_a_pretraining_run_started_with_relative_paths_resumes_from_another_folder(tiny_bert, tmp_path, monkeypatch,
+                                                                                   capsys):
+    """The corpus and model recorded are found from any working folder; one moved since is named in one line, and
+    given from its new place it goes on (without a warning that the recorded settings name another encoder)."""
+    import shutil
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    elsewhere.mkdir(parents=True)
+    work.mkdir()
+    write_corpus(work / "corpus.jsonl")
+    shutil.copytree(tiny_bert, work / "encoder")
+    monkeypatch.chdir(work)
+    options = ["--model", "encoder", "--backbone", "flat", "--no-frozen-encoder", "--objective", "simcse",
+               "--config", str(pretrain_config(tmp_path, {"chunker": {"max_words": 5}})), "--corpus", "corpus.jsonl",
+               "--seed", "7", "--batch-size", "4", "--epochs", "2", "--device", "cpu"]
+    with pretraining_killed_before_step_5(monkeypatch):
+        assert main(["-q", "pretrain", "--output", "run", *options]) == 130
+    monkeypatch.chdir(elsewhere)
+    capsys.readouterr()
+    run, before = work / "run", files(work / "run")
+    (work / "moved").mkdir()
+    (work / "corpus.jsonl").rename(work / "moved" / "corpus.jsonl")
+    (work / "encoder").rename(work / "moved" / "encoder")
+    assert main(["-q", "pretrain", "--output", str(run), "--resume"]) == 1
+    assert error_line(capsys, "pretrain") == (f"--corpus {work / 'corpus.jsonl'}, which the run in {run} recorded, is "
+                                              "gone (moved or deleted): pass it from its new place with --corpus")
+    assert main(["-q", "pretrain", "--output", str(run), "--resume", "--corpus", "../work/moved/corpus.jsonl"]) == 1
+    assert error_line(capsys, "pretrain") == (f"--model {work / 'encoder'}, which the run in {run} recorded, is gone "
+                                              "(moved or deleted): pass it from its new place with --model")
+    assert files(run) == before
+    assert main(["-q", "pretrain", "--output", str(run), "--resume", "--corpus", "../work/moved/corpus.jsonl",
+                 "--model", "../work/moved/encoder"]) == 0
+    assert capsys.readouterr().err == ""
+    assert json.loads((run / "pretrain.json").read_text(encoding="utf-8"))["steps"] > 4
 
 
 def test_a_pretraining_resume_without_a_corpus_it_can_find_says_what_is_needed(tiny_bert, tmp_path, capsys):
@@ -173,6 +199,12 @@ def test_a_fine_tuning_resume_reads_the_recorded_inputs_as_given_ones(tiny_bert,
         f"cannot resume {tmp_path / 'run'} over different training data (document ids, labels, queries or "
         "judgements): use the run's inputs or another --output")
     train.write_text(original, encoding="utf-8")
+    train.rename(tmp_path / "moved.jsonl")  # a recorded input gone: named, and taken from its new place
+    assert main(["-q", "finetune", "--output", str(tmp_path / "run"), "--resume"]) == 1
+    assert error_line(capsys, "finetune") == (f"--train {train}, which the run in {tmp_path / 'run'} recorded, is "
+                                              "gone (moved or deleted): pass it from its new place with --train")
+    assert main(["-q", "finetune", "--output", str(tmp_path / "run"), "--resume", "--train",
+                 str(tmp_path / "moved.jsonl")]) == 0
     assert main(["-q", "finetune", "--output", str(tmp_path / "new"), "--resume"]) == 1
     assert error_line(capsys, "finetune") == f"--task is needed: ranking or classification ({tmp_path / 'new'} " \
                                              "records no run to resume)"
@@ -180,3 +212,28 @@ def test_a_fine_tuning_resume_reads_the_recorded_inputs_as_given_ones(tiny_bert,
     assert error_line(capsys, "finetune") == (f"--task ranking needs --corpus, --queries, --qrels ({tmp_path / 'new'} "
                                               "records none of them to resume with)")
     assert not (tmp_path / "new").exists()
+
+
+def test_a_fine_tuning_run_whose_config_names_a_relative_model_folder_resumes_from_another_folder(
+        tiny_bert, tmp_path, monkeypatch, capsys):
+    """The record names the config's encoder folder by its absolute path (as given, ``encoder``, a resume elsewhere
+    looked it up on the hub)."""
+    import shutil
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copytree(tiny_bert, work / "encoder")
+    labelled_files(work)
+    (work / "model.yaml").write_text(yaml.safe_dump({"model": {"passage_encoder": {"model_name_or_path": "encoder"}}}),
+                                     encoding="utf-8")
+    monkeypatch.chdir(work)
+    options = ["--task", "classification", "--config", "model.yaml", "--backbone", "flat", "--epochs", "2",
+               "--batch-size", "4", "--train", "train.jsonl", "--dev", "dev.jsonl", "--max-passages", "2",
+               "--device", "cpu"]
+    with fine_tuning_killed_after_its_first_checkpoint(monkeypatch):
+        assert main(["-q", "finetune", "--output", "run", *options]) == 130
+    monkeypatch.chdir(elsewhere)
+    capsys.readouterr()
+    assert main(["-q", "finetune", "--output", str(work / "run"), "--resume"]) == 0
+    assert capsys.readouterr().err == ""
+    assert len(json.loads((work / "run" / "finetune.json").read_text(encoding="utf-8"))["history"]) == 2

@@ -82,6 +82,21 @@ def test_a_refused_body_is_not_read_as_the_next_request(keyed) -> None:
     assert b"Connection: close" in answer and b"WWW-Authenticate: Bearer\r\n" in answer
 
 
+def test_a_key_is_compared_in_a_time_that_tells_nothing_of_its_length(monkeypatch) -> None:
+    """``hmac.compare_digest`` of two texts ends at once when their lengths differ: what it is given is of one
+    length, whatever the key's and the one sent."""
+    import hmac
+
+    from graphdoc.retrieval.auth import refusal
+
+    compared, real = [], hmac.compare_digest
+    monkeypatch.setattr(hmac, "compare_digest", lambda a, b: compared.append((len(a), len(b))) or real(a, b))
+    for sent, refused in (("x", WRONG_KEY), ("y" * 100, WRONG_KEY), (KEY[:-1], WRONG_KEY), (KEY, None)):
+        assert refusal(KEY, "GET", "/info", {"X-API-Key": sent}) == refused, sent
+        assert refusal(KEY, "POST", "/search", {"Authorization": f"Bearer {sent}"}) == refused, sent
+    assert len(compared) == 8 and set(compared) == {(32, 32)}
+
+
 def test_make_server_refuses_a_key_no_header_can_carry(built, model) -> None:
     from graphdoc.errors import GraphDocError
     from graphdoc.retrieval.server import make_server

@@ -147,8 +147,11 @@ def _warn_of_the_other_tasks_section(args: argparse.Namespace) -> None:
 
 def _take_recorded_options(args: argparse.Namespace, record: dict | None) -> dict | None:
     """On resume, give each option not given the value the run recorded: its task, inputs, ``--folds``, model,
-    backbone, precision, fields and label field. Returns the ``record`` taken; ``None`` when there is none, or it is
-    of another ``--task`` (refused later, if the folder holds that run)."""
+    backbone, precision, fields and label field (an input or model folder gone since is one error line). Returns
+    the ``record`` taken; ``None`` when there is none, or it is of another ``--task`` (refused later, if the
+    folder holds that run)."""
+    from graphdoc.fileio import check_recorded_inputs
+
     if record is None or args.task not in (None, record["task"]):
         return None
     args.task = record["task"]
@@ -156,9 +159,12 @@ def _take_recorded_options(args: argparse.Namespace, record: dict | None) -> dic
                 "precision": record.get("precision")}
     recorded.update({"folds": record["run"].get("folds")} if args.task == "ranking" else
                     {"label_field": record.get("label_field")})
-    for name, value in recorded.items():
-        if name in vars(args) and getattr(args, name) is None:  # (a record edited by hand may name others)
-            setattr(args, name, value)
+    taken = {name: value for name, value in recorded.items()
+             if name in vars(args) and getattr(args, name) is None}  # (a record edited by hand may name others)
+    for name, value in taken.items():
+        setattr(args, name, value)
+    paths = ("model", *record["inputs"])  # (the others are no paths)
+    check_recorded_inputs(args.output, {_flag(name): value for name, value in taken.items() if name in paths})
     if fields_from(args) is None:
         for role, name in (record.get("fields") or {}).items():
             setattr(args, f"{role}_field", name)

@@ -65,6 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from graphdoc.fileio import check_recorded_inputs
     from graphdoc.training import pretrain
     from graphdoc.training.run_folder import recorded_run
 
@@ -79,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     recorded = recorded_run(args.output) if args.resume else None
     corpus = args.corpus or _recorded_corpus(recorded, args)
     model = args.model or (recorded.model if recorded else None)
+    check_recorded_inputs(args.output, {"--corpus": None if args.corpus else corpus,
+                                        "--model": None if args.model else model})
     precision = args.precision or (recorded.precision if recorded else None)
     setup = _setup(args, model, recorded.setup if recorded else None)
     result = pretrain(corpus, args.output, setup, model=model, resume=args.resume, device=args.device,
@@ -96,13 +99,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _setup(args: argparse.Namespace, model: str | None, recorded):
-    """The run's settings: on resume without ``--config`` the ``recorded`` ones, else the config file's (or the
-    defaults), as a new run reads them; the options given on top (a resume checks them against the run's)."""
+    """The run's settings: on resume without ``--config`` the ``recorded`` ones (naming ``model``, the start model
+    loaded), else the config file's (or the defaults), as a new run reads them; the options given on top (a resume
+    checks them against the run's)."""
+    from dataclasses import replace
+
     from graphdoc.serialization import saved_backbone
     from graphdoc.training import load_setup
 
     backbone = args.backbone or saved_backbone(model)
-    setup = recorded if recorded is not None and args.config is None else load_setup(args.config, backbone)
+    if recorded is not None and args.config is None:
+        setup = recorded
+        if model is not None:  # (recorded as the run was given it, maybe a path relative to another folder)
+            encoder = replace(setup.model.passage_encoder, model_name_or_path=model)
+            setup = replace(setup, model=replace(setup.model, passage_encoder=encoder))
+    else:
+        setup = load_setup(args.config, backbone)
     if backbone is not None:
         setup = setup.with_backbone(backbone)
     return setup.with_overrides(

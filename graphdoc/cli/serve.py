@@ -93,7 +93,7 @@ def read_api_key(path: Path | None) -> str | None:
     import os
 
     from graphdoc.errors import GraphDocError
-    from graphdoc.retrieval.server import check_api_key
+    from graphdoc.retrieval.auth import check_api_key
 
     if path is None:
         key = os.environ.get(KEY_VARIABLE)

@@ -15,27 +15,32 @@ import os
 from pathlib import Path
 from typing import Any
 
-from graphdoc.fileio import atomic_write
+from graphdoc.fileio import atomic_write, recorded_path
 from graphdoc.finetune.loop import RUN_CONFIG_NAME, latest_state
 
 TASKS = ("ranking", "classification")
 
 
 def input_path(source: Any) -> str | None:
-    """A path or name as a resume finds it again: absolute when it is there, else as given (a hub or data set
-    name); ``None`` for anything else (data or a model given in memory)."""
-    if not isinstance(source, (str, os.PathLike)):
-        return None
-    return str(Path(source).resolve()) if Path(source).exists() else str(source)
+    """A path or name as a resume finds it again (:func:`~graphdoc.fileio.recorded_path`); ``None`` for anything
+    else (data or a model given in memory)."""
+    return recorded_path(source) if isinstance(source, (str, os.PathLike)) else None
 
 
 def config_record(model_config: Any) -> dict[str, Any] | None:
-    """The model settings a run built its start model with (``None``: none given, or not a settings object)."""
+    """The model settings a run built its start model with (``None``: none given, or not a settings object); the
+    encoder they name, a local folder, by its absolute path."""
     from graphdoc.backbones import config_backbone
+    from graphdoc.default_model import DEFAULT_MODEL_ALIASES
 
     if not hasattr(model_config, "to_dict"):
         return None
-    return {"backbone": config_backbone(model_config), "settings": model_config.to_dict()}
+    settings = model_config.to_dict()
+    encoder = settings.get("passage_encoder") or {}
+    name = encoder.get("model_name_or_path")
+    if isinstance(name, str) and name not in DEFAULT_MODEL_ALIASES:  # (those name the packaged model, not a folder)
+        encoder["model_name_or_path"] = recorded_path(name)
+    return {"backbone": config_backbone(model_config), "settings": settings}
 
 
 def record_run(output: Path, config: Any, run: dict[str, Any], inputs: dict[str, Any], *, ended: bool, model: Any,

@@ -69,10 +69,11 @@ class Searcher:
     ``"2020"`` are one value; ``0.5`` is ``"0.5"``), so a value typed on a command line matches a number; a list in
     the metadata matches when one of its elements does. A field inside an object is named by its dotted path
     (``{"metadata.year": 2020}`` for BEIR's ``{"metadata": {"year": 2020}}``; ``authors.name`` for a list of
-    objects, by element); a top-level key holding a dot is named as it is, and where a document has it, it wins
-    over the path it spells. A document without the field never matches; a field no document holds a value in is
-    an error listing the fields there are (a typo would find nothing), as is one holding only objects (naming the
-    paths inside); a filter no document matches finds nothing. ``id``, ``title`` and ``text`` are no metadata
+    objects, by element); a top-level key holding a dot is named as it is, and where some document of the index has
+    it, it is what the name names in every document (the path it spells cannot be named). A document without the
+    field never matches; a field no document holds a value in is an error listing the fields there are (a typo
+    would find nothing), as is one holding only objects (naming the paths inside); a filter no document matches
+    finds nothing. ``id``, ``title`` and ``text`` are no metadata
     fields (``id`` names a metadata field only where the corpus had one besides the id field it named). The
     index's metadata is read from its document store on the first filter (once per searcher: a rebuilt index is
     a new searcher's).

@@ -23,14 +23,13 @@ added or deleted), the next request opens the new build; requests under way fini
 Every answer names the build that gave it in the header ``X-Graphdoc-Build`` (``Searcher.build``).
 
 With an API key (``make_server(..., api_key=KEY)``), every request but ``/health`` must send it as
-``Authorization: Bearer KEY`` or ``X-API-Key: KEY``; one without it, or with another, is answered ``401`` with
-``{"error": "..."}`` and ``WWW-Authenticate: Bearer``.
+``Authorization: Bearer KEY`` or ``X-API-Key: KEY`` (:mod:`graphdoc.retrieval.auth`); one without it, or with
+another, is answered ``401`` with ``{"error": "..."}`` and ``WWW-Authenticate: Bearer``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 import logging
 import threading
@@ -42,7 +41,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from graphdoc.errors import ArgumentTypeError, DamagedIndexError, GraphDocError, ModelLoadError
+from graphdoc.errors import DamagedIndexError, GraphDocError, ModelLoadError
+from graphdoc.retrieval.auth import NO_KEY, WRONG_KEY, check_api_key, refusal  # noqa: F401 (WRONG_KEY: the API's)
 from graphdoc.retrieval.filters import filter_from_pairs
 from graphdoc.retrieval.searcher import MODES, Searcher
 
@@ -57,9 +57,6 @@ PARAMETERS = {"/search": ("q", "k", "mode", "alpha", "fusion", "normalization", 
 BODY_FIELDS = ("queries", "k", "mode", "fusion", "filter")
 #: the response header naming the index build that answered (``Searcher.build``)
 BUILD_HEADER = "X-Graphdoc-Build"
-#: the answers (401) to a request without the server's API key, or with another
-NO_KEY = "this service needs an API key: send it as Authorization: Bearer KEY (or X-API-Key: KEY)"
-WRONG_KEY = "the API key sent is not this service's"
 
 
 class NotFound(GraphDocError):
@@ -245,7 +242,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _authorised(self, method: str) -> bool:
         """Whether the request may be answered; if not, it is answered ``401`` here."""
-        refused = self._refused(method, urlsplit(self.path).path)
+        refused = refusal(self.server.api_key, method, urlsplit(self.path).path, self.headers)
         if refused is None:
             return True
         if self.headers.get("Content-Length") not in (None, "0"):
@@ -304,22 +301,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise GraphDocError(f"the body ended after {len(body)} of the {length} bytes Content-Length gave")
         return body
-
-    def _refused(self, method: str, path: str) -> str | None:
-        """Why a request is refused for its API key (``None``: the server has none, it is ``GET /health``, or it
-        carries the key as ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``)."""
-        key = self.server.api_key
-        if key is None or (method, path.rstrip("/") or "/") == ("GET", "/health"):
-            return None
-        scheme, _, token = (self.headers.get("Authorization") or "").strip().partition(" ")
-        sent = [token.strip()] if scheme.lower() == "bearer" else []
-        sent += [self.headers.get("X-API-Key", "").strip()]
-        sent = [value for value in sent if value]
-        if not sent:
-            return NO_KEY
-        # (compared in constant time: how long a refusal takes tells nothing of the key)
-        matches = [hmac.compare_digest(value.encode("latin-1", "replace"), key.encode("ascii")) for value in sent]
-        return None if any(matches) else WRONG_KEY
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
@@ -435,15 +416,3 @@ def make_server(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080
         service.searcher.close()
         raise GraphDocError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
 
-
-def check_api_key(key: str, name: str = "api_key") -> str:
-    """``key``, refused (``name`` says where it came from) when it is not a str, is empty, or holds what a client
-    cannot send as ``Authorization: Bearer KEY``: a space, a control character, a non-ASCII character."""
-    if not isinstance(key, str):
-        raise ArgumentTypeError(f"{name} must be a str; got {type(key).__name__}")
-    if not key:
-        raise GraphDocError(f"{name} is empty: give a key, or None to serve without one")
-    if not (key.isascii() and key.isprintable()) or " " in key:
-        raise GraphDocError(f"{name} holds a space, a control or a non-ASCII character: a key goes into an HTTP "
-                            "header (Authorization: Bearer KEY), which carries printable ASCII without spaces")
-    return key

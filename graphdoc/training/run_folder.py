@@ -49,12 +49,6 @@ def corpus_identity(sources: list[str]) -> list[list]:
     return out
 
 
-def source_paths(sources: list[str]) -> list[str]:
-    """Each source as a resumed run finds it again from any working folder: a file or folder by its absolute path,
-    a named corpus by its name (kept in checkpoints: the corpus of a resume that names none)."""
-    return [str(Path(source).resolve()) if Path(source).exists() else source for source in sources]
-
-
 @dataclasses.dataclass
 class RecordedRun:
     """What a pretraining run recorded, the defaults of ``--resume``: the settings (``None``: no readable

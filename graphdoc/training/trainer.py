@@ -35,7 +35,7 @@ from graphdoc.config import check_precision
 from graphdoc.corpus import ReadStats
 from graphdoc.device import autocast_dtype
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import atomic_write, check_output_folder, writer_lock
+from graphdoc.fileio import atomic_write, check_output_folder, recorded_path, writer_lock
 from graphdoc.progress import logs_beside_bars, progress_bar, short_float
 from graphdoc.serialization import backbone_of, saved_backbone
 from graphdoc.training import checkpoint as ckpt
@@ -61,7 +61,6 @@ from graphdoc.training.run_folder import (
     RunFolder,
     check_resumable,
     corpus_identity,
-    source_paths,
 )
 
 logger = logging.getLogger(__name__)
@@ -431,7 +430,8 @@ class Trainer:
         return {"step": self.step, "epoch": self.position.epoch, "offset": self.position.offset,
                 "stats": dataclasses.asdict(self.stats), "total_steps": self.total_steps,
                 "world_size": self.ctx.world_size, "backbone": self.setup.backbone,
-                "loop_seconds": self.loop_seconds(), "corpus": self.corpus, "sources": source_paths(self.sources),
+                "loop_seconds": self.loop_seconds(), "corpus": self.corpus,
+                "sources": [recorded_path(source) for source in self.sources],
                 "fields": self.folder.fields.to_dict(), "pretrain": dataclasses.asdict(self.cfg),
                 "start_model": self.start_model, "precision": self.precision,
                 "scaler": self.scaler.state_dict() if self.scaler is not None else None,
