@@ -552,6 +552,12 @@ def test_a_part_saved_before_the_identity_held_the_encoder_goes_on(tiny_bert: Pa
     corpus, state_file, state = stopped_after_a_save(tiny_bert, tmp_path, monkeypatch)
     assert "encoder" in state["run"]["model"]
     del state["run"]["model"]["encoder"]  # as graphdoc wrote it before
+    goes_on_from(state, state_file, corpus, tiny_bert, tmp_path, monkeypatch, capsys)
+
+
+def goes_on_from(state: dict, state_file: Path, corpus: Path, tiny_bert: Path, tmp_path: Path, monkeypatch,
+                 capsys) -> None:
+    """Write ``state`` as a stopped run's saved state, run embed again, and check it embeds only the rest."""
     state_file.write_text(json.dumps(state), encoding="utf-8")
     given = stop_after(monkeypatch, 100)
     capsys.readouterr()
@@ -594,9 +600,4 @@ def test_a_part_saved_before_its_arithmetic_was_recorded_goes_on(tiny_bert: Path
     monkeypatch.setattr(device_module, "cpu_supports_bf16", lambda: True)
     corpus, state_file, state = stopped_after_a_save(tiny_bert, tmp_path, monkeypatch, "--precision", "bf16")
     del state["precision"]  # as graphdoc wrote it before
-    state_file.write_text(json.dumps(state), encoding="utf-8")
-    given = stop_after(monkeypatch, 100)
-    capsys.readouterr()
-    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2", quiet=False) == 0
-    assert f"going on after the {state['documents']} documents embedded before" in capsys.readouterr().err
-    assert given == [f"doc{i}" for i in range(state["documents"], 9)]
+    goes_on_from(state, state_file, corpus, tiny_bert, tmp_path, monkeypatch, capsys)
