@@ -220,6 +220,21 @@ def test_eval_reads_a_run_from_standard_input_or_a_pipe(files, tmp_path, capsys,
     assert error_line(capsys, "eval") == "graphdoc eval: error: standard input holds no results"
 
 
+def test_eval_names_a_run_read_from_a_descriptor_run(files, capsys) -> None:
+    """--run <(...) reads /dev/fd/N: its row is 'run' (it was the descriptor's number, '63')."""
+    text = "q1 Q0 d007 1 9.0 x\nq2 Q0 d000 1 9.0 x\nq2 Q0 d012 2 8.0 x\nq3 Q0 d001 1 9.0 x\n"
+    expected = {"nDCG@10": (1 + 1 / math.log2(3) + 0) / 3}
+    read, write = os.pipe()
+    os.write(write, text.encode("utf-8"))  # (well within a pipe's buffer)
+    os.close(write)
+    try:
+        capsys.readouterr()
+        assert cli("eval", "--run", f"/dev/fd/{read}", "--qrels", files["qrels"], "--measures", "nDCG@10") == 0
+    finally:
+        os.close(read)
+    assert capsys.readouterr().out == format_table({"run": expected}) + "\n"
+
+
 # ------------------------------------------------------------------ tune-fusion
 def test_tune_fusion_saves_alpha_that_later_hybrid_searches_use(own_index, model, files, tmp_path, capsys) -> None:
     manifest = manifest_json(own_index)
