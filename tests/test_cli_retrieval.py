@@ -371,7 +371,7 @@ def test_eval_tune_fusion_and_merge_errors(index, files, tmp_path, capsys) -> No
         ("eval", ["--run", tmp_path / "none.run", "--qrels", files["qrels"]],
          f"run file not found: {tmp_path / 'none.run'}"),
         ("tune-fusion", ["--index-dir", index, "--queries", files["queries"], "--qrels", files["qrels"], "--folds", 5],
-         "folds must be between 2 and the number of queries (3), got 5"),
+         "--folds must be between 2 and the number of queries (3), got 5"),
         ("merge", ["--index-dir", index, index], f"{index} already exists; merge into a new folder"),
     ]
     for command, argv, message in cases:
