@@ -220,6 +220,22 @@ def test_eval_reads_a_run_from_standard_input_or_a_pipe(files, tmp_path, capsys,
     assert error_line(capsys, "eval") == "graphdoc eval: error: standard input holds no results"
 
 
+def test_eval_tells_a_run_and_qrels_given_the_other_way_round(files, tmp_path, capsys) -> None:
+    """(each said only that its columns or its format were wrong)"""
+    from graphdoc.corpus.formats import QRELS_FORMATS, accepted
+
+    run = tmp_path / "my.run"
+    run.write_text("q1 Q0 d007 1 9.0 x\n", encoding="utf-8")
+    capsys.readouterr()
+    assert cli("eval", "--run", files["qrels"], "--qrels", files["qrels"]) == 1
+    assert error_line(capsys, "eval") == (f"graphdoc eval: error: {files['qrels']}:1: expected 6 columns 'qid Q0 docid "
+                                          "rank score tag', got 4 (this looks like a qrels file: pass it as --qrels)")
+    assert cli("eval", "--run", files["qrels"], "--qrels", run) == 1  # both swapped: the qrels are read first
+    assert error_line(capsys, "eval") == (f"graphdoc eval: error: {run}: unknown qrels format (this looks like a run "
+                                          f"file, which graphdoc eval takes as --run; accepted: "
+                                          f"{accepted(QRELS_FORMATS)})")
+
+
 def test_eval_names_a_run_read_from_a_descriptor_run(files, capsys) -> None:
     """--run <(...) reads /dev/fd/N: its row is 'run' (it was the descriptor's number, '63')."""
     text = "q1 Q0 d007 1 9.0 x\nq2 Q0 d000 1 9.0 x\nq2 Q0 d012 2 8.0 x\nq3 Q0 d001 1 9.0 x\n"
