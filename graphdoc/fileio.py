@@ -102,12 +102,18 @@ def is_stdio(path: str | Path | None) -> bool:
 _DESCRIPTOR = re.compile(r"/(dev/(std(out|err)|fd/\d+)|proc/(self|\d+)/fd/\d+)\Z")
 
 
+def is_descriptor_name(path: str | Path) -> bool:
+    """Whether ``path`` names an open descriptor of the process (``/dev/fd/N``, as a shell's ``<(...)`` gives,
+    ``/proc/self/fd/N``, ``/dev/stdout``) rather than a file."""
+    return _DESCRIPTOR.match(os.path.abspath(path)) is not None
+
+
 def _is_stream(path: str | Path) -> bool:
     """Whether ``path`` is written into rather than replaced: a device, a pipe or a socket (``/dev/null``, a FIFO).
     A descriptor's name (``/dev/stdout``, ``/dev/fd/N``) is refused: opened again it writes from its own position,
     over what the command prints."""
     name = os.path.abspath(path)
-    if _DESCRIPTOR.match(name):  # another open of a descriptor has its own position: refused, not written
+    if is_descriptor_name(name):  # another open of a descriptor has its own position: refused, not written
         raise GraphDocError(f"cannot write {path}: name a file, or - for standard output")
     try:
         mode = os.stat(name).st_mode

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from _retrieval_helpers import cli, error_line, make_docs, manifest_json, records, write_jsonl
 
 from graphdoc.encoder import GraphDocEncoder
@@ -140,3 +141,46 @@ def test_a_cap_a_flat_model_reads_is_not_warned_of(flat_dirs, corpus, tmp_path, 
     assert "5 document(s) had more than 1 passages" in err
     assert cli("compare", a, b, "--model", flat_dirs["first"], "--json") == 0
     assert len(json.loads(capsys.readouterr().out)["passage_similarity"]) == 3  # (1 with the cap, above)
+
+
+FIRSTP_UNCAPPED = NOT_APPLIED.removesuffix(" (--flat-document mean embeds passages)")  # (no such option here)
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory) -> Path:
+    """Eight documents of three passages each, labelled a and b in turn."""
+    docs = [dict(doc, label="ab"[i % 2]) for i, doc in enumerate(make_docs(8))]
+    return write_jsonl(tmp_path_factory.mktemp("labelled") / "labelled.jsonl", docs)
+
+
+def test_finetune_and_predict_warn_of_a_cap_a_flat_first_classifier_does_not_read(flat_dirs, tiny_bert, labelled,
+                                                                                  tmp_path, capsys) -> None:
+    """(finetune --task classification and predict took it silently)"""
+    from graphdoc.finetune import read_predictions
+    from graphdoc.fileio import read_safetensors
+
+    def warnings(command: str, *argv) -> list[str]:
+        capsys.readouterr()
+        assert cli(command, *argv) == 0
+        return [line for line in capsys.readouterr().err.splitlines() if line.startswith("WARNING")]
+
+    def finetune(model: Path, output: str, *extra) -> list[str]:
+        return warnings("finetune", "--task", "classification", "--train", labelled, "--dev", labelled, "--output",
+                        tmp_path / output, "--model", model, "--epochs", 1, *extra)
+
+    assert finetune(flat_dirs["first"], "one", "--max-passages", 1) == [FIRSTP_UNCAPPED]
+    assert finetune(flat_dirs["first"], "all") == []
+    assert finetune(tiny_bert, "plain", "--backbone", "flat", "--max-passages", 1) == [FIRSTP_UNCAPPED]  # (first)
+    one, every = (read_safetensors(tmp_path / run / "model" / "head.safetensors") for run in ("one", "all"))
+    assert one.keys() == every.keys() and all(torch.equal(one[k], every[k]) for k in one)  # trained alike
+    classifier = tmp_path / "all" / "model"
+    assert warnings("predict", "--model", classifier, "--input", labelled, "--output", tmp_path / "one.jsonl",
+                    "--max-passages", 1) == [FIRSTP_UNCAPPED]
+    assert warnings("predict", "--model", classifier, "--input", labelled, "--output", tmp_path / "all.jsonl") == []
+    assert read_predictions(tmp_path / "one.jsonl") == read_predictions(tmp_path / "all.jsonl")
+    # the cap applies to a mean model's vectors, and to the sub-documents supcon draws from a first model's passages
+    assert finetune(flat_dirs["mean"], "mean", "--max-passages", 1) == []
+    assert warnings("predict", "--model", tmp_path / "mean" / "model", "--input", labelled, "--output",
+                    tmp_path / "mean.jsonl", "--max-passages", 1) == []
+    assert finetune(flat_dirs["first"], "supcon", "--max-passages", 1, "--objective", "supcon",
+                    "--no-frozen-encoder") == []

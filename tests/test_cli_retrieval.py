@@ -220,6 +220,37 @@ def test_eval_reads_a_run_from_standard_input_or_a_pipe(files, tmp_path, capsys,
     assert error_line(capsys, "eval") == "graphdoc eval: error: standard input holds no results"
 
 
+def test_eval_tells_a_run_and_qrels_given_the_other_way_round(files, tmp_path, capsys) -> None:
+    """(each said only that its columns or its format were wrong)"""
+    from graphdoc.corpus.formats import QRELS_FORMATS, accepted
+
+    run = tmp_path / "my.run"
+    run.write_text("q1 Q0 d007 1 9.0 x\n", encoding="utf-8")
+    capsys.readouterr()
+    assert cli("eval", "--run", files["qrels"], "--qrels", files["qrels"]) == 1
+    assert error_line(capsys, "eval") == (f"graphdoc eval: error: {files['qrels']}:1: expected 6 columns 'qid Q0 docid "
+                                          "rank score tag', got 4 (this looks like a qrels file: pass it as --qrels)")
+    assert cli("eval", "--run", files["qrels"], "--qrels", run) == 1  # both swapped: the qrels are read first
+    assert error_line(capsys, "eval") == (f"graphdoc eval: error: {run}: unknown qrels format (this looks like a run "
+                                          f"file, which graphdoc eval takes as --run; accepted: "
+                                          f"{accepted(QRELS_FORMATS)})")
+
+
+def test_eval_names_a_run_read_from_a_descriptor_run(files, capsys) -> None:
+    """--run <(...) reads /dev/fd/N: its row is 'run' (it was the descriptor's number, '63')."""
+    text = "q1 Q0 d007 1 9.0 x\nq2 Q0 d000 1 9.0 x\nq2 Q0 d012 2 8.0 x\nq3 Q0 d001 1 9.0 x\n"
+    expected = {"nDCG@10": (1 + 1 / math.log2(3) + 0) / 3}
+    read, write = os.pipe()
+    os.write(write, text.encode("utf-8"))  # (well within a pipe's buffer)
+    os.close(write)
+    try:
+        capsys.readouterr()
+        assert cli("eval", "--run", f"/dev/fd/{read}", "--qrels", files["qrels"], "--measures", "nDCG@10") == 0
+    finally:
+        os.close(read)
+    assert capsys.readouterr().out == format_table({"run": expected}) + "\n"
+
+
 # ------------------------------------------------------------------ tune-fusion
 def test_tune_fusion_saves_alpha_that_later_hybrid_searches_use(own_index, model, files, tmp_path, capsys) -> None:
     manifest = manifest_json(own_index)
@@ -356,7 +387,7 @@ def test_eval_tune_fusion_and_merge_errors(index, files, tmp_path, capsys) -> No
         ("eval", ["--run", tmp_path / "none.run", "--qrels", files["qrels"]],
          f"run file not found: {tmp_path / 'none.run'}"),
         ("tune-fusion", ["--index-dir", index, "--queries", files["queries"], "--qrels", files["qrels"], "--folds", 5],
-         "folds must be between 2 and the number of queries (3), got 5"),
+         "--folds must be between 2 and the number of queries (3), got 5"),
         ("merge", ["--index-dir", index, index], f"{index} already exists; merge into a new folder"),
     ]
     for command, argv, message in cases:

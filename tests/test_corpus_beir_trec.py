@@ -148,6 +148,19 @@ def test_bad_qrels(tmp_path, name, text, message):
         read_qrels(path)
 
 
+@pytest.mark.parametrize("text", ["q1 Q0 d1 1 9.5 bm25\nq1 Q0 d2 2 8 bm25\n", "\nq1\tQ0\td1\t1\t-1.5e-3\tx\n"])
+def test_a_run_read_as_qrels_is_named_so(tmp_path, text):
+    """(graphdoc eval --qrels RUN said only 'unknown qrels format')"""
+    from graphdoc.corpus.formats import QRELS_FORMATS, accepted
+
+    path = tmp_path / "given.txt"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        read_qrels(path)
+    assert str(err.value) == (f"{path}: unknown qrels format (this looks like a run file, which graphdoc eval takes "
+                              f"as --run; accepted: {accepted(QRELS_FORMATS)})")
+
+
 @pytest.mark.parametrize("text", ["", "\n  \n"])
 def test_an_empty_qrels_file_says_it_is_empty(tmp_path, text):
     path = tmp_path / "qrels.txt"

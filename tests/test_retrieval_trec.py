@@ -55,6 +55,27 @@ def test_read_errors_name_file_and_line(tmp_path, line, message):
     assert str(err.value) == f"{path}:3: {message}"
 
 
+SIX = "expected 6 columns 'qid Q0 docid rank score tag'"
+QRELS_HINT = " (this looks like a qrels file: pass it as --qrels)"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("q1 0 d1 1\nq1 0 d2 0\n", f"1: {SIX}, got 4{QRELS_HINT}"),  # TREC qrels
+    ("\nquery-id\tcorpus-id\tscore\nq1\td1\t1\n", f"2: {SIX}, got 3{QRELS_HINT}"),  # BEIR qrels and their header
+    ("q1\td1\t2\n", f"1: {SIX}, got 3{QRELS_HINT}"),  # BEIR qrels without one
+    ("q1 Q0 d1 1 0.5\n", f"1: {SIX}, got 5"),  # a run's line cut short
+    ("q1 d1 rel 2\n", f"1: {SIX}, got 4"),  # no iteration column: not TREC qrels
+    ("q1 Q0 d0 1 1.0 t\nq1 0 d1 1\n", f"2: {SIX}, got 4"),  # a qrels line in a run: the file is a run
+])
+def test_a_qrels_file_read_as_a_run_is_named_so(tmp_path, text, message):
+    """(eval --run QRELS said only 'expected 6 columns ..., got 4')"""
+    path = tmp_path / "given.txt"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        read_run(path)
+    assert str(err.value) == f"{path}:{message}"
+
+
 def test_read_missing_file(tmp_path):
     with pytest.raises(InputError, match="^run file not found: "):
         read_run(tmp_path / "nope.trec")

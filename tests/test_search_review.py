@@ -263,8 +263,17 @@ def test_tune_fusion_scores_only_the_searched_judged_queries(index, files, tmp_p
 
 def test_tune_fusion_refuses_more_folds_than_searched_judged_queries(index, files, capsys, no_search) -> None:
     assert refused(capsys, "tune-fusion", "--index-dir", index, "--queries", files["q3"], "--qrels", files["qrels"],
-                   "--folds", 5) == ("folds must be between 2 and the number of queries (3), got 5 (3 of the 6 "
+                   "--folds", 5) == ("--folds must be between 2 and the number of queries (3), got 5 (3 of the 6 "
                                      f"queries judged in {files['qrels']} are not in {files['q3']})")
+    assert refused(capsys, "tune-fusion", "--index-dir", index, "--queries", files["queries"], "--qrels",
+                   files["qrels"], "--folds", 41) == "--folds must be between 2 and the number of queries (6), got 41"
+
+
+@pytest.mark.parametrize("folds", ["1", "0", "-3"])
+def test_tune_fusion_refuses_fewer_than_two_folds_before_opening_the_index(files, tmp_path, capsys, folds) -> None:
+    """(it said 'folds must be between 2 and the number of queries (6), got 1', once a model had loaded)"""
+    assert refused(capsys, "tune-fusion", "--index-dir", tmp_path / "none", "--queries", files["queries"],
+                   "--qrels", files["qrels"], "--folds", folds) == f"--folds must be at least 2; got {folds}"
 
 
 def test_tune_alpha_leaves_out_judged_queries_that_were_not_searched() -> None:

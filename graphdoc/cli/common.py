@@ -201,10 +201,39 @@ def set_max_passages(model, args: argparse.Namespace, passages: bool = True) -> 
     if not given:
         return
     model.config.chunker.max_passages = cap
-    if not passages and backbone_of(model) == FLAT and model.config.graph.document == "first":
-        logger.warning("--max-passages does not apply to this model: a flat model in document mode first (FirstP) "
-                       "embeds a document's title and text as one sequence cut at the encoder's limit, not its "
-                       "passages (--flat-document mean embeds passages)")
+    if not passages and embeds_no_passages(backbone_of(model), model.config):
+        warn_max_passages_unused("--flat-document mean embeds passages")
+
+
+def embeds_no_passages(backbone: str, config) -> bool:
+    """Whether a model of ``backbone`` and ``config`` makes a document's vector without its passages: a flat model
+    in document mode first (FirstP), which embeds its title and text as one sequence."""
+    return backbone == FLAT and config.graph.document == "first"
+
+
+def saved_embeds_no_passages(path) -> bool:
+    """:func:`embeds_no_passages` of the saved model folder ``path``, told by its config.json alone; ``False`` for
+    anything else, a config the loader refuses included (the loader says why)."""
+    import json
+    from pathlib import Path
+
+    from graphdoc.serialization import CONFIG_NAME, saved_backbone
+
+    if saved_backbone(path) != FLAT:
+        return False
+    try:
+        model = json.loads((Path(path) / CONFIG_NAME).read_text(encoding="utf-8"))["model"]
+        return embeds_no_passages(FLAT, FlatModelConfig.from_dict(model))
+    except (GraphDocError, KeyError, TypeError, ValueError):
+        return False
+
+
+def warn_max_passages_unused(remedy: str = "") -> None:
+    """Say that ``--max-passages`` changes nothing for a model that :func:`embeds_no_passages` (``remedy``: what
+    would read passages, if the command offers it)."""
+    logger.warning("--max-passages does not apply to this model: a flat model in document mode first (FirstP) "
+                   "embeds a document's title and text as one sequence cut at the encoder's limit, not its passages"
+                   "%s", f" ({remedy})" if remedy else "")
 
 
 def _config_file(path: str, data, where: str, backbone: str, guessed: bool):

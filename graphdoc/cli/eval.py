@@ -9,7 +9,7 @@ from typing import Any
 
 from graphdoc.cli.common import logger
 from graphdoc.errors import InputError
-from graphdoc.fileio import is_stdio
+from graphdoc.fileio import is_descriptor_name, is_stdio
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -72,6 +72,14 @@ def run(args: argparse.Namespace) -> int:
     stdin = is_stdio(args.run)
     if not run_:
         raise InputError(f"{'standard input' if stdin else args.run} holds no results")
-    print_evaluation(run_, judgements, name="stdin" if stdin else args.run.name,
+    print_evaluation(run_, judgements, name=_row_name(args.run),
                      run_name="standard input" if stdin else str(args.run))
     return 0
+
+
+def _row_name(path: Path) -> str:
+    """The table's name of the run read from ``path``: its file name; ``stdin`` for standard input, ``run`` for a
+    descriptor's name (``--run <(...)`` reads /dev/fd/63, whose file name, 63, says nothing)."""
+    if is_stdio(path):
+        return "stdin"
+    return "run" if is_descriptor_name(path) else path.name

@@ -12,7 +12,16 @@ import argparse
 from pathlib import Path
 
 from graphdoc.backbones import BACKBONES
-from graphdoc.cli.common import DEVICE_HELP, PRECISION_HELP, add_field_arguments, fields_from, logger
+from graphdoc.cli.common import (
+    DEVICE_HELP,
+    PRECISION_HELP,
+    add_field_arguments,
+    embeds_no_passages,
+    fields_from,
+    logger,
+    saved_embeds_no_passages,
+    warn_max_passages_unused,
+)
 from graphdoc.config import NEGATIVE_POOLS, PRECISIONS, read_config_file
 from graphdoc.errors import GraphDocError
 
@@ -124,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
                                       objective=args.objective, temperature=args.temperature,
                                       **common).classification
         _check_classification_options(args, config)
+        _warn_of_an_unused_cap(args, config, model_config)
         result = finetune_classification(args.train, args.dev, output, test=args.test, config=config,
                                          model=args.model, model_config=model_config, resume=args.resume,
                                          device=args.device, precision=args.precision, backbone=args.backbone,
@@ -214,6 +224,22 @@ def _check_classification_options(args: argparse.Namespace, config) -> None:
                             "(add --objective supcon)")
     if args.repeats is not None and config.shots is None:
         raise GraphDocError("--repeats counts few-shot runs; it needs --few-shot K")
+
+
+def _warn_of_an_unused_cap(args: argparse.Namespace, config, model_config) -> None:
+    """Say that ``--max-passages`` changes nothing when the start model embeds no passages (flat FirstP) and the
+    objective reads whole documents alone (supcon's sub-documents are drawn from the capped passages)."""
+    from graphdoc.backbones import config_backbone
+    from graphdoc.serialization import saved_backbone
+
+    if args.max_passages is None or config.objective != "cross_entropy":
+        return
+    if saved_backbone(args.model) is not None:  # its own settings (a config's model section is ignored)
+        unused = saved_embeds_no_passages(args.model)
+    else:
+        unused = embeds_no_passages(config_backbone(model_config), model_config)
+    if unused:
+        warn_max_passages_unused()
 
 
 def _model_config(args: argparse.Namespace, setup):

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graphdoc.cli.common import DEVICE_HELP, add_field_arguments, fields_from, logger
+from graphdoc.cli.common import (
+    DEVICE_HELP,
+    add_field_arguments,
+    fields_from,
+    logger,
+    saved_embeds_no_passages,
+    warn_max_passages_unused,
+)
 from graphdoc.errors import GraphDocError
 
 
@@ -28,11 +35,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from graphdoc.fileio import is_stdio, replacing
     from graphdoc.finetune import predict
+    from graphdoc.finetune.classifier import ENCODER_DIR
     from graphdoc.finetune.predict import check_output
 
     for flag, value in (("--batch-size", args.batch_size), ("--max-passages", args.max_passages)):
         if value is not None and value < 1:
             raise GraphDocError(f"{flag} must be a positive integer; got {value}")
+    if args.max_passages is not None and saved_embeds_no_passages(Path(args.model) / ENCODER_DIR):
+        warn_max_passages_unused()
     to_stdout = is_stdio(args.output)
     if not to_stdout:
         check_output(args.model, args.output, "--output", source=args.input)

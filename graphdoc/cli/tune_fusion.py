@@ -50,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
     from graphdoc.cli.search import check_run_output, open_searcher, warn_deeper
     from graphdoc.retrieval.evaluation import check_computable, parse_measures
 
+    if args.folds < 2:  # (before the index opens; more folds than queries is told once they are read)
+        raise GraphDocError(f"--folds must be at least 2; got {args.folds}")
     check_at_least_one("--depth", args.depth)
     check_at_least_one("--nprobe", args.nprobe)
     if args.output is not None and not is_stdio(args.output):
@@ -81,7 +83,7 @@ def _tune(args: argparse.Namespace, searcher) -> int:
     unsearched = len(judged) - len(queries)
     named = "the queries piped in" if args.queries == "-" else args.queries
     try:
-        assign_folds(list(queries), args.folds)  # refuses --folds above the number of queries before searching
+        assign_folds(list(queries), args.folds, name="--folds")  # more folds than queries: refused before searching
     except GraphDocError as exc:
         if unsearched:
             raise GraphDocError(f"{exc} ({unsearched} of the {len(judged)} queries judged in {args.qrels} "

@@ -23,6 +23,7 @@ from graphdoc.corpus.markup import markdown_sections, wikitext_sections
 from graphdoc.corpus.memory import MemoryCorpus
 from graphdoc.corpus.named import NAMED_CORPORA, NamedCorpus, resolve
 from graphdoc.corpus.stats import ReadStats, skip_empty
+from graphdoc.corpus.trec import run_hint
 
 Source = Union[str, "os.PathLike[str]"]
 Qrels = dict[str, dict[str, int]]
@@ -205,5 +206,5 @@ def read_qrels(source: Source, split: str | None = None) -> Qrels:
     if named is not None:
         corpus, split = named
         return corpus.qrels(split)
-    fmt = detect(Path(source), QRELS_FORMATS, "qrels", split)
+    fmt = detect(Path(source), QRELS_FORMATS, "qrels", split, hint=run_hint)
     return fmt.read(Path(source), split) if fmt.takes_split else fmt.read(Path(source))

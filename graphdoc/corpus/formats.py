@@ -84,8 +84,10 @@ QRELS_FORMATS = (
 )
 
 
-def detect(path: Path, formats: tuple[Format, ...], what: str, split: str | None = None) -> Format:
-    """The first format that matches ``path``, or an :class:`InputError` listing the accepted ones."""
+def detect(path: Path, formats: tuple[Format, ...], what: str, split: str | None = None,
+           hint: Callable[[str], str | None] | None = None) -> Format:
+    """The first format that matches ``path``, or an :class:`InputError` listing the accepted ones; ``hint`` says
+    what a file of none of them is, by its first line (a run given as qrels), when it can."""
     if str(path) == "-":
         raise InputError(f"- (standard input) cannot be read as {what}: give a file, a folder or a corpus name")
     if path.exists() and not path.is_file() and not path.is_dir():  # read twice: to tell the format, then whole
@@ -96,15 +98,17 @@ def detect(path: Path, formats: tuple[Format, ...], what: str, split: str | None
                          f"(accepted: {accepted(formats)})")
     found = next((fmt for fmt in formats if fmt.matches(path)), None)
     if found is None:
+        said = None
         if path.is_file():
             check_not_utf16(path)  # the first-line sniffing could not read it: say why
             try:
                 if formats is not CORPUS_FORMATS:  # (a corpus file's format is told by its name alone)
-                    first_line(path)
+                    first = first_line(path)
+                    said = hint(first) if hint is not None else None
             except InputError as err:  # e.g. Latin-1 text: its first line could not be sniffed
-                hint = f": {what} files are read as UTF-8 text" if "not valid UTF-8" in str(err) else ""
-                raise InputError(f"{err}{hint}") from None
-        raise InputError(f"{path}: unknown {what} format (accepted: {accepted(formats)})")
+                utf8 = f": {what} files are read as UTF-8 text" if "not valid UTF-8" in str(err) else ""
+                raise InputError(f"{err}{utf8}") from None
+        raise InputError(f"{path}: unknown {what} format ({f'{said}; ' if said else ''}accepted: {accepted(formats)})")
     # a file named after the split (qrels/test.tsv) is that split already
     if split is not None and not found.takes_split and split != path.name.split(".")[0]:
         raise InputError(f"{path}: split={split!r} applies only to BEIR folders and named corpora "

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterator
 
 from graphdoc.errors import InputError
-from graphdoc.corpus.beir import QrelsBuilder, Qrels, parse_relevance
+from graphdoc.corpus.beir import QRELS_HEADER, QrelsBuilder, Qrels, parse_relevance
 from graphdoc.corpus.files import first_line, iter_lines
 from graphdoc.corpus.jsonl import IdTracker
 
@@ -105,11 +105,15 @@ def read_tsv_queries(path: Path) -> Iterator[tuple[str, str]]:
         yield qid.strip(), text.strip()
 
 
-#: lines that are no queries: TREC qrels (query id, 0 or Q0, document id, relevance) and TREC runs (query id,
-#: Q0, document id, rank, score, tag)
-NOT_QUERIES = {"TREC qrels (query-id 0 doc-id relevance)": re.compile(r"\S+\s+(?:0|Q0)\s+\S+\s+[-+]?\d+"),
-               "a TREC run (query-id Q0 doc-id rank score tag)":
-                   re.compile(r"\S+\s+Q0\s+\S+\s+\d+\s+[-+]?[\d.]+(?:[eE][-+]?\d+)?\s+\S+")}
+#: a line of TREC qrels (query id, 0 or Q0, document id, relevance) and of a TREC run (query id, Q0, document id,
+#: rank, score, tag)
+TREC_QRELS_LINE = re.compile(r"\S+\s+(?:0|Q0)\s+\S+\s+[-+]?\d+")
+TREC_RUN_LINE = re.compile(r"\S+\s+Q0\s+\S+\s+\d+\s+[-+]?[\d.]+(?:[eE][-+]?\d+)?\s+\S+")
+#: lines that are no queries
+NOT_QUERIES = {"TREC qrels (query-id 0 doc-id relevance)": TREC_QRELS_LINE,
+               "a TREC run (query-id Q0 doc-id rank score tag)": TREC_RUN_LINE}
+#: what a qrels reader says of a file whose first line is a TREC run's (given as qrels: eval --qrels run.trec)
+RUN_AS_QRELS = "this looks like a run file, which graphdoc eval takes as --run"
 #: how many first lines must all look like one of NOT_QUERIES for a file to be refused (a query may look like one)
 SNIFFED_LINES = 3
 
@@ -202,3 +206,17 @@ def is_trec_qrels(first: str) -> bool:
 def is_tsv_qrels(first: str) -> bool:
     """Whether a first line looks like BEIR qrels: three tab-separated fields."""
     return len(first.split("\t")) == 3
+
+
+def is_qrels_line(line: str) -> bool:
+    """Whether ``line`` is one of TREC qrels (``qid 0 docid rel``) or of BEIR qrels (``qid<TAB>docid<TAB>score``,
+    or their header)."""
+    cells = [cell.strip() for cell in line.strip().split("\t")]
+    if len(cells) == 3 and (tuple(c.lower() for c in cells) == QRELS_HEADER or re.fullmatch(r"[-+]?\d+", cells[2])):
+        return True
+    return TREC_QRELS_LINE.fullmatch(line.strip()) is not None
+
+
+def run_hint(first: str) -> str | None:
+    """What to tell of a file of no qrels format whose first line is ``first``: that it is a run, if it looks so."""
+    return RUN_AS_QRELS if TREC_RUN_LINE.fullmatch(first.strip()) else None

@@ -15,6 +15,8 @@ from graphdoc.fileio import atomic_write, is_stdio
 from graphdoc.retrieval.runs import Run, ranked
 
 _SPACE_IN_LINE = re.compile(r"[^\S\n]")
+#: what :func:`read_run` says of a file whose first line is a qrels line (graphdoc eval --run qrels.txt)
+QRELS_AS_RUN = " (this looks like a qrels file: pass it as --qrels)"
 
 
 def _check_token(what: str, value: str) -> None:
@@ -74,10 +76,15 @@ def write_run(run: Mapping[str, Mapping[str, float]], path: str | Path, tag: str
         text.detach()  # the compressor closes itself; the raw file is atomic_write's to close
 
 
-def _parse_line(line: str, where: str) -> tuple[str, str, float]:
+def _parse_line(line: str, where: str, first: bool = False) -> tuple[str, str, float]:
+    """A run line's query id, document id and score; ``first``: the file's first line, which tells a qrels file
+    given as a run."""
     parts = line.split()
     if len(parts) != 6:
-        raise InputError(f"{where}: expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}")
+        from graphdoc.corpus.trec import is_qrels_line
+
+        hint = QRELS_AS_RUN if first and is_qrels_line(line) else ""
+        raise InputError(f"{where}: expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}{hint}")
     qid, _, doc, rank, score, _ = parts
     try:
         int(rank)
@@ -105,11 +112,13 @@ def read_run(path: str | Path) -> Run:
     if not stdin and not path.exists():
         raise InputError(f"run file not found: {path}")
     run: Run = {}
+    first = True
     for lineno, line in _numbered_lines(path, stdin):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
-        qid, doc, score = _parse_line(line, where)
+        qid, doc, score = _parse_line(line, where, first)
+        first = False
         docs = run.setdefault(qid, {})
         if doc in docs:
             raise InputError(f"{where}: document {doc!r} listed twice for query {qid!r}")

@@ -67,13 +67,14 @@ class TuningResult:
         }
 
 
-def assign_folds(query_ids: Sequence[str], folds: int, seed: int = 0) -> list[list[str]]:
-    """Split query ids into `folds` groups after a seeded shuffle (deterministic; ids sorted first)."""
+def assign_folds(query_ids: Sequence[str], folds: int, seed: int = 0, *, name: str = "folds") -> list[list[str]]:
+    """Split query ids into `folds` groups after a seeded shuffle (deterministic; ids sorted first). ``name``: what
+    an error calls `folds` (a command its option, ``--folds``)."""
     qids = sorted(set(query_ids))
     if len(qids) < 2:
         raise GraphDocError(f"cross-validation needs at least 2 judged queries; got {len(qids)}")
     if folds < 2 or folds > len(qids):
-        raise GraphDocError(f"folds must be between 2 and the number of queries ({len(qids)}), got {folds}")
+        raise GraphDocError(f"{name} must be between 2 and the number of queries ({len(qids)}), got {folds}")
     order = np.random.default_rng(seed).permutation(len(qids))
     return [sorted(qids[i] for i in order[f::folds]) for f in range(folds)]
 
