@@ -100,6 +100,28 @@ def kill_on_shard(monkeypatch, number: int = 2) -> None:
     monkeypatch.setattr(builder, "_encode_shard", killed)
 
 
+def search_runs(index_dir: Path, queries: dict[str, str], k: int) -> dict[str, dict]:
+    """``{mode: run}`` of ``queries`` over an index, in every search mode."""
+    from graphdoc.retrieval.searcher import Searcher
+
+    with Searcher(index_dir) as searcher:
+        return {mode: searcher.batch_search(queries, k=k, mode=mode) for mode in ("dense", "bm25", "hybrid")}
+
+
+def assert_same_runs(runs: dict[str, dict], expected: dict[str, dict]) -> None:
+    """The runs (:func:`search_runs`) rank the same documents in every mode, with the same scores: BM25's equal,
+    dense and hybrid within 1e-6 (equal here; a tolerance for BLAS builds whose sums depend on the batches the
+    shards were encoded in)."""
+    assert runs.keys() == expected.keys()
+    for mode in runs:
+        assert runs[mode].keys() == expected[mode].keys(), mode
+        for qid in runs[mode]:
+            assert list(runs[mode][qid]) == list(expected[mode][qid]), (mode, qid)
+            tolerance = 0 if mode == "bm25" else 1e-6
+            np.testing.assert_allclose(list(runs[mode][qid].values()), list(expected[mode][qid].values()),
+                                       rtol=tolerance, atol=tolerance, err_msg=f"{mode} {qid}")
+
+
 def manifest_json(index_dir: Path) -> dict:
     return json.loads((index_dir / "manifest.json").read_text(encoding="utf-8"))
 

@@ -60,9 +60,9 @@ def test_a_build_under_way_is_not_searchable_yet(index, tmp_path, capsys) -> Non
     (copy / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     lines = info(capsys, copy).splitlines()
     assert lines[1].startswith("  not searchable yet; 2 shards, ")
-    assert lines[2] == ("  build under way or stopped (rerun the graphdoc index command, or build_index with the same "
-                        "documents, to finish it): "
-                        f"{index.parent / 'corpus.jsonl'}")
+    assert lines[2] == ("  build under way or interrupted (rerun the graphdoc index command, or build_index with the "
+                        "same documents, to finish it; or keep what it read: graphdoc index --index-dir DIR "
+                        f"--stop-reading CORPUS): {index.parent / 'corpus.jsonl'}")
     assert lines[-1] == f"    {index.parent / 'corpus.jsonl'}: 3 documents read, not finished, encoded at fp32"
 
 

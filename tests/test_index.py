@@ -173,7 +173,9 @@ def test_build_resumes_after_a_crash_and_removes_unlisted_shards(model, tmp_path
     (index / "shards" / "junk").mkdir()
     (index / "shards" / "junk" / "ids.txt").write_text("d000\n", encoding="utf-8")
     with pytest.raises(GraphDocError, match=r"incomplete: rerun the build that was interrupted \(the same "
-                                            r"build_index call or graphdoc index command\)$"):
+                                            r"build_index call or graphdoc index command\), or keep what it read: "
+                                            r"graphdoc index --index-dir .* --stop-reading .*corpus\.jsonl "
+                                            r"\(stop_reading in Python\)$"):
         Searcher(index)
 
     build_index(model, str(corpus), index, IndexSettings(shard_size=3))
@@ -203,7 +205,8 @@ def test_adding_another_corpus_warns_of_one_left_half_read(model, tmp_path, monk
     with caplog.at_level(logging.WARNING, logger="graphdoc"):
         build_index(model, str(second), index)  # finalised with 3 of first's 7 documents: say so
     assert caplog.messages == [f"{first.resolve()} part 1/1 is only partly in the index (3 documents read): rerun "
-                               "its build to add the rest"]
+                               f"its build to add the rest, or keep only those: graphdoc index --index-dir {index} "
+                               f"--stop-reading {first.resolve()} (stop_reading in Python)"]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="graphdoc"):
         build_index(model, str(first), index)  # its rerun completes it

@@ -1,6 +1,8 @@
 """``graphdoc index``: build (resume, extend) an index folder: FAISS + BM25 + document store.
 
 Without ``--model`` (or ``--config``/``--backbone``), an existing index is extended or resumed with its own model.
+``--stop-reading CORPUS`` (instead of ``--corpus``) keeps what an interrupted run read of a corpus that cannot be
+read again as it was (changed, gone, or documents in memory now lost), reads no more of it, and finalises the index.
 """
 
 from __future__ import annotations
@@ -15,21 +17,26 @@ from graphdoc.errors import GraphDocError
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("index", help="index a corpus for dense, BM25 and hybrid search", description=__doc__)
-    parser.add_argument("--corpus", required=True, help="a local corpus (JSON lines, CSV/TSV, BEIR folder, "
-                        "text folder, MediaWiki dump), a dataset name (msmarco-document, robust04, wikir/en59k, ...), "
-                        "or - for JSON lines piped in (read whole, then indexed as documents in memory: the same "
-                        "lines piped again resume or add nothing)")
+    read = parser.add_mutually_exclusive_group(required=True)
+    read.add_argument("--corpus", help="a local corpus (JSON lines, CSV/TSV, BEIR folder, "
+                      "text folder, MediaWiki dump), a dataset name (msmarco-document, robust04, wikir/en59k, ...), "
+                      "or - for JSON lines piped in (read whole, then indexed as documents in memory: the same "
+                      "lines piped again resume or add nothing)")
+    read.add_argument("--stop-reading", metavar="CORPUS",
+                      help="keep the documents of CORPUS (named as graphdoc info names it: a path, a dataset name or "
+                           "memory:sha256:...) that an interrupted run read, read no more of it, and finalise the "
+                           "index; the corpus need not exist (with --shard: that part only)")
     parser.add_argument("--index-dir", required=True, type=Path)
     parser.add_argument("--faiss-factory", default=None, metavar="STR",
                         help="FAISS index_factory string (default Flat: exact inner product), e.g. HNSW32; "
                              "can be changed until the index is finalised")
     parser.add_argument("--metric", choices=("cosine", "ip"), default=None,
                         help="default cosine (ip for a model fine-tuned with dot products)")
-    parser.add_argument("--shard", default="1/1", metavar="I/N", help="build part I of N (join with graphdoc merge)")
+    parser.add_argument("--shard", default=None, metavar="I/N", help="build part I of N (join with graphdoc merge)")
     parser.add_argument("--shard-size", type=int, default=None, metavar="N",
                         help="documents per resumable shard (default: the size the index recorded, 1000 for a new "
                              "one; a size given is recorded for the runs after it)")
-    parser.add_argument("--on-duplicate", choices=("error", "skip", "replace"), default="error",
+    parser.add_argument("--on-duplicate", choices=("error", "skip", "replace"), default=None,
                         help="an id already in the index: refuse (default), skip it, or replace the old one")
     parser.add_argument("--no-passages", action="store_true",
                         help="do not keep passage vectors (smaller; no passage-level scores or explanations)")
@@ -47,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from graphdoc.retrieval.bm25 import BM25Config
     from graphdoc.retrieval.builder import IndexSettings, build_index
 
+    if args.stop_reading is not None:
+        return _stop_reading(args)
     # checked here, before the model loads; None keeps an existing index's own setting
     given = args.bm25_stemmer is not None or args.bm25_terms is not None
     stemmer = args.bm25_stemmer
@@ -55,17 +64,41 @@ def run(args: argparse.Namespace) -> int:
     bm25 = BM25Config(stemmer=stemmer, terms=args.bm25_terms) if given else None
     settings = IndexSettings(faiss_factory=args.faiss_factory, metric=args.metric, bm25=bm25,
                              store_passages=not args.no_passages, shard_size=args.shard_size,
-                             on_duplicate=args.on_duplicate)
+                             on_duplicate=args.on_duplicate or "error")
     fields = fields_from(args)
     corpus = stdin_corpus("index", fields) if args.corpus == "-" else args.corpus  # (read before the model loads)
     model = _model(args)
-    manifest = build_index(model, corpus, args.index_dir, settings, part=args.shard,
+    manifest = build_index(model, corpus, args.index_dir, settings, part=args.shard or "1/1",
                            batch_size=args.batch_size, show_progress_bar=not args.quiet, fields=fields)
-    counts = manifest.counts
-    print(f"{args.index_dir}: " + ", ".join(counted(counts.get(what, 0), what) for what in
-                                            ("documents", "passages", "shards")))
-    logger.debug("manifest: %s", manifest)
+    _print_counts(args.index_dir, manifest)
     return 0
+
+
+#: options that say how to read or encode a corpus, which --stop-reading (reading none) refuses
+_READING_OPTIONS = ("metric", "shard_size", "on_duplicate", "no_passages", "bm25_stemmer", "bm25_terms", "id_field",
+                    "text_field", "title_field", "model", "config", "backbone", "flat_document", "max_passages",
+                    "device", "precision")
+
+
+def _stop_reading(args: argparse.Namespace) -> int:
+    """``--stop-reading CORPUS``: keep what an interrupted run read of it, and finalise the index."""
+    from graphdoc.retrieval.stopping import stop_reading
+
+    given = next((name for name in _READING_OPTIONS if getattr(args, name, None) not in (None, False)), None)
+    if given is not None:
+        raise GraphDocError(f"--stop-reading reads and encodes nothing: --{given.replace('_', '-')} does not apply "
+                            "(leave it out)")
+    manifest = stop_reading(args.index_dir, args.stop_reading, args.shard, faiss_factory=args.faiss_factory,
+                            show_progress_bar=not args.quiet)
+    _print_counts(args.index_dir, manifest)
+    return 0
+
+
+def _print_counts(index_dir: Path, manifest) -> None:
+    counts = manifest.counts
+    print(f"{index_dir}: " + ", ".join(counted(counts.get(what, 0), what) for what in
+                                       ("documents", "passages", "shards")))
+    logger.debug("manifest: %s", manifest)
 
 
 def _stored_bm25(index_dir: Path) -> dict:

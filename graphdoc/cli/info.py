@@ -52,7 +52,8 @@ def index_info(folder: Path) -> dict[str, Any]:
     """The manifest of the index in ``folder`` (as :class:`Manifest` loads it: checked), with its state: ``final``
     (the searchable build's documents and passages, or ``None``), ``building`` (the corpora not read to the
     end), ``arithmetic`` (what its corpora were encoded in, as recorded), each source's ``part_documents`` (its
-    part's documents of those read) and ``bytes`` on disk."""
+    part's documents of those read; ``stopped``: read no further by ``graphdoc index --stop-reading``) and ``bytes``
+    on disk."""
     from dataclasses import asdict
 
     from graphdoc.retrieval.finalize import FINAL_DIR, read_build
@@ -94,9 +95,9 @@ def _index_lines(info: dict[str, Any]) -> list[str]:
     lines = [f"index {info['path']} (graphdoc {info['graphdoc_version'] or 'before 0.1'}, created {info['created']})",
              f"  {state}; {counted(len(info['shards']), 'shards')}, {_mib(info['bytes'])} on disk"]
     if info["building"]:
-        lines.append(f"  build under way or stopped (rerun the graphdoc index command, or build_index with the same "
-                     f"documents, to finish it): "
-                     f"{', '.join(info['building'])}")
+        lines.append(f"  build under way or interrupted (rerun the graphdoc index command, or build_index with the "
+                     f"same documents, to finish it; or keep what it read: graphdoc index --index-dir DIR "
+                     f"--stop-reading CORPUS): {', '.join(info['building'])}")
     lines += _model_settings(model.get("path") or model.get("name"), model, info["dimension"])
     lines.append(f"  weights: {str(model.get('fingerprint', ''))[:12]}")
     if info["sources"]:
@@ -150,12 +151,12 @@ def _source_line(source: dict[str, Any]) -> str:
     if source["part"] != "1/1":
         part = f" part {source['part']}"
         if source.get("part_documents") is not None:
-            first = "" if source["complete"] else "first "
+            first = "" if source["complete"] and not source["stopped"] else "first "
             read, of = counted(source["part_documents"], "documents"), \
                 f" (its part of the corpus's {first}{source['documents_read']})"
     fields = source.get("fields") or {}
     named = f"; fields {', '.join(f'{k}={v}' for k, v in fields.items())}" if fields else ""
-    done = "complete" if source["complete"] else "not finished"
+    done = "stopped" if source["stopped"] else "complete" if source["complete"] else "not finished"
     at = f", encoded at {source['precision']}" if source.get("precision") else ""
     return f"    {source['corpus']}{part}: {read} read{of}, {done}{at}{named}"
 

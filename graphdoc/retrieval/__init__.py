@@ -31,7 +31,8 @@ from graphdoc.lazy import lazy_names
 # the index and searcher import FAISS and the model: loaded on first use
 _LAZY = {"Searcher": "graphdoc.retrieval.searcher", "Hit": "graphdoc.retrieval.searcher",
          "build_index": "graphdoc.retrieval.builder", "IndexSettings": "graphdoc.retrieval.builder",
-         "merge_indexes": "graphdoc.retrieval.merge", "delete_documents": "graphdoc.retrieval.deletion"}
+         "merge_indexes": "graphdoc.retrieval.merge", "delete_documents": "graphdoc.retrieval.deletion",
+         "stop_reading": "graphdoc.retrieval.stopping"}
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
@@ -43,6 +44,7 @@ __all__ = [
     "build_index",
     "delete_documents",
     "merge_indexes",
+    "stop_reading",
     "DEFAULT_MEASURES",
     "BM25Config",
     "BM25Index",

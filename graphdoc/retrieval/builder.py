@@ -12,8 +12,8 @@ Layout of ``INDEX_DIR``::
 
 A killed run rerun with the same command skips the documents already in shards; shards a crash
 left unlisted in the manifest, and temporaries of a killed atomic write, are removed; a corpus that changed
-since such a run is refused (a run resumes by position). A corpus already indexed is not read again (a
-change to it is warned about). Adding a corpus to an existing index appends shards; an id already indexed is refused (``on_duplicate="error"``), skipped, or replaces the
+since such a run is refused (a run resumes by position: :mod:`graphdoc.retrieval.stopping` keeps what it read
+instead). A corpus already indexed, or stopped so, is not read again (a change to it is warned about). Adding a corpus to an existing index appends shards; an id already indexed is refused (``on_duplicate="error"``), skipped, or replaces the
 old document (a deleted one, see :mod:`graphdoc.retrieval.deletion`, is not in the index). One process at a time
 writes a folder (:func:`~graphdoc.fileio.writer_lock`).
 """
@@ -48,7 +48,8 @@ from graphdoc.retrieval.dense import METRICS, TrainingError, new_faiss_index, tr
 from graphdoc.retrieval.manifest import (MANIFEST_NAME, Manifest, SourceProgress, check_identity, chunker_version,
                                          model_identity, normal_part, split_of)
 from graphdoc.retrieval.progress import (Cursor, check_read_part_unchanged, corpus_state, open_corpus, state_changed,
-                                         part_documents, report_complete, source_fields)
+                                         part_documents, report_complete, source_fields, stop_hint,
+                                         warn_partly_read)
 from graphdoc.retrieval.shards import indexed_ids, write_shard
 from graphdoc.retrieval.finalize import FINAL_DIR, finalize, tidy_after_a_kill
 from graphdoc.retrieval.searcher import final_problem
@@ -144,7 +145,7 @@ def _existing_manifest(index_dir: Path, identity: dict, settings: IndexSettings,
               "bm25": settings.bm25.resolved(manifest.bm25).to_dict() if settings.bm25 is not None else None}
     for name, value in wanted.items():
         if value is not None and value != getattr(manifest, name):
-            _change_setting(index_dir, manifest, name, value, announce)
+            change_setting(index_dir, manifest, name, value, announce)
     return manifest
 
 
@@ -160,7 +161,7 @@ def _record_moved_model(index_dir: Path, manifest: Manifest, identity: dict) -> 
         manifest.save(index_dir)
 
 
-def _change_setting(index_dir: Path, manifest: Manifest, name: str, value, announce: bool) -> None:
+def change_setting(index_dir: Path, manifest: Manifest, name: str, value, announce: bool) -> None:
     """FAISS factory and BM25 settings shape only ``final/``: they may change until the index is first finalised
     (a factory that could not be trained is replaced without re-encoding), not after an add that was interrupted
     while finalising, as the index searched meanwhile is its last build; the metric never."""
@@ -251,8 +252,9 @@ def build_index(model, corpus: str | os.PathLike | Sequence[dict | Document], in
     the index records how far it got in it, to resume. It may also be documents in memory, a list (any sequence)
     of dicts (``{"_id"/"id", "title", "text"/"sections", ...}``, one JSON lines record each) or of
     :class:`graphdoc.Document`: the index names them by a hash of their records (``memory:sha256:...``), so the
-    same list given again resumes a stopped build or adds nothing, and another list adds its documents. A
-    generator (read only once) and plain strings (no ids) are refused.
+    same list given again resumes an interrupted build (one lost meanwhile: :func:`stop_reading` keeps what was
+    read) or adds nothing, and another list adds its documents. A generator (read only once) and plain strings (no
+    ids) are refused.
     ``fields`` (:class:`graphdoc.corpus.Fields`) names the record fields of its id, text and title; the index
     records them with the corpus's progress, so that ``None`` resumes (or reads another part) with the recorded
     ones, and other ones are refused for a corpus the index holds (they would index other text under its ids).
@@ -284,6 +286,7 @@ def build_index(model, corpus: str | os.PathLike | Sequence[dict | Document], in
             and (manifest.source(str(corpus), part) or manifest.whole(str(corpus))):
         key = str(corpus)  # named with its split by an index built before stop 28: resumed under that name
     _check_same_split(index_dir, manifest, key, corpus, part)
+    _check_not_gone(index_dir, manifest, corpus, part)
     fields = _corpus_fields(manifest, key, corpus, index_dir, as_fields(fields))
     source = manifest.source(key, part) or SourceProgress(corpus=key, part=part, fields=fields.to_dict() or None)
     if not source.complete and not manifest.whole(key):  # a corpus already indexed is not read again
@@ -310,10 +313,7 @@ def build_index(model, corpus: str | os.PathLike | Sequence[dict | Document], in
             manifest.finalized = False
         if not manifest.finalized:
             _finalize(index_dir, manifest, part, show_progress_bar)
-        for other in manifest.sources:  # e.g. a run adding it was interrupted, and another corpus came next
-            if not other.complete and other is not source:
-                logger.warning("%s part %s is only partly in the index (%d documents read): rerun its build to "
-                               "add the rest", other.corpus, other.part, other.documents_read)
+        warn_partly_read(index_dir, manifest)  # e.g. a run adding one was interrupted, and another corpus came next
     return manifest
 
 
@@ -330,6 +330,18 @@ def _check_same_split(index_dir: Path, manifest: Manifest, key: str, corpus, par
     raise GraphDocError(f"{index_dir} holds {corpus} read as part {other.part} ({wanted}), not with {given}: run "
                         f"the same command again with {wanted} to go on with it, or index {corpus} into another "
                         "folder")
+
+
+def _check_not_gone(index_dir: Path, manifest: Manifest, corpus, part: str) -> None:
+    """Refuse a corpus file or folder gone since an interrupted run began reading it into the index, saying how to
+    keep what that run read (the reader would only say that there is no such file)."""
+    if not isinstance(corpus, (str, os.PathLike)) or os.path.exists(corpus):
+        return
+    source = manifest.source(str(Path(corpus).resolve()), part)
+    if source is not None and not source.complete:
+        raise GraphDocError(f"{corpus}: no such file or folder, and an interrupted run read {source.documents_read} of "
+                            f"its documents into {index_dir}: restore it to go on, or keep those and read no more of "
+                            f"it: {stop_hint(index_dir, source)}")
 
 
 def _corpus_fields(manifest: Manifest, key: str, corpus, index_dir: Path, fields: Fields | None) -> Fields:

@@ -23,6 +23,7 @@ from graphdoc.fileio import writer_lock
 from graphdoc.retrieval.dense import training_minimum
 from graphdoc.retrieval.finalize import finalize, tidy_after_a_kill
 from graphdoc.retrieval.manifest import Manifest
+from graphdoc.retrieval.progress import stop_hint
 from graphdoc.retrieval.shards import indexed_ids
 
 logger = logging.getLogger(__name__)
@@ -38,7 +39,8 @@ def delete_documents(index_dir: str | os.PathLike, ids: Iterable[str | int], *, 
     An id the index does not hold is warned about (``missing="warn"``: the others are deleted; when none is held,
     nothing is rewritten) or refused (``missing="error"``: nothing changes). An id given twice counts once.
     Deleting every document is refused (an index without documents cannot be searched), and so is deleting from
-    an index whose build is still in progress (a corpus only partly read: finish it first). A second process
+    an index whose build is still in progress (a corpus only partly read: finish it first, or keep what it read with
+    :func:`~graphdoc.retrieval.stopping.stop_reading`). A second process
     writing the folder is refused, as for :func:`~graphdoc.retrieval.builder.build_index`.
     """
     return deleting(index_dir, ids, missing=missing, show_progress_bar=show_progress_bar)[0]
@@ -105,7 +107,8 @@ def _check_deletable(index_dir: Path, manifest: Manifest) -> None:
         source = building[0]
         raise GraphDocError(f"the build of {index_dir} is not finished ({source.corpus} part {source.part}: "
                             f"{source.documents_read} documents read): finish it first (rerun the build_index call "
-                            "or graphdoc index command), then delete (nothing was changed)")
+                            f"or graphdoc index command) or keep what it read, {stop_hint(index_dir, source)}; then "
+                            "delete (nothing was changed)")
     if not manifest.shards:
         raise GraphDocError(f"index {index_dir} holds no documents to delete")
 

@@ -39,6 +39,9 @@ class SourceProgress:
     #: the arithmetic its passages were encoded in (``fp32``, ``bf16``, ``fp16``: :func:`graphdoc.device.arithmetic`),
     #: which a run resuming it must compute in too; ``None``: not recorded (before graphdoc kept it), not saved then
     precision: str | None = None
+    #: read no further by choice (:func:`graphdoc.retrieval.stopping.stop_reading`): ``complete`` too, so that its
+    #: documents read are kept and it is not read again; saved only when true (an earlier graphdoc refuses it)
+    stopped: bool = False
 
     def part_documents(self) -> int | None:
         """How many of the documents read are its part's (a ``--shard I/N`` part reads every N-th document from
@@ -85,7 +88,7 @@ class Manifest:
     def save(self, folder: Path) -> None:
         data = asdict(self)
         for source in data["sources"]:
-            for name in ("fields", "precision"):  # (not recorded: as graphdoc before them saved the source)
+            for name in ("fields", "precision", "stopped"):  # (not recorded: as graphdoc before them saved it)
                 if not source[name]:
                     del source[name]
         if data["shard_size"] is None:
@@ -180,7 +183,8 @@ _TYPES = {"model": dict, "dimension": int, "metric": str, "faiss_factory": str, 
           "finalized": bool, "created": str, "graphdoc_version": str, "format": str, "format_version": int,
           "shard_size": (int, type(None))}
 _SOURCE_TYPES = {"corpus": str, "part": str, "documents_read": int, "complete": bool, "state": (list, type(None)),
-                 "shards": (list, type(None)), "fields": (dict, type(None)), "precision": (str, type(None))}
+                 "shards": (list, type(None)), "fields": (dict, type(None)), "precision": (str, type(None)),
+                 "stopped": bool}
 #: the arithmetics a source may record (:data:`graphdoc.device.ARITHMETIC_NAMES`' names)
 ARITHMETICS = ("fp32", "bf16", "fp16")
 _MODEL_TYPES = {"name": (str, type(None)), "path": (str, type(None)), "fingerprint": (str, type(None)),
@@ -222,6 +226,9 @@ def _check_values(path: Path, data: dict[str, Any]) -> None:
         if source.get("documents_read", 0) < 0:
             raise GraphDocError(f"{path}: sources[].documents_read must not be negative")
         _check_source_fields(path, source.get("fields"))
+        if source.get("stopped") and not source.get("complete"):
+            raise GraphDocError(f"{path}: sources[].stopped is true for {json.dumps(source.get('corpus'))[:80]}, whose "
+                                "complete is false (a corpus stopped is read no further: complete)")
         if source.get("precision") not in (None, *ARITHMETICS):
             raise GraphDocError(f"{path}: sources[].precision must be one of {', '.join(ARITHMETICS)}; got "
                                 f"{json.dumps(source['precision'])[:80]}")

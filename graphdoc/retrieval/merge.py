@@ -162,7 +162,9 @@ def _check_splits(parts: list[Path], manifests: list[Manifest]) -> None:
         for source in manifest.sources:
             by_corpus.setdefault(source.corpus, []).append((path, source))
     for corpus, found in by_corpus.items():
-        (path_a, a), *others = found
+        # compared with a part read to the end, where there is one: a part stopped part-way read fewer documents
+        first = next((i for i, (_, source) in enumerate(found) if not source.stopped), 0)
+        (path_a, a), others = found[first], found[:first] + found[first + 1:]
         for path_b, b in others:
             if split_of(b.part) != split_of(a.part):
                 raise GraphDocError(f"cannot merge {path_b}: it holds {corpus} part {b.part}, {path_a} part {a.part}: "
@@ -171,15 +173,33 @@ def _check_splits(parts: list[Path], manifests: list[Manifest]) -> None:
                 raise GraphDocError(f"cannot merge {path_b}: it read {corpus} part {b.part} with fields "
                                     f"{b.fields or 'the default ones'}, {path_a} part {a.part} with "
                                     f"{a.fields or 'the default ones'}: the parts hold other texts of one corpus")
-            if b.documents_read != a.documents_read:
-                raise GraphDocError(f"cannot merge {path_b}: {corpus} had {b.documents_read} documents when its part "
-                                    f"{b.part} was indexed, {a.documents_read} when {path_a}'s part {a.part} was: "
-                                    "the parts come from different versions of it")
+            _check_same_version(corpus, (path_a, a), (path_b, b))
+        for path, source in found:
+            if source.stopped:
+                logger.warning("%s holds %s part %s stopped after %d of its documents (graphdoc index --stop-reading): "
+                               "the merged index lacks the rest of that part", path, corpus, source.part,
+                               source.part_documents() or 0)
         have = {part_number(s.part) for _, s in found}
         missing = [f"{i}/{split_of(a.part)}" for i in range(1, split_of(a.part) + 1) if i not in have]
         if missing:
             logger.warning("the parts hold %s without its part%s %s: the merged index lacks those documents",
                            corpus, "s" if len(missing) > 1 else "", ", ".join(missing))
+
+
+def _check_same_version(corpus: str, first: tuple[Path, SourceProgress], other: tuple[Path, SourceProgress]) -> None:
+    """Refuse a part of ``corpus`` read from a version of it that held another number of documents than the
+    ``first`` part's (read to the end, where one is). A part stopped part-way
+    (:func:`~graphdoc.retrieval.stopping.stop_reading`) read fewer: it must not have read more."""
+    (path_a, a), (path_b, b) = first, other
+    if b.stopped and (a.stopped or b.documents_read <= a.documents_read) or b.documents_read == a.documents_read:
+        return
+    if b.stopped:
+        raise GraphDocError(f"cannot merge {path_b}: {corpus} part {b.part} was stopped after {b.documents_read} "
+                            f"documents read, more than the {a.documents_read} {path_a}'s part {a.part} read to the "
+                            "end: the parts come from different versions of it")
+    raise GraphDocError(f"cannot merge {path_b}: {corpus} had {b.documents_read} documents when its part "
+                        f"{b.part} was indexed, {a.documents_read} when {path_a}'s part {a.part} was: "
+                        "the parts come from different versions of it")
 
 
 def _now() -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
+import shlex
 from pathlib import Path
 from typing import Iterator
 
@@ -69,20 +70,20 @@ def check_read_part_unchanged(corpus: str, index_dir: Path, manifest: Manifest, 
             if doc.id not in rows:
                 if on_duplicate == "skip" and doc.id in elsewhere:
                     continue  # skipped then as a duplicate: nothing of it was indexed
-                raise _changed(corpus, source, f"document {doc.id!r}, read before, is not in the index")
+                raise _changed(corpus, index_dir, source, f"document {doc.id!r}, read before, is not in the index")
             shard, row = rows[doc.id]
             if shard not in stores:
                 stores[shard] = docstore.DocStore(index_dir / "shards" / shard / "docs.jsonl")
             kept = stores[shard][row]
             if (kept["title"], kept["text"]) != (doc.title, doc.text):
-                raise _changed(corpus, source, f"document {doc.id!r} is not the one indexed")
+                raise _changed(corpus, index_dir, source, f"document {doc.id!r} is not the one indexed")
     except InputError as exc:  # the part already read is what must still read
-        raise _changed(corpus, source, str(exc)) from None
+        raise _changed(corpus, index_dir, source, str(exc)) from None
     finally:
         for store in stores.values():
             store.close()
     if cursor.position < source.documents_read:
-        raise _changed(corpus, source, f"it now holds {cursor.position} documents")
+        raise _changed(corpus, index_dir, source, f"it now holds {cursor.position} documents")
     logger.warning("%s changed since an interrupted run began indexing it; its first %d documents are the ones "
                    "in the index: resuming after them", corpus, source.documents_read)
 
@@ -92,10 +93,19 @@ def source_fields(source: SourceProgress) -> Fields:
     return Fields.from_dict(source.fields)
 
 
-def _changed(corpus: str, source: SourceProgress, why: str) -> GraphDocError:
+def _changed(corpus: str, index_dir: Path, source: SourceProgress, why: str) -> GraphDocError:
     return GraphDocError(f"{corpus} changed since an interrupted run began indexing it ({source.documents_read} of "
                          f"its documents are in) and not only past them: {why}. A run resumes by position: restore "
-                         "the corpus as it was, or index it into a new folder")
+                         "the corpus as it was, index it into a new folder, or keep the documents in and read no "
+                         f"more of it: {stop_hint(index_dir, source)}")
+
+
+def stop_hint(index_dir: Path, source: SourceProgress) -> str:
+    """The command (and function) that keeps what an interrupted run read of ``source`` and reads no more of it
+    (:func:`graphdoc.retrieval.stopping.stop_reading`), for the errors of an index left part-way."""
+    part = f" --shard {source.part}" if source.part != "1/1" else ""
+    return (f"graphdoc index --index-dir {shlex.quote(str(index_dir))} --stop-reading {shlex.quote(source.corpus)}"
+            f"{part} (stop_reading in Python)")
 
 
 def corpus_state(corpus: str) -> list[int] | None:
@@ -131,9 +141,25 @@ def state_changed(saved: list[int] | None, corpus: str) -> bool:
 def report_complete(corpus: str, sources: list[SourceProgress]) -> None:
     """Say that ``corpus`` is in the index already (as ``sources``: one, or the parts of a split)."""
     parts = ", ".join(s.part for s in sources)
-    if any(state_changed(s.state, corpus) for s in sources):
+    stopped = [s for s in sources if s.stopped]
+    if stopped:
+        logger.warning("%s was stopped after %d documents read (graphdoc index --stop-reading): the index keeps them "
+                       "and reads no more of it. To add documents, put them in another corpus and index that "
+                       "(--on-duplicate skip leaves out those in), or build a new index", corpus,
+                       max(s.documents_read for s in stopped))
+    elif any(state_changed(s.state, corpus) for s in sources):
         logger.warning("%s changed since it was indexed; the index keeps the %d documents read from it then. To "
                        "add documents, put them in another file and index that; to pick up changes, build a new "
                        "index", corpus, max(s.documents_read for s in sources))
     else:
         logger.info("%s (part%s %s) is already in the index", corpus, "s" if len(sources) > 1 else "", parts)
+
+
+def warn_partly_read(index_dir: Path, manifest: Manifest) -> None:
+    """Warn of each corpus the index holds part-way (a run adding it was interrupted), and how to finish it or keep
+    only what it read."""
+    for source in manifest.sources:
+        if not source.complete:
+            logger.warning("%s part %s is only partly in the index (%d documents read): rerun its build to add the "
+                           "rest, or keep only those: %s", source.corpus, source.part, source.documents_read,
+                           stop_hint(index_dir, source))

@@ -127,7 +127,7 @@ class Searcher:
         self.updating = not self.manifest.finalized
         if self.updating and (not final.is_dir() or "documents" not in self.manifest.counts):
             raise GraphDocError(f"index {self.index_dir} is incomplete: rerun the build that was interrupted (the "
-                                "same build_index call or graphdoc index command)")  # no build finished yet
+                                f"same build_index call or graphdoc index command){self._stop_hint()}")
         if not final.is_dir():
             raise self._damaged(f"{FINAL_DIR}/ is missing")
         before = _identity(final)
@@ -140,6 +140,15 @@ class Searcher:
         #: the build opened (``final/``'s identity) and the manifest read, as :func:`build_changed` compares them
         self.opened = (before, manifest_seen)
         return _identity(final) == before
+
+    def _stop_hint(self) -> str:
+        """How to keep what an interrupted first build read of a corpus and finalise the index (or finish the
+        finalising of a corpus stopped so), where the index has one."""
+        from graphdoc.retrieval.progress import stop_hint
+
+        sources = self.manifest.sources
+        building = next((s for s in sources if not s.complete), next((s for s in sources if s.stopped), None))
+        return "" if building is None else f", or keep what it read: {stop_hint(self.index_dir, building)}"
 
     def _open_final(self, final: Path) -> None:
         """Open the files of ``final/`` and check that they describe the same documents."""

@@ -149,7 +149,7 @@ class SearchService:
                 "bm25": manifest.bm25, "fusion": searcher.fusion.to_dict(), "dense": manifest.dense,
                 "metadata_fields": searcher.metadata_fields(),
                 "corpora": [{"corpus": s.corpus, "part": s.part, "documents_read": s.documents_read,
-                             "complete": s.complete} for s in manifest.sources]}
+                             "complete": s.complete, "stopped": s.stopped} for s in manifest.sources]}
 
     def _health(self, searcher: Searcher, params) -> dict[str, Any]:
         return {"status": "ok", "documents": len(searcher.doc_ids), "build": searcher.build}
