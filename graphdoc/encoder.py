@@ -416,6 +416,9 @@ def _iterable(items: Any, name: str, one: str) -> Iterable:
             (isinstance(items, np.ndarray) and items.ndim == 0):
         got = "a 0-d array" if isinstance(items, np.ndarray) else type(items).__name__
         raise TypeError(f"{name} must be {one} or an iterable of them; got {got}")
+    if hasattr(items, "columns") and hasattr(items, "iterrows"):  # a pandas DataFrame iterates its column names
+        raise TypeError(f"{name} is a table ({type(items).__name__}), whose items are its column names: pass one "
+                        "column (df['text']) or its rows as dicts (df.to_dict('records'))")
     return items
 
 
