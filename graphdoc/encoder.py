@@ -252,7 +252,7 @@ class GraphDocEncoder(nn.Module):
     def similarity(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> torch.Tensor:
         """Cosine similarity of every embedding in ``a`` with every one in ``b`` (``[n, d]`` or ``[d]`` each),
         as sentence-transformers' ``similarity``: a ``[n, m]`` float32 tensor."""
-        first, second = (torch.as_tensor(x).float() for x in (a, b))
+        first, second = (_embeddings(x) for x in (a, b))
         first, second = (x[None] if x.dim() == 1 else x for x in (first, second))
         if first.dim() != 2 or second.dim() != 2 or first.shape[1] != second.shape[1]:
             raise GraphDocError(f"similarity needs [n, d] and [m, d] embeddings; got {list(first.shape)} and "
@@ -420,6 +420,19 @@ def _iterable(items: Any, name: str, one: str) -> Iterable:
         raise TypeError(f"{name} is a table ({type(items).__name__}), whose items are its column names: pass one "
                         "column (df['text']) or its rows as dicts (df.to_dict('records'))")
     return items
+
+
+def _embeddings(x: Any) -> torch.Tensor:
+    """``x`` as a float32 tensor; texts or other objects (which torch names only as 'too many dimensions 'str''
+    or 'can't convert np.ndarray of type numpy.object_') are one error line."""
+    try:
+        return torch.as_tensor(x).float()
+    except (TypeError, ValueError, RuntimeError):
+        got = (f"an array of {x.dtype}" if isinstance(x, np.ndarray) else
+               f"a {type(x).__name__} of {type(x[0]).__name__}" if isinstance(x, (list, tuple)) and x else
+               f"a {type(x).__name__}")
+        raise ArgumentTypeError("similarity takes embeddings, an array or tensor of numbers as encode returns them "
+                                f"(texts: encode them first); got {got}") from None
 
 
 def _show(flag: bool | None) -> bool:

@@ -244,6 +244,12 @@ def test_similarity_is_the_cosine_matrix(tiny_bert: Path, backbone: str) -> None
     with pytest.raises(GraphDocError, match=r"similarity needs \[n, d\] and \[m, d\] embeddings; got \[3, 32\] "
                                             r"and \[1, 5\]"):
         model.similarity(a, np.ones(5))
+    # (texts were torch's "too many dimensions 'str'", an object array its "can't convert np.ndarray of type ...")
+    for texts, shown in [(["a text"], "a list of str"), (np.array([[1.0, None]]), "an array of object")]:
+        message = ("similarity takes embeddings, an array or tensor of numbers as encode returns them (texts: encode "
+                   f"them first); got {shown}")
+        with pytest.raises(GraphDocError, match=f"^{re.escape(message)}$"):
+            model.similarity(texts, b)
 
 
 def test_the_package_lists_its_classes_and_errors() -> None:
