@@ -252,7 +252,7 @@ class GraphDocEncoder(nn.Module):
     def similarity(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> torch.Tensor:
         """Cosine similarity of every embedding in ``a`` with every one in ``b`` (``[n, d]`` or ``[d]`` each),
         as sentence-transformers' ``similarity``: a ``[n, m]`` float32 tensor."""
-        first, second = (torch.as_tensor(x).float() for x in (a, b))
+        first, second = (_embeddings(x) for x in (a, b))
         first, second = (x[None] if x.dim() == 1 else x for x in (first, second))
         if first.dim() != 2 or second.dim() != 2 or first.shape[1] != second.shape[1]:
             raise GraphDocError(f"similarity needs [n, d] and [m, d] embeddings; got {list(first.shape)} and "
@@ -416,7 +416,23 @@ def _iterable(items: Any, name: str, one: str) -> Iterable:
             (isinstance(items, np.ndarray) and items.ndim == 0):
         got = "a 0-d array" if isinstance(items, np.ndarray) else type(items).__name__
         raise TypeError(f"{name} must be {one} or an iterable of them; got {got}")
+    if hasattr(items, "columns") and hasattr(items, "iterrows"):  # a pandas DataFrame iterates its column names
+        raise TypeError(f"{name} is a table ({type(items).__name__}), whose items are its column names: pass one "
+                        "column (df['text']) or its rows as dicts (df.to_dict('records'))")
     return items
+
+
+def _embeddings(x: Any) -> torch.Tensor:
+    """``x`` as a float32 tensor; texts or other objects (which torch names only as 'too many dimensions 'str''
+    or 'can't convert np.ndarray of type numpy.object_') are one error line."""
+    try:
+        return torch.as_tensor(x).float()
+    except (TypeError, ValueError, RuntimeError):
+        got = (f"an array of {x.dtype}" if isinstance(x, np.ndarray) else
+               f"a {type(x).__name__} of {type(x[0]).__name__}" if isinstance(x, (list, tuple)) and x else
+               f"a {type(x).__name__}")
+        raise ArgumentTypeError("similarity takes embeddings, an array or tensor of numbers as encode returns them "
+                                f"(texts: encode them first); got {got}") from None
 
 
 def _show(flag: bool | None) -> bool:

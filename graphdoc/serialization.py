@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 
 from graphdoc.backbones import GRAPH
-from graphdoc.config import ModelConfig
+from graphdoc.config import ModelConfig, naming_file
 from graphdoc.default_model import DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_NAME, resolve_model_name
 from graphdoc.errors import ModelLoadError
 from graphdoc.fileio import atomic_directory, atomic_write, check_replaceable, read_safetensors
@@ -171,9 +171,11 @@ def _load_saved(cls, path: Path, device) -> "GraphDocEncoder":
     if saved != wanted:
         raise ModelLoadError(f"{path} is a saved {saved} model, not a {wanted} one: "
                              f"load it with graphdoc.load_model (or --backbone {saved})")
-    config = config_class_of(cls).from_dict(payload["model"])
+    with naming_file(path / CONFIG_NAME):  # a setting edited there: the error names the file
+        config = config_class_of(cls).from_dict(payload["model"])
     passage_encoder = PassageEncoder.load(str(path / PASSAGE_ENCODER_DIR), config.passage_encoder)
-    model = cls(passage_encoder, config, device="cpu")
+    with naming_file(path / CONFIG_NAME):  # (graph.heads, say, checked against the encoder's size)
+        model = cls(passage_encoder, config, device="cpu")
     search = payload.get("search")
     if search is not None and not isinstance(search, dict):
         raise ModelLoadError(f"{path / CONFIG_NAME}: 'search' must be an object; got {search!r}")

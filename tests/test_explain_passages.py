@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from graphdoc.config import ChunkerConfig, ModelConfig, PassageEncoderConfig
 from graphdoc.encoder import GraphDocEncoder
-from graphdoc.errors import GraphDocError
+from graphdoc.errors import ArgumentTypeError, GraphDocError
 from graphdoc.explain import (
     explain_hits,
     explain_passages,
@@ -67,6 +68,18 @@ def test_bad_inputs_name_the_problem() -> None:
     # a corpus record (BEIR's _id, no passages) is one passage; the error names its id (it said None)
     with pytest.raises(GraphDocError, match=r"^document 'x': 3 passage vectors for 1 passages$"):
         explain_passages(QUERY, PASSAGES, {"_id": "x", "text": TEXT})
+
+
+def test_top_is_a_count_or_none() -> None:
+    """(top=-1 gave every passage but the last, as a slice does; top=1.5 was Python's 'slice indices must be ...')"""
+    assert [e.index for e in explain_passages(QUERY, PASSAGES, RECORD, top=0)] == []
+    assert [e.index for e in explain_passages(QUERY, PASSAGES, RECORD, top=5)] == [1, 2, 0]
+    with pytest.raises(GraphDocError, match=r"^the number of passages to explain \(top\) must be at least 0; got -1$"):
+        explain_passages(QUERY, PASSAGES, RECORD, top=-1)
+    for bad in (1.5, True, "2"):
+        with pytest.raises(ArgumentTypeError, match=r"^the number of passages to explain \(top\) must be an integer "
+                                                    rf"or None; got {re.escape(repr(bad))}$"):
+            explain_passages(QUERY, PASSAGES, RECORD, top=bad)
 
 
 def test_format_explanation_gives_one_line_per_passage() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -192,6 +193,45 @@ def test_query_and_document_inputs(tiny_bert: Path, caplog) -> None:
             model.encode_queries(bad)
 
 
+class Table:
+    """What matters here of a pandas DataFrame (pandas is no dependency): iterating it gives its column names."""
+
+    def __init__(self, columns: dict[str, list]) -> None:
+        self.data = columns
+        self.columns = list(columns)
+
+    def __iter__(self):
+        return iter(self.columns)
+
+    def iterrows(self):
+        return enumerate({name: values[i] for name, values in self.data.items()} for i in range(len(self)))
+
+    def __len__(self) -> int:
+        return len(next(iter(self.data.values())))
+
+
+def _tables():
+    columns = {"title": ["A", "B", "C"], "text": [TEXTS[0], TEXTS[1], TEXTS[2]]}
+    yield Table(columns)
+    try:
+        import pandas
+    except ImportError:  # (not a dependency: the stand-in above still runs)
+        return
+    yield pandas.DataFrame(columns)
+
+
+def test_a_table_is_refused_not_embedded_as_its_column_names(tiny_bert: Path) -> None:
+    """(encode, encode_corpus and encode_queries of a 3-row DataFrame gave 2 vectors: its column names')"""
+    model = graphdoc.load_model(str(tiny_bert))
+    for table in _tables():
+        message = (f"is a table ({type(table).__name__}), whose items are its column names: pass one column "
+                   "(df['text']) or its rows as dicts (df.to_dict('records'))")
+        for call, name in [(model.encode, "documents"), (model.encode_corpus, "corpus"),
+                           (model.encode_queries, "queries")]:
+            with pytest.raises(TypeError, match=f"^{re.escape(f'{name} {message}')}$"):
+                call(table)
+
+
 @pytest.mark.parametrize("backbone", ["graph", "flat"])
 def test_similarity_is_the_cosine_matrix(tiny_bert: Path, backbone: str) -> None:
     model = graphdoc.load_model(str(tiny_bert), backbone=backbone)
@@ -204,6 +244,12 @@ def test_similarity_is_the_cosine_matrix(tiny_bert: Path, backbone: str) -> None
     with pytest.raises(GraphDocError, match=r"similarity needs \[n, d\] and \[m, d\] embeddings; got \[3, 32\] "
                                             r"and \[1, 5\]"):
         model.similarity(a, np.ones(5))
+    # (texts were torch's "too many dimensions 'str'", an object array its "can't convert np.ndarray of type ...")
+    for texts, shown in [(["a text"], "a list of str"), (np.array([[1.0, None]]), "an array of object")]:
+        message = ("similarity takes embeddings, an array or tensor of numbers as encode returns them (texts: encode "
+                   f"them first); got {shown}")
+        with pytest.raises(GraphDocError, match=f"^{re.escape(message)}$"):
+            model.similarity(texts, b)
 
 
 def test_the_package_lists_its_classes_and_errors() -> None:

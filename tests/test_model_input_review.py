@@ -164,10 +164,10 @@ def test_heads_of_a_saved_model_are_checked(saved_model: Path, tmp_path: Path, c
     (folder / "config.json").write_text(json.dumps(payload), encoding="utf-8")
     with pytest.raises(GraphDocError) as info:
         GraphDocEncoder.from_pretrained(folder, device="cpu")
-    assert str(info.value) == HEADS_3
+    assert str(info.value) == f"{folder / 'config.json'}: {HEADS_3}"  # the file edited is named
     (tmp_path / "c.jsonl").write_text('{"_id": "a", "text": "x"}\n', encoding="utf-8")
     assert cli("embed", "--corpus", "c.jsonl", "--output", "e.npy", "--model", str(folder)) == \
-        f"graphdoc embed: error: {HEADS_3}"
+        f"graphdoc embed: error: {folder / 'config.json'}: {HEADS_3}"
 
 
 def test_max_seq_length_is_checked_against_the_positions(tiny_bert: Path, tiny_roberta: Path, cli) -> None:

@@ -102,6 +102,25 @@ def test_graph_weights_of_another_shape_are_one_error_line(tiny_bert: Path, tmp_
     assert "\n" not in str(info.value)
 
 
+
+@pytest.mark.parametrize(("section", "key", "value", "error"), [
+    ("graph", "bogus", 1, "unknown config key graph.bogus; valid keys: graph.graph_type, graph.num_layers, "
+                          "graph.heads, graph.dropout, graph.attention_dropout"),
+    ("chunker", "max_passages", -3, "chunker.max_passages must be at least 1 or null; got -3"),
+])
+def test_a_bad_setting_in_a_saved_models_config_json_names_the_file(tiny_bert: Path, tmp_path: Path, section: str,
+                                                                     key: str, value, error: str) -> None:
+    """(the error gave the setting alone, as if the code had set it: a --model folder's edited file went unnamed;
+    graph.heads: test_model_input_review)"""
+    saved = tmp_path / "saved"
+    GraphDocEncoder.from_pretrained(str(tiny_bert), device="cpu").save_pretrained(saved)
+    payload = json.loads((saved / "config.json").read_text())
+    payload["model"][section][key] = value
+    (saved / "config.json").write_text(json.dumps(payload))
+    with pytest.raises(GraphDocError) as info:
+        GraphDocEncoder.from_pretrained(saved, device="cpu")
+    assert str(info.value) == f"{saved / 'config.json'}: {error}"
+
 def _without(folder: Path, keep) -> None:
     from safetensors.torch import save_file
 

@@ -7,12 +7,13 @@ docstore record ``{"id", "title", "text", "passages": [[start, end, section, sec
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from graphdoc.errors import GraphDocError
+from graphdoc.errors import ArgumentTypeError, GraphDocError
 
 SNIPPET_CHARS = 300
 #: How explained passages can be ranked; ties go to the earlier passage.
@@ -89,6 +90,11 @@ def explain_passages(query_vector: np.ndarray, passage_vectors: np.ndarray, reco
     if query.shape != vectors.shape[1:]:
         raise GraphDocError(f"the query vector must have shape {list(vectors.shape[1:])}, as the passage vectors; "
                             f"got {list(query.shape)}")
+    if top is not None:  # (a negative one sliced passages off the end: top=-1 gave all but the last)
+        if isinstance(top, bool) or not isinstance(top, numbers.Integral):
+            raise ArgumentTypeError(f"the number of passages to explain (top) must be an integer or None; got {top!r}")
+        if top < 0:
+            raise GraphDocError(f"the number of passages to explain (top) must be at least 0; got {top}")
     scores = vectors @ query
     order = rank_passages(scores, attention, by)[:top]
     return [_explanation(int(i), float(scores[i]), None if attention is None else float(attention[i]),
