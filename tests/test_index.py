@@ -362,8 +362,14 @@ def test_merge_refuses_an_incomplete_part(built, tmp_path) -> None:
         m = manifest_json(parts[position])
         m["sources"][0]["complete"] = False
         (parts[position] / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
-        with pytest.raises(GraphDocError, match="is incomplete"):
+        with pytest.raises(GraphDocError) as refused:
             merge_indexes(tmp_path / f"{position}out", parts, on_duplicate="replace")
+        source = m["sources"][0]
+        assert str(refused.value) == (
+            f"cannot merge {parts[position]}: {source['corpus']} part {source['part']} is incomplete "
+            f"({source['documents_read']} documents read): rerun its graphdoc index command to finish it, or keep "
+            f"what it read: graphdoc index --index-dir {parts[position]} --stop-reading {source['corpus']} "
+            "(stop_reading in Python)")
 
 
 def test_merge_takes_the_parts_of_one_split_of_one_version(model, tmp_path, caplog, capsys) -> None:

@@ -16,6 +16,7 @@ from graphdoc import __version__
 from graphdoc.errors import GraphDocError, IndexMismatchError
 from graphdoc.fileio import LOCK_NAME, atomic_directory, remove_stale_temporaries, writer_lock
 from graphdoc.retrieval.bm25 import LEGACY_TERMS
+from graphdoc.retrieval.progress import stop_hint
 from graphdoc.retrieval.finalize import finalize
 from graphdoc.retrieval.manifest import (
     Manifest,
@@ -134,7 +135,9 @@ def _check_compatible(parts: list[Path], manifests: list[Manifest]) -> None:
                                 "index command that made it stopped before the first shard was saved): rerun it")
         for source in manifest.sources:
             if not source.complete:
-                raise GraphDocError(f"cannot merge {path}: {source.corpus} part {source.part} is incomplete")
+                raise GraphDocError(f"cannot merge {path}: {source.corpus} part {source.part} is incomplete "
+                                    f"({source.documents_read} documents read): rerun its graphdoc index command to "
+                                    f"finish it, or keep what it read: {stop_hint(path, source)}")
     _check_splits(parts, manifests)
     for path, manifest in zip(parts[1:], manifests[1:]):
         for name in ("fusion", "dense"):
