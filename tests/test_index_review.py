@@ -108,7 +108,8 @@ def test_an_idmap_factory_is_refused_before_encoding(corpus, model_dir, tmp_path
 def test_a_factory_that_fails_to_train_keeps_the_shards_and_can_be_replaced(model, corpus, tmp_path, capsys,
                                                                             monkeypatch) -> None:
     index = tmp_path / "i"
-    monkeypatch.setattr("graphdoc.retrieval.builder.training_minimum", lambda *_: 0)  # a need the check cannot see
+    # a need the check cannot see
+    monkeypatch.setattr("graphdoc.retrieval.corpus_checks.training_minimum", lambda *_: 0)
     with pytest.raises(GraphDocError) as info:
         build_index(model, str(corpus), index, IndexSettings(faiss_factory="HNSW32,PQ8"))
     monkeypatch.undo()
