@@ -504,7 +504,7 @@ def test_a_searcher_opened_while_an_add_swaps_final_waits_for_the_new_one(model,
     the two renames called the index incomplete (or damaged) instead of waiting the moment for the new one."""
     import threading
 
-    from graphdoc.retrieval import searcher as searcher_module
+    from graphdoc.retrieval import rebuilds
 
     build_index(model, str(write_jsonl(tmp_path / "a.jsonl", make_docs(4))), tmp_path / "idx", IndexSettings())
     manifest_file = tmp_path / "idx" / "manifest.json"
@@ -522,7 +522,7 @@ def test_a_searcher_opened_while_an_add_swaps_final_waits_for_the_new_one(model,
         put_back.join()
     assert len(searcher.doc_ids) == 4 and not searcher.updating
     os.replace(final, aside)  # a kill between the two renames: the old build aside, no final/
-    monkeypatch.setattr(searcher_module, "SWAP_WAIT_S", 0.05)
+    monkeypatch.setattr(rebuilds, "SWAP_WAIT_S", 0.05)
     with pytest.raises(GraphDocError, match=r"has no final/: an add was stopped as it replaced it \(its last build "
                                             r"is in \.final\.old-123\): rerun the build that was interrupted"):
         Searcher(tmp_path / "idx")
