@@ -352,7 +352,7 @@ def test_search_refuses_an_incomplete_index(own_index, capsys, monkeypatch) -> N
     ids.write_text(ids.read_text(encoding="utf-8") + "new-doc\n", encoding="utf-8")
     # final/ put in place by adds each time it was read: opened again, and said after the last try
     stamps = itertools.count()
-    monkeypatch.setattr(searcher, "_identity", lambda folder: next(stamps))
+    monkeypatch.setattr(searcher, "build_identity", lambda folder: next(stamps))
     assert cli("search", "--index-dir", own_index, "zebra", "--mode", "bm25") == 1
     assert error_line(capsys, "search") == (f"graphdoc search: error: index {own_index} was replaced 3 times while "
                                             "it was opened (documents are being added): try again")

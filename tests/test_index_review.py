@@ -108,7 +108,8 @@ def test_an_idmap_factory_is_refused_before_encoding(corpus, model_dir, tmp_path
 def test_a_factory_that_fails_to_train_keeps_the_shards_and_can_be_replaced(model, corpus, tmp_path, capsys,
                                                                             monkeypatch) -> None:
     index = tmp_path / "i"
-    monkeypatch.setattr("graphdoc.retrieval.builder.training_minimum", lambda *_: 0)  # a need the check cannot see
+    # a need the check cannot see
+    monkeypatch.setattr("graphdoc.retrieval.corpus_checks.training_minimum", lambda *_: 0)
     with pytest.raises(GraphDocError) as info:
         build_index(model, str(corpus), index, IndexSettings(faiss_factory="HNSW32,PQ8"))
     monkeypatch.undo()
@@ -503,7 +504,7 @@ def test_a_searcher_opened_while_an_add_swaps_final_waits_for_the_new_one(model,
     the two renames called the index incomplete (or damaged) instead of waiting the moment for the new one."""
     import threading
 
-    from graphdoc.retrieval import searcher as searcher_module
+    from graphdoc.retrieval import rebuilds
 
     build_index(model, str(write_jsonl(tmp_path / "a.jsonl", make_docs(4))), tmp_path / "idx", IndexSettings())
     manifest_file = tmp_path / "idx" / "manifest.json"
@@ -521,7 +522,7 @@ def test_a_searcher_opened_while_an_add_swaps_final_waits_for_the_new_one(model,
         put_back.join()
     assert len(searcher.doc_ids) == 4 and not searcher.updating
     os.replace(final, aside)  # a kill between the two renames: the old build aside, no final/
-    monkeypatch.setattr(searcher_module, "SWAP_WAIT_S", 0.05)
+    monkeypatch.setattr(rebuilds, "SWAP_WAIT_S", 0.05)
     with pytest.raises(GraphDocError, match=r"has no final/: an add was stopped as it replaced it \(its last build "
                                             r"is in \.final\.old-123\): rerun the build that was interrupted"):
         Searcher(tmp_path / "idx")

@@ -22,6 +22,7 @@ from graphdoc.errors import GraphDocError
 from graphdoc.fileio import writer_lock
 from graphdoc.retrieval.dense import training_minimum
 from graphdoc.retrieval.finalize import finalize, tidy_after_a_kill
+from graphdoc.retrieval.index_setup import remove_orphans
 from graphdoc.retrieval.manifest import Manifest
 from graphdoc.retrieval.progress import stop_hint
 from graphdoc.retrieval.shards import indexed_ids
@@ -59,9 +60,7 @@ def deleting(index_dir: str | os.PathLike, ids: Iterable[str | int], *, missing:
         tidy_after_a_kill(index_dir)
         manifest = Manifest.load(index_dir)  # again: the folder is ours only now
         _check_deletable(index_dir, manifest)
-        from graphdoc.retrieval.builder import remove_orphans  # (refuses links and missing shards too)
-
-        remove_orphans(index_dir, manifest)
+        remove_orphans(index_dir, manifest)  # (refuses links and missing shards too)
         held = indexed_ids(index_dir, manifest)
         # an earlier call killed while finalising recorded these: deleting them again finishes it
         pending = set() if manifest.finalized else {i for i in manifest.deleted if i not in held}

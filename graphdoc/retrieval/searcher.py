@@ -7,7 +7,6 @@ import logging
 import os
 import re
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -18,7 +17,7 @@ from graphdoc.config import check_count
 from graphdoc.errors import DamagedIndexError, GraphDocError
 from graphdoc.retrieval.bm25 import BM25Index
 from graphdoc.retrieval.dense import RowSelection, prepare_vectors
-from graphdoc.fileio import UnreadableFileError, hidden_prefix, reading
+from graphdoc.fileio import UnreadableFileError, reading
 from graphdoc.progress import logs_beside_bars, progress_bar
 from graphdoc.retrieval.dense_searcher import DenseSearcher, DenseSettings
 from graphdoc.retrieval.docstore import DocStore, offsets_path
@@ -27,6 +26,8 @@ from graphdoc.retrieval.finalize import FINAL_DIR, build_id, read_build
 from graphdoc.retrieval.fusion import HYBRID_DEFAULT, FusionConfig, fuse_arrays
 from graphdoc.retrieval.manifest import MANIFEST_NAME, Manifest, check_identity, model_identity
 from graphdoc.retrieval.queries import check_query, split_queries
+from graphdoc.retrieval.rebuilds import build_identity, file_stamp, wait_for_swap
+from graphdoc.retrieval.rebuilds import build_changed  # noqa: F401 (it lived here: callers import it from here)
 from graphdoc.retrieval.runs import id_ranks
 
 logger = logging.getLogger(__name__)
@@ -34,7 +35,6 @@ logger = logging.getLogger(__name__)
 MODES = ("dense", "bm25", "hybrid")
 SNIPPET_CHARS = 300
 OPEN_ATTEMPTS = 3  # tries at opening a final/ that adds keep replacing
-SWAP_WAIT_S = 5.0  # how long an open waits for an add's finalising to put its new final/ in place of the old
 QUERY_BLOCK = 1024  # queries encoded and searched at a time by batch_search (a step of its bar)
 DEPTH = 100  # each retriever's candidates a search fuses (or ranks) at least, however few hits it keeps
 ATTENTION_FILE = "passage_attention.npy"  # checked here with the others, and kept for explanations
@@ -114,14 +114,14 @@ class Searcher:
     def _open(self) -> bool:
         """Read the manifest and open ``final/``; False when ``final/`` was replaced while its files were opened,
         so that they may belong to two builds (one's ids with the other's BM25 rows, say)."""
-        manifest_seen = _stat(self.index_dir / MANIFEST_NAME)  # (before reading it: a save after the read shows)
+        manifest_seen = file_stamp(self.index_dir / MANIFEST_NAME)  # (before reading it: a save after the read shows)
         self.manifest = Manifest.load(self.index_dir)
         final = self.index_dir / FINAL_DIR
         if self.manifest.finalized and not self.manifest.shards:
             raise GraphDocError(f"index {self.index_dir} holds no documents (an empty part of a sharded corpus): "
                                 "merge it with the other parts (merge_indexes, graphdoc merge) and search the "
                                 "merged index")
-        if not final.is_dir() and _wait_for_swap(self.index_dir):
+        if not final.is_dir() and wait_for_swap(self.index_dir):
             return False  # an add's finalising was swapping final/: read the manifest and the new final/ again
         # documents being added, or an add that was interrupted: the last complete build (final/) is searched
         self.updating = not self.manifest.finalized
@@ -130,16 +130,16 @@ class Searcher:
                                 f"same build_index call or graphdoc index command){self._stop_hint()}")
         if not final.is_dir():
             raise self._damaged(f"{FINAL_DIR}/ is missing")
-        before = _identity(final)
+        before = build_identity(final)
         try:
             self._open_final(final)
         except GraphDocError:
-            if _identity(final) != before or (not final.is_dir() and _wait_for_swap(self.index_dir)):
+            if build_identity(final) != before or (not final.is_dir() and wait_for_swap(self.index_dir)):
                 return False
             raise
         #: the build opened (``final/``'s identity) and the manifest read, as :func:`build_changed` compares them
         self.opened = (before, manifest_seen)
-        return _identity(final) == before
+        return build_identity(final) == before
 
     def _stop_hint(self) -> str:
         """How to keep what an interrupted first build read of a corpus and finalise the index (or finish the
@@ -531,24 +531,6 @@ def final_problem(index_dir: str | Path) -> str | None:
     return None
 
 
-def _wait_for_swap(index_dir: Path) -> bool:
-    """Whether ``final/``, missing while an add's finalising had moved it aside (to ``.final.old-PID``) and not
-    yet put the new build in its place, is back within ``SWAP_WAIT_S``. An old build left aside with no
-    ``final/`` after that (the add was killed between the two renames) is an error saying to rerun the build."""
-    final = index_dir / FINAL_DIR
-    deadline = time.monotonic() + SWAP_WAIT_S
-    while not final.is_dir():
-        aside = sorted(index_dir.glob(f"{hidden_prefix(FINAL_DIR)}old-*"))  # as atomic_directory names it
-        if not aside:
-            return final.is_dir()  # (the swap may have ended, and its old build gone, since the last look)
-        if time.monotonic() > deadline:
-            raise GraphDocError(f"index {index_dir} has no {FINAL_DIR}/: an add was stopped as it replaced it (its "
-                                f"last build is in {aside[0].name}): rerun the build that was interrupted (the same "
-                                "build_index call or graphdoc index command)")
-        time.sleep(0.01)
-    return True
-
-
 def _query_blocks(queries: int, show_progress_bar: bool) -> Iterator[slice]:
     """Slices of :data:`QUERY_BLOCK` queries, under a "Searching" bar that moves as each is done."""
     with progress_bar(total=queries, desc="Searching", unit="query", disable=not show_progress_bar) as bar, \
@@ -556,45 +538,3 @@ def _query_blocks(queries: int, show_progress_bar: bool) -> Iterator[slice]:
         for start in range(0, queries, QUERY_BLOCK):
             yield slice(start, start + QUERY_BLOCK)
             bar.update(min(QUERY_BLOCK, queries - start))
-
-
-def _stat(path: Path) -> tuple[int, int] | None:
-    """A file's inode and modification time (``None`` when missing): another after it was replaced."""
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return None
-    return stat.st_ino, stat.st_mtime_ns
-
-
-def build_changed(searcher: "Searcher") -> bool:
-    """Whether the index of ``searcher`` has a newer build than the one it opened: ``final/`` was replaced (an add
-    or a delete finalised), or it was opened while a build was being finalised and the manifest has changed since
-    (the manifest's own fields, its counts and fusion, are saved after ``final/``) and says it is finalised now.
-    A manifest saved by a build still under way is noted as seen, so that it is not read again until it changes."""
-    final_then, manifest_then = searcher.opened
-    if _identity(searcher.index_dir / FINAL_DIR) not in (final_then, None):
-        return True
-    if not searcher.updating:
-        return False
-    manifest_now = _stat(searcher.index_dir / MANIFEST_NAME)
-    if manifest_now == manifest_then:
-        return False
-    try:
-        finalized = Manifest.load(searcher.index_dir).finalized
-    except GraphDocError:  # being replaced, or damaged: the next request looks again
-        return False
-    if not finalized:
-        searcher.opened = (final_then, manifest_now)
-    return finalized
-
-
-def _identity(folder: Path) -> tuple[int, int, str | None] | None:
-    """The folder's inode, change time and build id: others when an add's finalising puts a new ``final/`` in its
-    place (the build id tells two builds apart even if a later one got the inode of an earlier one)."""
-    try:
-        stat = os.stat(folder)
-        build = read_build(folder)
-    except (OSError, GraphDocError):
-        return None
-    return stat.st_ino, stat.st_ctime_ns, None if build is None else build["build"]

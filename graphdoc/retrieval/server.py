@@ -44,6 +44,7 @@ from urllib.parse import parse_qs, urlsplit
 from graphdoc.errors import DamagedIndexError, GraphDocError, ModelLoadError
 from graphdoc.retrieval.auth import NO_KEY, WRONG_KEY, check_api_key, refusal  # noqa: F401 (WRONG_KEY: the API's)
 from graphdoc.retrieval.filters import filter_from_pairs
+from graphdoc.retrieval.rebuilds import build_changed
 from graphdoc.retrieval.searcher import MODES, Searcher
 
 logger = logging.getLogger(__name__)
@@ -75,8 +76,6 @@ class SearchService:
 
     def current(self) -> Searcher:
         """The searcher of the index's latest complete build (a new one when an add or a delete was finalised)."""
-        from graphdoc.retrieval.searcher import build_changed
-
         searcher = self.searcher
         if not build_changed(searcher):
             return searcher

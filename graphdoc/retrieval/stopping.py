@@ -18,6 +18,7 @@ from graphdoc.errors import GraphDocError
 from graphdoc.fileio import writer_lock
 from graphdoc.retrieval.dense import new_faiss_index, training_minimum
 from graphdoc.retrieval.finalize import finalize, tidy_after_a_kill
+from graphdoc.retrieval.index_setup import change_setting, parse_part, remove_orphans
 from graphdoc.retrieval.manifest import Manifest, SourceProgress, normal_part
 from graphdoc.retrieval.progress import warn_partly_read
 from graphdoc.retrieval.shards import indexed_ids
@@ -38,8 +39,6 @@ def stop_reading(index_dir: str | os.PathLike, corpus: str | os.PathLike, part: 
     index never finalised allows, where that one needs more documents than were read. A second process writing the
     folder is refused, as for :func:`~graphdoc.retrieval.builder.build_index`.
     """
-    from graphdoc.retrieval.builder import change_setting, parse_part, remove_orphans
-
     if not isinstance(corpus, (str, os.PathLike)) or not str(corpus):
         raise GraphDocError(f"corpus must name a corpus of the index, as graphdoc info lists it (a path, a dataset "
                             f"name or memory:sha256:...); got {corpus!r}")
