@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import numbers
 import os
 import re
 from dataclasses import replace
@@ -26,6 +27,7 @@ from graphdoc.models import DocumentGraphEncoder, PassageEncoder, Projection
 from graphdoc.modes import eval_mode
 from graphdoc.outputs import GraphOutput, PreparedDocument
 from graphdoc.progress import progress_bar
+from graphdoc.quantization import OutputPrecision, check_calibration, check_output_precision, quantize_embeddings
 from graphdoc import serialization
 
 logger = logging.getLogger(__name__)
@@ -92,31 +94,35 @@ class GraphDocEncoder(nn.Module):
         return self.dimension
 
     # ----------------------------------------------------------------- preparation
-    def passage_input(self, document: Document, passage: Passage) -> str:
-        """The text the passage encoder sees for a passage: its passage prompt, then the title (per
-        ``chunker.title``) and the passage's text."""
-        return self.passage_encoder.passage_prompt + self._titled(document, passage)
+    def passage_input(self, document: Document, passage: Passage, prompt: str | None = None) -> str:
+        """The text the passage encoder sees for a passage: its passage prompt (``prompt`` where given: an
+        ``encode(prompt=...)``'s), then the title (per ``chunker.title``) and the passage's text."""
+        prompt = self.passage_encoder.passage_prompt if prompt is None else prompt
+        return prompt + self._titled(document, passage, prompt)
 
-    def _titled(self, document: Document, passage: Passage) -> str:
+    def _titled(self, document: Document, passage: Passage, prompt: str | None = None) -> str:
         mode = self.config.chunker.title
         if not passage.text:  # a document of a title alone is its title, whatever the mode
-            return self.title_input(document.title) if document.title else ""
+            return self.title_input(document.title, prompt) if document.title else ""
         if document.title and (mode == "all" or (mode == "first" and passage.index == 0)):
-            title = self.title_input(document.title)
+            title = self.title_input(document.title, prompt)
             if title and not starts_with_title(passage.text, document.title):
                 return f"{title} {passage.text}" if passage.text else title
         return passage.text
 
-    def title_input(self, title: str) -> str:
+    def title_input(self, title: str, prompt: str | None = None) -> str:
         """A title as passage inputs carry it: at most :data:`TITLE_MAX_WORDS` words and half of the
-        encoder's token limit left after the passage prompt (a title without spaces, CJK text or a URL, is cut
-        by tokens)."""
+        encoder's token limit left after the passage prompt (or ``prompt``; a title without spaces, CJK text or a
+        URL, is cut by tokens)."""
         words = " ".join(title.split()[:TITLE_MAX_WORDS])
         encoder = self.passage_encoder
-        return encoder.clip(words, (encoder.max_seq_length - encoder.passage_prompt_tokens) // 2)
+        used = encoder.passage_prompt_tokens if prompt is None else encoder.prompt_tokens(prompt)
+        return encoder.clip(words, (encoder.max_seq_length - used) // 2)
 
-    def prepare(self, document: Document, max_passages: int | None = None) -> PreparedDocument:
-        """Chunk and tokenize one document, re-splitting passages over the encoder's token limit."""
+    def prepare(self, document: Document, max_passages: int | None = None,
+                prompt: str | None = None) -> PreparedDocument:
+        """Chunk and tokenize one document, re-splitting passages over the encoder's token limit; ``prompt``
+        replaces the passage prompt (``None``: the model's)."""
         passages = self.chunker(document)
         if not passages:  # empty text: one empty passage (the title, if any), as for a query
             passages = [Passage(document.id, 0, 0, "", 0, 0, "")]
@@ -125,19 +131,20 @@ class GraphDocEncoder(nn.Module):
         limit = self.chunker.limit(max_passages)
         beyond = len(passages) - limit if limit is not None and len(passages) > limit else 0
         passages, ids, left_out = fit_to_token_limit(
-            document.text, passages[:len(passages) - beyond], lambda p: self.passage_input(document, p),
+            document.text, passages[:len(passages) - beyond], lambda p: self.passage_input(document, p, prompt),
             self.passage_encoder.tokenize, self.passage_encoder.max_seq_length, limit)
         kept = self.chunker.cap(document, passages, max_passages, cut_before=beyond + left_out)
         ids = ids[:len(kept)]
         limit = self.passage_encoder.max_seq_length
         for i in [i for i, t in enumerate(ids) if len(t) > limit]:  # a title alone over the limit
-            ids[i] = self.passage_encoder.tokenize([self.passage_input(document, kept[i])], truncate=True)[0]
-        return PreparedDocument(document, kept, ids)
+            ids[i] = self.passage_encoder.tokenize([self.passage_input(document, kept[i], prompt)], truncate=True)[0]
+        return PreparedDocument(document, kept, ids, prompt=prompt)
 
-    def prepare_query(self, text: str, query_id: str = "") -> PreparedDocument:
-        """A query is a single-node graph: one passage (the query prompt and the text), truncated to the
-        encoder's limit."""
-        ids = self.passage_encoder.tokenize([self.passage_encoder.query_prompt + text], truncate=True)
+    def prepare_query(self, text: str, query_id: str = "", prompt: str | None = None) -> PreparedDocument:
+        """A query is a single-node graph: one passage (the query prompt, or ``prompt`` where given, and the
+        text), truncated to the encoder's limit."""
+        prompt = self.passage_encoder.query_prompt if prompt is None else prompt
+        ids = self.passage_encoder.tokenize([prompt + text], truncate=True)
         return PreparedDocument(Document(query_id, text), [Passage(query_id, 0, 0, "", 0, len(text), text)], ids,
                                 query=True)
 
@@ -168,29 +175,29 @@ class GraphDocEncoder(nn.Module):
     # ----------------------------------------------------------------- encoding API
     def iter_forward(self, documents: Iterable[DocumentLike], batch_size: int = 32,
                      return_attention_weights: bool = False, max_passages: int | None = None,
-                     document_only: bool = False) -> Iterator[GraphOutput]:
+                     document_only: bool = False, prompt: str | None = None) -> Iterator[GraphOutput]:
         """Stream :class:`GraphOutput` batches of ``batch_size`` documents (inference mode).
 
         ``document_only``: the caller reads nothing but the document vectors, so a model that does not need
         the passages for them (a flat FirstP model) may leave them out instead of chunking and tokenizing
-        text it never encodes.
+        text it never encodes. ``prompt``: the passage prompt in place of the model's.
         """
         check_count("batch_size", batch_size)
         with eval_mode(self):
             batch: list[PreparedDocument] = []
             for i, item in enumerate(documents):
                 batch.append(self.prepare_for_inference(as_document(item, i), max_passages,
-                                                        document_only and not return_attention_weights))
+                                                        document_only and not return_attention_weights, prompt))
                 if len(batch) == batch_size:
                     yield self._infer(batch, return_attention_weights)
                     batch = []
             if batch:
                 yield self._infer(batch, return_attention_weights)
 
-    def prepare_for_inference(self, document: Document, max_passages: int | None,
-                              document_only: bool) -> PreparedDocument:
+    def prepare_for_inference(self, document: Document, max_passages: int | None, document_only: bool,
+                              prompt: str | None = None) -> PreparedDocument:
         """:meth:`prepare`: a graph embeds its passages, so it needs them even for the document vector alone."""
-        return self.prepare(document, max_passages)
+        return self.prepare(document, max_passages, prompt)
 
     def _infer(self, batch: list[PreparedDocument], return_attention_weights: bool) -> GraphOutput:
         with torch.inference_mode():
@@ -198,12 +205,29 @@ class GraphDocEncoder(nn.Module):
 
     def encode(self, documents: DocumentLike | Sequence[DocumentLike], batch_size: int = 32,
                show_progress_bar: bool | None = None, normalize_embeddings: bool = False,
-               convert_to_numpy: bool = True, convert_to_tensor: bool = False) -> np.ndarray | torch.Tensor:
+               convert_to_numpy: bool = True, convert_to_tensor: bool = False, prompt: str | None = None,
+               precision: OutputPrecision = "float32", truncate_dim: int | None = None,
+               calibration_embeddings: np.ndarray | torch.Tensor | None = None) -> np.ndarray | torch.Tensor:
         """Embed documents (strings, ``{"title", "text", "sections"}`` dicts or :class:`Document`).
 
         Returns a ``[n, dimension]`` float32 array (or tensor); a single document gives ``[dimension]``.
+        The options below are sentence-transformers' ``encode``'s (``calibration_embeddings``, its
+        ``quantize_embeddings``'s):
+
+        - ``prompt``: the text put before every passage (and FirstP input) for this call in place of the model's
+          passage prompt (``passage_encoder.passage_prompt``); ``""``: none.
+        - ``truncate_dim``: keep the first ``truncate_dim`` dimensions (a Matryoshka model's), before
+          ``normalize_embeddings``; 1 to :attr:`dimension`, ``None``: all.
+        - ``precision``: how the returned embeddings are stored: ``float32``; ``int8`` / ``uint8`` (each dimension's
+          range, of ``calibration_embeddings`` where given, else of these embeddings, cut into 256 buckets);
+          ``binary`` / ``ubinary`` (sign bits packed 8 to a byte, ``[n, ceil(d / 8)]``), as
+          ``sentence_transformers.quantization.quantize_embeddings`` gives them. A quantised result is a numpy array
+          (a CPU tensor with ``convert_to_tensor``). This is *not* the arithmetic the encoder computes in, which
+          is the model config's ``passage_encoder.precision`` (``auto``/``fp32``/``bf16``/``fp16``, ``--precision``
+          on the command line); those values are refused here.
         """
         check_count("batch_size", batch_size)
+        check_encode_options(self, prompt, precision, truncate_dim, calibration_embeddings)
         if isinstance(documents, Mapping) and documents and all(isinstance(v, Mapping) for v in documents.values()):
             raise TypeError("documents is a dict of dicts, not one document: embed documents by id with "
                             "encode_corpus, or pass list(documents.values())")
@@ -212,19 +236,25 @@ class GraphDocEncoder(nn.Module):
         cut_before = self.chunker.counts()
         bar = progress_bar(total=len(docs), desc="Documents", unit="doc", disable=not _show(show_progress_bar))
         chunks = []
-        for out in self.iter_forward(docs, batch_size, document_only=True):
+        for out in self.iter_forward(docs, batch_size, document_only=True, prompt=prompt):
             chunks.append(out.document_embeddings)
             bar.update(len(out.documents))
         bar.close()
         self.chunker.warn_cut(cut_before)
         return _finish(chunks, self.dimension, self.device, single, normalize_embeddings,
-                       convert_to_numpy and not convert_to_tensor)
+                       convert_to_numpy and not convert_to_tensor, truncate_dim, precision, calibration_embeddings)
 
     def encode_queries(self, queries: str | Sequence[str] | Mapping[Any, str], batch_size: int = 32,
                        show_progress_bar: bool | None = None, normalize_embeddings: bool = False,
-                       convert_to_numpy: bool = True, convert_to_tensor: bool = False, **kwargs: Any):
+                       convert_to_numpy: bool = True, convert_to_tensor: bool = False, prompt: str | None = None,
+                       precision: OutputPrecision = "float32", truncate_dim: int | None = None,
+                       calibration_embeddings: np.ndarray | torch.Tensor | None = None, **kwargs: Any):
         """Embed queries as single-node graphs: a string gives ``[dimension]``, a list (or a dict's values,
         ``{query_id: text}``, in its order) ``[n, dimension]``.
+
+        ``prompt`` replaces the model's query prompt (``passage_encoder.query_prompt``) for this call;
+        ``precision``, ``truncate_dim`` and ``calibration_embeddings`` are :meth:`encode`'s (``precision`` quantises
+        the output; it is not the encoder's arithmetic).
 
         The signature is BEIR's; other keyword arguments (which BEIR's callers may pass on) are ignored,
         with a warning naming them.
@@ -232,6 +262,7 @@ class GraphDocEncoder(nn.Module):
         if kwargs:
             logger.warning("encode_queries ignores the argument(s) %s", ", ".join(sorted(kwargs)))
         check_count("batch_size", batch_size)
+        check_encode_options(self, prompt, precision, truncate_dim, calibration_embeddings)
         single, ids = isinstance(queries, str), None
         if isinstance(queries, Mapping):
             ids, queries = list(queries), list(queries.values())
@@ -243,10 +274,10 @@ class GraphDocEncoder(nn.Module):
         with eval_mode(self):
             for start in progress_bar(range(0, len(texts), batch_size), desc="Queries",
                                       disable=not _show(show_progress_bar)):
-                prepared = [self.prepare_query(t) for t in texts[start:start + batch_size]]
+                prepared = [self.prepare_query(t, prompt=prompt) for t in texts[start:start + batch_size]]
                 chunks.append(self._infer(prepared, False).document_embeddings)
         return _finish(chunks, self.dimension, self.device, single, normalize_embeddings,
-                       convert_to_numpy and not convert_to_tensor)
+                       convert_to_numpy and not convert_to_tensor, truncate_dim, precision, calibration_embeddings)
 
     @staticmethod
     def similarity(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -261,8 +292,9 @@ class GraphDocEncoder(nn.Module):
 
     def encode_corpus(self, corpus: Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]],
                       batch_size: int = 32, **kwargs: Any):
-        """BEIR-compatible: a list of ``{"title", "text"}`` dicts (or a dict of them by id). Keyword arguments
-        :meth:`encode` does not take are ignored with a warning, as :meth:`encode_queries` does."""
+        """BEIR-compatible: a list of ``{"title", "text"}`` dicts (or a dict of them by id). Other keyword arguments
+        go to :meth:`encode` (``normalize_embeddings``, ``prompt``, ``precision``, ``truncate_dim``, ...); those it
+        does not take are ignored with a warning, as :meth:`encode_queries` does."""
         known = {k: v for k, v in kwargs.items() if k in inspect.signature(self.encode).parameters}
         if len(known) < len(kwargs):
             logger.warning("encode_corpus ignores the argument(s) %s", ", ".join(sorted(set(kwargs) - set(known))))
@@ -439,12 +471,41 @@ def _show(flag: bool | None) -> bool:
     return logger.getEffectiveLevel() <= logging.INFO if flag is None else flag
 
 
+def check_encode_options(model: nn.Module, prompt: Any, precision: Any, truncate_dim: Any, calibration: Any) -> None:
+    """Refuse, in one line and before anything is encoded, an ``encode`` option that is not valid for ``model``."""
+    if prompt is not None:
+        if not isinstance(prompt, str):
+            raise ArgumentTypeError(f"prompt must be a str or None; got a {type(prompt).__name__}")
+        model.passage_encoder.prompt_tokens(prompt)  # as the configured prompts: it must leave room for the text
+    check_output_precision(precision)
+    check_truncate_dim(truncate_dim, model.dimension)
+    if calibration is not None and precision.endswith("int8"):
+        check_calibration(calibration, truncate_dim or model.dimension)
+
+
+def check_truncate_dim(truncate_dim: Any, dimension: int, name: str = "truncate_dim") -> None:
+    """Matryoshka truncation keeps the first ``truncate_dim`` of the model's ``dimension`` dimensions: ``None`` (all)
+    or 1 to ``dimension``, else one error line."""
+    if truncate_dim is None:
+        return
+    if isinstance(truncate_dim, bool) or not isinstance(truncate_dim, numbers.Integral):
+        raise ArgumentTypeError(f"{name} must be an integer or None; got {truncate_dim!r}")
+    if not 1 <= truncate_dim <= dimension:
+        raise GraphDocError(f"{name} must be from 1 to the model's dimension, {dimension}; got {truncate_dim}")
+
+
 def _finish(chunks: list[torch.Tensor], dim: int, device: torch.device, single: bool, normalize: bool,
-            to_numpy: bool):
+            to_numpy: bool, truncate_dim: int | None = None, precision: str = "float32", calibration=None):
+    """The rows of ``chunks`` as encode returns them: truncated, then normalised, then quantised (the order of
+    sentence-transformers' ``encode``)."""
     out = torch.cat(chunks) if chunks else torch.empty((0, dim), device=device)
-    out = out.float()
+    out = out.float()[:, :truncate_dim].contiguous()  # [n, truncate_dim or dim]
     if normalize:
         out = F.normalize(out, dim=-1)
+    if precision != "float32":  # quantised in numpy, all rows together (int8 ranges are the rows'), as ST does
+        quantized = quantize_embeddings(out.cpu().numpy(), precision, calibration)
+        out = quantized if to_numpy else torch.from_numpy(quantized)
+        return out[0] if single else out
     if single:
         out = out[0]
     return out.cpu().numpy() if to_numpy else out

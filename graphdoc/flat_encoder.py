@@ -80,25 +80,27 @@ class FlatEncoder(nn.Module):
     head_state_dict = GraphDocEncoder.head_state_dict  # empty: a flat model adds no weights
 
     # ----------------------------------------------------------------- forward
-    def prepare_for_inference(self, document: Document, max_passages: int | None,
-                              document_only: bool) -> PreparedDocument:
+    def prepare_for_inference(self, document: Document, max_passages: int | None, document_only: bool,
+                              prompt: str | None = None) -> PreparedDocument:
         """:meth:`prepare`, except that FirstP's document vector alone needs no passages: with
         ``document_only`` a ``first`` model leaves them out (its forward reads the document's text)."""
         if document_only and self.config.graph.document == "first":
-            return PreparedDocument(document, [], [])
-        return self.prepare(document, max_passages)
+            return PreparedDocument(document, [], [], prompt=prompt)
+        return self.prepare(document, max_passages, prompt)
 
-    def first_input(self, document: Document) -> str:
-        """FirstP's text: the whole document as one passage, titled as the first passage is."""
-        return self.passage_input(document, Passage(document.id, 0, 0, "", 0, len(document.text), document.text))
+    def first_input(self, document: Document, prompt: str | None = None) -> str:
+        """FirstP's text: the whole document as one passage, titled as the first passage is (after ``prompt``,
+        ``None``: the model's passage prompt)."""
+        return self.passage_input(document, Passage(document.id, 0, 0, "", 0, len(document.text), document.text),
+                                  prompt)
 
     def _first_ids(self, prepared: Sequence[PreparedDocument]) -> list[list[int]]:
         """FirstP's input ids of each document: its text tokenized whole (truncated); a query's own input, which
         carries the query prompt."""
         documents = [i for i, doc in enumerate(prepared) if not doc.query]
         ids = [doc.token_ids[0] if doc.query else [] for doc in prepared]
-        tokenized = self.passage_encoder.tokenize([self.first_input(prepared[i].document) for i in documents],
-                                                  truncate=True)
+        tokenized = self.passage_encoder.tokenize([self.first_input(prepared[i].document, prepared[i].prompt)
+                                                   for i in documents], truncate=True)
         for i, document_ids in zip(documents, tokenized):
             ids[i] = document_ids
         return ids

@@ -20,6 +20,9 @@ class PreparedDocument:
     #: a query (:meth:`GraphDocEncoder.prepare_query`): its one input carries the query prompt, which a model
     #: reading the text itself (flat FirstP) must keep
     query: bool = False
+    #: the passage prompt its inputs carry where not the model's (``encode(prompt=...)``), which a model reading the
+    #: text itself (flat FirstP) must put before it too
+    prompt: str | None = None
 
     @property
     def section_ids(self) -> list[int]:
@@ -37,7 +40,7 @@ class PreparedDocument:
             passages.append(replace(p, start=offset, end=offset + len(p.text)))
             offset += len(p.text) + 1
         document = replace(self.document, text="\n".join(p.text for p in passages), sections=None)
-        return PreparedDocument(document, passages, [self.token_ids[i] for i in indices])
+        return PreparedDocument(document, passages, [self.token_ids[i] for i in indices], prompt=self.prompt)
 
 
 @dataclass

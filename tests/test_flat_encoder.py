@@ -119,7 +119,7 @@ def test_first_mode_encode_does_not_chunk_the_passages_it_never_encodes(tiny_ber
     expected = next(model.iter_forward(DOCS)).document_embeddings  # prepared in full, as before
     chunked = []
     prepare = model.prepare
-    monkeypatch.setattr(model, "prepare", lambda doc, cap=None: chunked.append(doc.id) or prepare(doc, cap))
+    monkeypatch.setattr(model, "prepare", lambda doc, *rest: chunked.append(doc.id) or prepare(doc, *rest))
     assert torch.equal(model.encode(DOCS, convert_to_tensor=True), expected)
     out = next(model.iter_forward(DOCS, document_only=True))
     assert chunked == [] and [p.passages for p in out.documents] == [[]] * len(DOCS)

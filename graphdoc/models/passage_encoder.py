@@ -62,8 +62,8 @@ class PassageEncoder(nn.Module):
         self.vocabulary_rows = rows if rows is not None and len(tokenizer) > rows else None
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._prompt_counts: dict[tuple[str, str, int], int] = {}
-        self._prompt_tokens("passage_prompt", self.passage_prompt)
-        self._prompt_tokens("query_prompt", self.query_prompt)
+        self.prompt_tokens(self.passage_prompt, "passage_encoder.passage_prompt")
+        self.prompt_tokens(self.query_prompt, "passage_encoder.query_prompt")
         self._last_clip: tuple[tuple[str, int], str] | None = None  # clip()'s last question and answer
 
     # The settings below live in ``config`` alone (the passage-encoder section of the model's config, which is saved
@@ -82,7 +82,7 @@ class PassageEncoder(nn.Module):
     @property
     def passage_prompt_tokens(self) -> int:
         """Tokens the passage prompt takes of every passage input (titles get half of what is left)."""
-        return self._prompt_tokens("passage_prompt", self.passage_prompt)
+        return self.prompt_tokens(self.passage_prompt, "passage_encoder.passage_prompt")
 
     def _set(self, name: str, value) -> None:
         """Set the config's ``name`` to ``value`` in place (the model's config holds the same object), checked as a
@@ -91,15 +91,16 @@ class PassageEncoder(nn.Module):
         before = getattr(self.config, name)
         setattr(self.config, name, value)
         try:
-            self._prompt_tokens("passage_prompt", self.passage_prompt)
-            self._prompt_tokens("query_prompt", self.query_prompt)
+            self.prompt_tokens(self.passage_prompt, "passage_encoder.passage_prompt")
+            self.prompt_tokens(self.query_prompt, "passage_encoder.query_prompt")
         except GraphDocError:
             setattr(self.config, name, before)
             raise
 
-    def _prompt_tokens(self, name: str, prompt: str) -> int:
-        """The tokens ``prompt`` takes; one that leaves the text fewer than ``MIN_SEQ_LENGTH`` of the encoder's
-        tokens is refused (every passage would be cut to a few words, every query to nothing)."""
+    def prompt_tokens(self, prompt: str, name: str = "prompt") -> int:
+        """The tokens ``prompt`` (the setting or argument ``name``) takes; one that leaves the text fewer than
+        ``MIN_SEQ_LENGTH`` of the encoder's tokens is refused (every passage would be cut to a few words, every query
+        to nothing)."""
         if not prompt:
             return 0
         key = (name, prompt, self.max_seq_length)
@@ -109,7 +110,7 @@ class PassageEncoder(nn.Module):
         special = len(self.tokenizer("", add_special_tokens=True, verbose=False)["input_ids"])
         left = self.max_seq_length - special - count
         if left < MIN_SEQ_LENGTH:
-            raise GraphDocError(f"passage_encoder.{name} leaves {left} of the encoder's {self.max_seq_length} tokens "
+            raise GraphDocError(f"{name} leaves {left} of the encoder's {self.max_seq_length} tokens "
                                 f"(max_seq_length; the prompt takes {count}, special tokens {special}) for the text: "
                                 f"at least {MIN_SEQ_LENGTH} are needed")
         self._prompt_counts[key] = count
