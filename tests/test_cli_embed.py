@@ -76,6 +76,25 @@ def test_embed_normalize(tiny_bert: Path, tmp_path: Path) -> None:
     assert np.allclose(np.linalg.norm(np.load(tmp_path / "emb.npy"), axis=1), 1.0, atol=1e-6)
 
 
+def test_embed_truncate_dim_keeps_the_first_dimensions_before_normalising(tiny_bert: Path, tmp_path: Path) -> None:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", DOCS)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--truncate-dim", "8", "--normalize") == 0
+    model = GraphDocEncoder.from_pretrained(str(tiny_bert), device="cpu")
+    expected = model.encode(DOCS, truncate_dim=8, normalize_embeddings=True)
+    matrix = np.load(tmp_path / "emb.npy")
+    assert matrix.shape == (3, 8) and np.allclose(matrix, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("value", ["0", "33"])
+def test_embed_truncate_dim_outside_the_model_s_dimension_is_one_line(tiny_bert: Path, tmp_path: Path, capsys,
+                                                                      value: str) -> None:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", DOCS)
+    assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--truncate-dim", value) == 1
+    assert error_line(capsys) == ("graphdoc embed: error: --truncate-dim must be from 1 to the model's dimension, 32; "
+                                  f"got {value}")
+    assert not list(tmp_path.glob("emb*"))
+
+
 def test_embed_precision_bf16_gives_vectors_close_to_fp32(tiny_bert: Path, tmp_path: Path, monkeypatch) -> None:
     from graphdoc import device as device_module
 
@@ -368,7 +387,7 @@ def test_a_run_that_fails_after_another_runs_save_never_takes_its_rows(tiny_bert
     np.testing.assert_allclose(np.load(tmp_path / "emb.npy"), np.load(tmp_path / "whole.npy"), atol=1e-6)
 
 
-@pytest.mark.parametrize("change", ["normalize", "corpus"])
+@pytest.mark.parametrize("change", ["normalize", "truncate-dim", "corpus"])
 def test_what_another_run_saved_is_not_taken(tiny_bert: Path, tmp_path: Path, monkeypatch, capsys,
                                              change: str) -> None:
     from graphdoc.cli import embed as embed_command
@@ -378,7 +397,7 @@ def test_what_another_run_saved_is_not_taken(tiny_bert: Path, tmp_path: Path, mo
     monkeypatch.setattr(embed_command, "SAVE_EVERY", 2)
     stop_after(monkeypatch, 3)
     assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2") != 0
-    extra = ["--normalize"] if change == "normalize" else []
+    extra = {"normalize": ["--normalize"], "truncate-dim": ["--truncate-dim", "8"]}.get(change, [])
     if change == "corpus":  # the same state to the file system (size, time), other documents
         stat = corpus.stat()
         write_jsonl(corpus, [{**r, "_id": r["_id"].replace("doc", "new")} for r in records])
@@ -387,8 +406,9 @@ def test_what_another_run_saved_is_not_taken(tiny_bert: Path, tmp_path: Path, mo
     capsys.readouterr()
     assert embed(corpus, tmp_path / "emb.npy", tiny_bert, "--batch-size", "2", *extra) == 0
     assert len(given) == 9
-    expected = {"normalize": "holds what an embed of another model, corpus, --normalize or graphdoc chunker left: "
-                             "starting again",
+    another_run = ("holds what an embed of another model, corpus, --normalize, --truncate-dim or graphdoc chunker "
+                   "left: starting again")
+    expected = {"normalize": another_run, "truncate-dim": another_run,
                 "corpus": "document 1 is 'new0', not 'doc0' as when"}[change]
     assert expected in capsys.readouterr().err
     prefix = "new" if change == "corpus" else "doc"

@@ -1,8 +1,8 @@
 """``graphdoc embed``: one float32 row per document in a .npy file, ids in row order beside it.
 
 A long run keeps what it has embedded in ``FILE.npy.partial/`` every few thousand documents; run the same
-command again after a crash and it goes on from there (with the same model, corpus, field options and ``--normalize``;
-a run computing in another arithmetic than the saved part, ``--precision``, is refused).
+command again after a crash and it goes on from there (with the same model, corpus, field options, ``--truncate-dim``
+and ``--normalize``; a run computing in another arithmetic than the saved part, ``--precision``, is refused).
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "again go on from a stopped run)")
     parser.add_argument("--output", required=True, type=Path, metavar="FILE.npy")
     parser.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
+    parser.add_argument("--truncate-dim", type=int, metavar="N", help="keep the first N dimensions of each embedding "
+                        "(a Matryoshka model's), before --normalize")
     add_field_arguments(parser)
     add_model_arguments(parser)
     parser.set_defaults(func=run)
@@ -54,9 +56,9 @@ def partial_path(output: Path) -> Path:
 
 class Partial:
     """The saved part of a run: chunks ``rows-N.npy`` and ``ids-N.txt``, and ``state.json`` naming the run (model
-    identity, corpus and its state, ``--normalize``), the arithmetic its rows were computed in (``precision``:
-    ``fp32``, ``bf16``, ``fp16``) and how many chunks and documents are saved. A chunk is written before the state
-    that counts it, so a crash between the two leaves a chunk no state counts."""
+    identity, corpus and its state, ``--normalize``, ``--truncate-dim``), the arithmetic its rows were computed in
+    (``precision``: ``fp32``, ``bf16``, ``fp16``) and how many chunks and documents are saved. A chunk is written
+    before the state that counts it, so a crash between the two leaves a chunk no state counts."""
 
     def __init__(self, output: Path, run: dict, earlier: dict | None = None, encoder=None) -> None:
         """``earlier``: the same run as graphdoc named it before (its model by folder, not architecture), also
@@ -76,8 +78,8 @@ class Partial:
                 self.chunks = state["chunks"]
                 logger.info("%s: going on after the %d documents embedded before", self.folder, len(self.ids))
                 return
-            why = ("what an embed of another model, corpus, --normalize or graphdoc chunker left" if state is not None
-                   else "no state of a run (one stopped before its first save)")
+            why = ("what an embed of another model, corpus, --normalize, --truncate-dim or graphdoc chunker left"
+                   if state is not None else "no state of a run (one stopped before its first save)")
         except (OSError, KeyError, TypeError, UnicodeDecodeError):
             why = "files that cannot be read"
         self.ids = []
@@ -175,7 +177,9 @@ def _check_corpus_outside_partial(corpus, folder: Path) -> None:
 
 def _embed(args: argparse.Namespace, documents, model) -> int:
     from graphdoc.corpus import ReadStats, document_count, read_corpus
+    from graphdoc.encoder import check_truncate_dim
 
+    check_truncate_dim(args.truncate_dim, model.dimension, "--truncate-dim")  # before a saved part is touched
     partial = Partial(args.output, *_run_identities(args, model), encoder=model.passage_encoder)
     done = partial.ids
     ids: list[str] = []  # this session's, since the last save
@@ -197,7 +201,7 @@ def _embed(args: argparse.Namespace, documents, model) -> int:
         with logs_beside_bars(not args.quiet), progress_bar(desc="Embedding", unit="doc", disable=args.quiet,
                                                             initial=len(done), total=total) as bar:
             for out in model.iter_forward(tracked(), batch_size=args.batch_size, document_only=True):
-                vectors = out.document_embeddings.float()
+                vectors = out.document_embeddings.float()[:, :args.truncate_dim]  # (None: all), as encode truncates
                 if args.normalize:
                     vectors = vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=1e-12)
                 rows.append(vectors.cpu().numpy())
@@ -254,7 +258,7 @@ class _Restart(Exception):
 
 def _run_identities(args: argparse.Namespace, model) -> tuple[dict, dict]:
     """What decides the rows of a run, as JSON values: the model's identity, the corpus and its state, --normalize,
-    the corpus fields named;
+    the corpus fields named, --truncate-dim;
     and the same as an earlier graphdoc wrote it (the model by its folder and weights), whose saved part goes on."""
     from graphdoc.corpus import source_key
     from graphdoc.fingerprint import architecture_fingerprint
@@ -270,4 +274,6 @@ def _run_identities(args: argparse.Namespace, model) -> tuple[dict, dict]:
     fields = getattr(args, "fields", None)
     if fields is not None and not fields.is_default:  # (left out otherwise: an earlier run's part goes on)
         rest["fields"] = fields.to_dict()
+    if getattr(args, "truncate_dim", None) is not None:  # (left out otherwise, as fields)
+        rest["truncate_dim"] = args.truncate_dim
     return json.loads(json.dumps({"model": identity, **rest})), json.loads(json.dumps({"model": recorded, **rest}))
