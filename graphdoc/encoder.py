@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import numbers
 import os
 import re
 from dataclasses import replace
@@ -27,7 +26,8 @@ from graphdoc.models import DocumentGraphEncoder, PassageEncoder, Projection
 from graphdoc.modes import eval_mode
 from graphdoc.outputs import GraphOutput, PreparedDocument
 from graphdoc.progress import progress_bar
-from graphdoc.quantization import OutputPrecision, check_calibration, check_output_precision, quantize_embeddings
+from graphdoc.encode_output import check_encode_options, finish_embeddings
+from graphdoc.quantization import OutputPrecision
 from graphdoc import serialization
 
 logger = logging.getLogger(__name__)
@@ -241,7 +241,7 @@ class GraphDocEncoder(nn.Module):
             bar.update(len(out.documents))
         bar.close()
         self.chunker.warn_cut(cut_before)
-        return _finish(chunks, self.dimension, self.device, single, normalize_embeddings,
+        return finish_embeddings(chunks, self.dimension, self.device, single, normalize_embeddings,
                        convert_to_numpy and not convert_to_tensor, truncate_dim, precision, calibration_embeddings)
 
     def encode_queries(self, queries: str | Sequence[str] | Mapping[Any, str], batch_size: int = 32,
@@ -276,7 +276,7 @@ class GraphDocEncoder(nn.Module):
                                       disable=not _show(show_progress_bar)):
                 prepared = [self.prepare_query(t, prompt=prompt) for t in texts[start:start + batch_size]]
                 chunks.append(self._infer(prepared, False).document_embeddings)
-        return _finish(chunks, self.dimension, self.device, single, normalize_embeddings,
+        return finish_embeddings(chunks, self.dimension, self.device, single, normalize_embeddings,
                        convert_to_numpy and not convert_to_tensor, truncate_dim, precision, calibration_embeddings)
 
     @staticmethod
@@ -469,43 +469,3 @@ def _embeddings(x: Any) -> torch.Tensor:
 
 def _show(flag: bool | None) -> bool:
     return logger.getEffectiveLevel() <= logging.INFO if flag is None else flag
-
-
-def check_encode_options(model: nn.Module, prompt: Any, precision: Any, truncate_dim: Any, calibration: Any) -> None:
-    """Refuse, in one line and before anything is encoded, an ``encode`` option that is not valid for ``model``."""
-    if prompt is not None:
-        if not isinstance(prompt, str):
-            raise ArgumentTypeError(f"prompt must be a str or None; got a {type(prompt).__name__}")
-        model.passage_encoder.prompt_tokens(prompt)  # as the configured prompts: it must leave room for the text
-    check_output_precision(precision)
-    check_truncate_dim(truncate_dim, model.dimension)
-    if calibration is not None and precision.endswith("int8"):
-        check_calibration(calibration, truncate_dim or model.dimension)
-
-
-def check_truncate_dim(truncate_dim: Any, dimension: int, name: str = "truncate_dim") -> None:
-    """Matryoshka truncation keeps the first ``truncate_dim`` of the model's ``dimension`` dimensions: ``None`` (all)
-    or 1 to ``dimension``, else one error line."""
-    if truncate_dim is None:
-        return
-    if isinstance(truncate_dim, bool) or not isinstance(truncate_dim, numbers.Integral):
-        raise ArgumentTypeError(f"{name} must be an integer or None; got {truncate_dim!r}")
-    if not 1 <= truncate_dim <= dimension:
-        raise GraphDocError(f"{name} must be from 1 to the model's dimension, {dimension}; got {truncate_dim}")
-
-
-def _finish(chunks: list[torch.Tensor], dim: int, device: torch.device, single: bool, normalize: bool,
-            to_numpy: bool, truncate_dim: int | None = None, precision: str = "float32", calibration=None):
-    """The rows of ``chunks`` as encode returns them: truncated, then normalised, then quantised (the order of
-    sentence-transformers' ``encode``)."""
-    out = torch.cat(chunks) if chunks else torch.empty((0, dim), device=device)
-    out = out.float()[:, :truncate_dim].contiguous()  # [n, truncate_dim or dim]
-    if normalize:
-        out = F.normalize(out, dim=-1)
-    if precision != "float32":  # quantised in numpy, all rows together (int8 ranges are the rows'), as ST does
-        quantized = quantize_embeddings(out.cpu().numpy(), precision, calibration)
-        out = quantized if to_numpy else torch.from_numpy(quantized)
-        return out[0] if single else out
-    if single:
-        out = out[0]
-    return out.cpu().numpy() if to_numpy else out

@@ -177,7 +177,7 @@ def _check_corpus_outside_partial(corpus, folder: Path) -> None:
 
 def _embed(args: argparse.Namespace, documents, model) -> int:
     from graphdoc.corpus import ReadStats, document_count, read_corpus
-    from graphdoc.encoder import check_truncate_dim
+    from graphdoc.encode_output import check_truncate_dim
 
     check_truncate_dim(args.truncate_dim, model.dimension, "--truncate-dim")  # before a saved part is touched
     partial = Partial(args.output, *_run_identities(args, model), encoder=model.passage_encoder)
