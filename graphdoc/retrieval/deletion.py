@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Iterable
 
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import writer_lock
 from graphdoc.retrieval.dense import training_minimum
-from graphdoc.retrieval.finalize import finalize, tidy_after_a_kill
+from graphdoc.retrieval.finalize import finalize, maintaining
 from graphdoc.retrieval.index_setup import remove_orphans
 from graphdoc.retrieval.manifest import Manifest
 from graphdoc.retrieval.progress import stop_hint
@@ -55,10 +54,7 @@ def deleting(index_dir: str | os.PathLike, ids: Iterable[str | int], *, missing:
         raise GraphDocError(f"missing must be one of {', '.join(MISSING_POLICIES)}; got {missing!r}")
     wanted = _requested(ids)
     index_dir = Path(index_dir)
-    Manifest.load(index_dir)  # not an index: one line, before a lock file is left in the folder
-    with writer_lock(index_dir):
-        tidy_after_a_kill(index_dir)
-        manifest = Manifest.load(index_dir)  # again: the folder is ours only now
+    with maintaining(index_dir) as manifest:
         _check_deletable(index_dir, manifest)
         remove_orphans(index_dir, manifest)  # (refuses links and missing shards too)
         held = indexed_ids(index_dir, manifest)

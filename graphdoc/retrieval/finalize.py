@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
 from graphdoc.errors import DamagedIndexError, GraphDocError, InputError
-from graphdoc.fileio import atomic_directory, remove_stale_temporaries, restore_moved_aside
+from graphdoc.fileio import atomic_directory, remove_stale_temporaries, restore_moved_aside, writer_lock
 from graphdoc.retrieval import docstore
 from graphdoc.retrieval.bm25 import BM25Config, BM25Index
 from graphdoc.retrieval.dense import DenseIndex, prepare_vectors
@@ -35,6 +37,17 @@ def tidy_after_a_kill(index_dir: Path) -> None:
         logger.info("putting back %s/ from %s, where a run stopped while replacing it left it", FINAL_DIR, aside.name)
     for stale in remove_stale_temporaries(index_dir):
         logger.info("removing %s left by an interrupted run", stale.name)
+
+
+@contextmanager
+def maintaining(index_dir: Path) -> Iterator[Manifest]:
+    """The manifest of the index in ``index_dir``, read under its writer lock after :func:`tidy_after_a_kill`, for a
+    command that changes an existing index (delete, stop reading). A folder that is no index is one error line before
+    a lock file is left in it; a second writer is refused."""
+    Manifest.load(index_dir)
+    with writer_lock(index_dir):
+        tidy_after_a_kill(index_dir)
+        yield Manifest.load(index_dir)  # again: the folder is ours only now
 
 
 def _kept_rows(ids: list[str], deleted: np.ndarray | None = None) -> np.ndarray:

@@ -15,9 +15,8 @@ from pathlib import Path
 
 from graphdoc.corpus import source_key
 from graphdoc.errors import GraphDocError
-from graphdoc.fileio import writer_lock
 from graphdoc.retrieval.dense import new_faiss_index, training_minimum
-from graphdoc.retrieval.finalize import finalize, tidy_after_a_kill
+from graphdoc.retrieval.finalize import finalize, maintaining
 from graphdoc.retrieval.index_setup import change_setting, parse_part, remove_orphans
 from graphdoc.retrieval.manifest import Manifest, SourceProgress, normal_part
 from graphdoc.retrieval.progress import warn_partly_read
@@ -46,10 +45,7 @@ def stop_reading(index_dir: str | os.PathLike, corpus: str | os.PathLike, part: 
     if part is not None:
         parse_part(part)
         part = normal_part(part)
-    Manifest.load(index_dir)  # not an index: one line, before a lock file is left in the folder
-    with writer_lock(index_dir):
-        tidy_after_a_kill(index_dir)
-        manifest = Manifest.load(index_dir)  # again: the folder is ours only now
+    with maintaining(index_dir) as manifest:
         remove_orphans(index_dir, manifest)
         sources = _to_stop(index_dir, manifest, corpus, part)
         if faiss_factory is not None and faiss_factory != manifest.faiss_factory:
