@@ -103,8 +103,8 @@ def test_an_embed_saved_by_an_earlier_chunker_starts_again(tiny_bert: Path, tmp_
     monkeypatch.setattr(GraphDocEncoder, "iter_forward", real)
     capsys.readouterr()
     assert main(argv) == 0
-    assert ("holds what an embed of another model, corpus, --normalize or graphdoc chunker left: starting again"
-            in capsys.readouterr().err)
+    assert ("holds what an embed of another model, corpus, --normalize, --truncate-dim or graphdoc chunker left: "
+            "starting again" in capsys.readouterr().err)
     assert np.load(out).shape[0] == 5 and not partial.exists()
 
 
