@@ -39,7 +39,7 @@ def check_truncate_dim(truncate_dim: Any, dimension: int, name: str = "truncate_
 
 
 def finish_embeddings(chunks: list[torch.Tensor], dim: int, device: torch.device, single: bool, normalize: bool,
-            to_numpy: bool, truncate_dim: int | None = None, precision: str = "float32", calibration=None):
+                      to_numpy: bool, truncate_dim: int | None = None, precision: str = "float32", calibration=None):
     """The rows of ``chunks`` as encode returns them: truncated, then normalised, then quantised (the order of
     sentence-transformers' ``encode``)."""
     out = torch.cat(chunks) if chunks else torch.empty((0, dim), device=device)

@@ -242,7 +242,8 @@ class GraphDocEncoder(nn.Module):
         bar.close()
         self.chunker.warn_cut(cut_before)
         return finish_embeddings(chunks, self.dimension, self.device, single, normalize_embeddings,
-                       convert_to_numpy and not convert_to_tensor, truncate_dim, precision, calibration_embeddings)
+                                 convert_to_numpy and not convert_to_tensor, truncate_dim, precision,
+                                 calibration_embeddings)
 
     def encode_queries(self, queries: str | Sequence[str] | Mapping[Any, str], batch_size: int = 32,
                        show_progress_bar: bool | None = None, normalize_embeddings: bool = False,
@@ -277,7 +278,8 @@ class GraphDocEncoder(nn.Module):
                 prepared = [self.prepare_query(t, prompt=prompt) for t in texts[start:start + batch_size]]
                 chunks.append(self._infer(prepared, False).document_embeddings)
         return finish_embeddings(chunks, self.dimension, self.device, single, normalize_embeddings,
-                       convert_to_numpy and not convert_to_tensor, truncate_dim, precision, calibration_embeddings)
+                                 convert_to_numpy and not convert_to_tensor, truncate_dim, precision,
+                                 calibration_embeddings)
 
     @staticmethod
     def similarity(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> torch.Tensor:

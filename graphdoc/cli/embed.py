@@ -177,7 +177,7 @@ def _check_corpus_outside_partial(corpus, folder: Path) -> None:
 
 def _embed(args: argparse.Namespace, documents, model) -> int:
     from graphdoc.corpus import ReadStats, document_count, read_corpus
-    from graphdoc.encode_output import check_truncate_dim
+    from graphdoc.encode_output import check_truncate_dim, finish_embeddings
 
     check_truncate_dim(args.truncate_dim, model.dimension, "--truncate-dim")  # before a saved part is touched
     partial = Partial(args.output, *_run_identities(args, model), encoder=model.passage_encoder)
@@ -201,10 +201,8 @@ def _embed(args: argparse.Namespace, documents, model) -> int:
         with logs_beside_bars(not args.quiet), progress_bar(desc="Embedding", unit="doc", disable=args.quiet,
                                                             initial=len(done), total=total) as bar:
             for out in model.iter_forward(tracked(), batch_size=args.batch_size, document_only=True):
-                vectors = out.document_embeddings.float()[:, :args.truncate_dim]  # (None: all), as encode truncates
-                if args.normalize:
-                    vectors = vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=1e-12)
-                rows.append(vectors.cpu().numpy())
+                rows.append(finish_embeddings([out.document_embeddings], model.dimension, model.device, False,
+                                              args.normalize, True, args.truncate_dim))  # as encode returns them
                 bar.update(len(out.documents))
                 if len(ids) >= SAVE_EVERY:
                     saved = sum(len(r) for r in rows)
