@@ -113,14 +113,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _label_text(label) -> str | None:
     """A label as one TSV cell: a string with its whitespace runs as single spaces (a tab or a line break would
-    break the line), anything else as JSON (``1``, ``true``, ``["a", "b"]``); ``None`` for no label, a blank
-    string included (as a blank title is no title: not a class of its own in the scores)."""
+    break the line), anything else as JSON (``1``, ``true``, ``["a", "b"]``); ``None`` for no label (``label_of``'s
+    ``None``, a blank string's too)."""
     import json
 
     if label is None:
         return None
-    text = " ".join((label if isinstance(label, str) else json.dumps(label, ensure_ascii=False)).split())
-    return text or None
+    return " ".join((label if isinstance(label, str) else json.dumps(label, ensure_ascii=False)).split())
 
 
 def _read_embeddings(path: Path, ids: list[str]):

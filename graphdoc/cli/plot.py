@@ -77,7 +77,7 @@ def run_embeddings(args: argparse.Namespace) -> int:
         raise GraphDocError(f"a map needs at least 3 documents; {args.corpus} has {len(docs)}")
     field = args.labels_field
     labels = [label_of(d, field, fields) for d in docs] if field else None
-    if labels is not None and all(label is None or not str(label).strip() for label in labels):  # (blank: none)
+    if labels is not None and all(label is None for label in labels):  # (label_of: a blank one is none)
         what = "a title" if field == "title" else f"a {field!r} field"  # a blank title is no title
         raise GraphDocError(f"no document of {args.corpus} has {what}")
     vectors = load_model(args, passages=False).encode(docs, batch_size=args.batch_size,

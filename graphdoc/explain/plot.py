@@ -168,9 +168,11 @@ def _label_order(label: str) -> tuple[int, float, str]:
 def label_of(document: Document, field: str, fields: "Fields | None" = None) -> Any:
     """``document``'s value of the record field ``field`` (``None`` when it has none): a metadata field,
     the title (``title``, or the field ``fields`` names for it) or the id (``_id``, ``id``, ``docid``,
-    ``doc_id``, or the field named for it), as the corpus was read with ``fields``."""
+    ``doc_id``, or the field named for it), as the corpus was read with ``fields``. A blank string is no label, as a
+    blank title is no title (not a class of its own)."""
     if field in document.metadata:
-        return document.metadata[field]
+        value = document.metadata[field]
+        return None if isinstance(value, str) and not value.strip() else value
     if fields is not None and field in fields.named().values():
         if field == fields.text:
             raise GraphDocError(f"{field!r} is a document's text, not a label")
